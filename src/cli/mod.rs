@@ -1,0 +1,235 @@
+//! What the binaries share: argument definitions, opening inputs with format
+//! detection, output files written atomically, and error printing with exit
+//! statuses (0 success, 1 bad data or failed operation, 2 usage).
+
+pub mod args;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::ops::OutputFormat;
+use crate::wire::{detect, BatchStreamReader, InputFormat, Limits, SnapshotReader};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+pub type DynRead = Box<dyn BufRead>;
+
+/// One opened input, of the kind detected.
+pub enum Input {
+    Batches(BatchStreamReader<DynRead>),
+    Snapshot(SnapshotReader<DynRead>),
+}
+
+/// The name used in messages for an input path (`-` is standard input).
+pub fn input_name(path: Option<&Path>) -> String {
+    match path {
+        None => "<stdin>".to_string(),
+        Some(p) if p == Path::new("-") => "<stdin>".to_string(),
+        Some(p) => p.display().to_string(),
+    }
+}
+
+/// Open a file (or standard input for `None` / `-`) and detect its format.
+pub fn open_input(path: Option<&Path>, limits: Limits) -> Result<Input> {
+    let name = input_name(path);
+    let raw: Box<dyn std::io::Read> = match path {
+        Some(p) if p != Path::new("-") => Box::new(
+            std::fs::File::open(p).map_err(|e| Error::io("cannot open input", e).in_file(&name))?,
+        ),
+        _ => Box::new(std::io::stdin()),
+    };
+    let (format, reader) =
+        detect(raw).map_err(|e| Error::io("cannot read input", e).in_file(&name))?;
+    Ok(match format {
+        InputFormat::BatchJsonl => Input::Batches(BatchStreamReader::jsonl(reader, name, limits)),
+        InputFormat::BatchJson => Input::Batches(BatchStreamReader::json(reader, name, limits)?),
+        InputFormat::SnapshotJsonl => Input::Snapshot(SnapshotReader::jsonl(reader, name, limits)),
+        InputFormat::SnapshotJson => Input::Snapshot(SnapshotReader::json(reader, name, limits)?),
+    })
+}
+
+/// Open an input that must be a batch stream.
+pub fn open_batches(
+    path: Option<&Path>,
+    limits: Limits,
+    tool: &str,
+) -> Result<BatchStreamReader<DynRead>> {
+    match open_input(path, limits)? {
+        Input::Batches(b) => Ok(b),
+        Input::Snapshot(s) => Err(Error::data(format!(
+            "this is a snapshot; {tool} reads batch streams"
+        ))
+        .in_file(s.name())),
+    }
+}
+
+/// The paths to read: the files given, or standard input when none.
+pub fn input_paths(files: &[PathBuf]) -> Vec<Option<&Path>> {
+    if files.is_empty() {
+        vec![None]
+    } else {
+        files.iter().map(|p| Some(p.as_path())).collect()
+    }
+}
+
+/// Standard output, buffered; a closed pipe is reported as such and ends quietly.
+pub fn stdout() -> std::io::BufWriter<std::io::StdoutLock<'static>> {
+    std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock())
+}
+
+/// Flush an output, mapping failure to an I/O error.
+pub fn finish_output<W: Write>(mut w: W) -> Result<()> {
+    w.flush().map_err(|e| Error::io("cannot write output", e))
+}
+
+/// Write a file atomically: a temporary file in the same folder, renamed into place.
+pub fn write_atomically(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> Result<()>,
+) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.display().to_string();
+    let tmp = tempfile::Builder::new()
+        .prefix(".mooncdc-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io("cannot create a temporary file", e).in_file(&name))?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 16, tmp);
+    write(&mut w)?;
+    let tmp = w
+        .into_inner()
+        .map_err(|e| Error::io("cannot write", e.into_error()).in_file(&name))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| Error::io("cannot sync", e).in_file(&name))?;
+    tmp.persist(path)
+        .map_err(|e| Error::io("cannot rename into place", e.error).in_file(&name))?;
+    Ok(())
+}
+
+pub fn output_format(s: args::Format) -> OutputFormat {
+    match s {
+        args::Format::Jsonl => OutputFormat::Jsonl,
+        args::Format::Json => OutputFormat::Json,
+    }
+}
+
+/// Run a tool's body: print an error once with its cause chain, choose the
+/// exit status, and treat a closed downstream pipe as a quiet success.
+pub fn run(tool: &str, body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitCode {
+    match body() {
+        Ok(code) => code,
+        Err(err) => {
+            if is_broken_pipe(&err) {
+                return ExitCode::SUCCESS;
+            }
+            let usage = err
+                .chain()
+                .find_map(|e| e.downcast_ref::<Error>())
+                .is_some_and(|e| e.kind() == ErrorKind::Usage);
+            let mut msg = format!("{tool}: {err}");
+            let mut source = err.source();
+            // anyhow's chain() includes the error itself first; print the causes.
+            while let Some(s) = source {
+                msg.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            let _ = writeln!(std::io::stderr(), "{msg}");
+            if usage {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || e.downcast_ref::<Error>().is_some_and(Error::is_broken_pipe)
+    })
+}
+
+/// Limits from the common options.
+pub fn limits(a: &args::LimitArgs) -> Result<Limits> {
+    Limits::new(a.max_line_bytes, a.max_input_bytes)
+}
+
+/// Writes each batch to its own file `DIR/P-<start>-<end>.jsonl` (or `.json`),
+/// atomically, and prints each path written.
+pub struct DirSink<'a, W: Write> {
+    dir: PathBuf,
+    prefix: String,
+    format: OutputFormat,
+    paths: &'a mut W,
+}
+
+impl<'a, W: Write> DirSink<'a, W> {
+    pub fn new(dir: &Path, prefix: &str, format: OutputFormat, paths: &'a mut W) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::io("cannot create the output folder", e).in_file(&dir.display().to_string())
+        })?;
+        Ok(DirSink {
+            dir: dir.to_path_buf(),
+            prefix: prefix.to_string(),
+            format,
+            paths,
+        })
+    }
+}
+
+impl<W: Write> crate::ops::BatchSink for DirSink<'_, W> {
+    fn batch(
+        &mut self,
+        header: &crate::wire::Header,
+        events: &mut dyn BufRead,
+        commit: &crate::wire::Commit,
+    ) -> Result<()> {
+        let ext = match self.format {
+            OutputFormat::Jsonl => "jsonl",
+            OutputFormat::Json => "json",
+        };
+        let path = self.dir.join(format!(
+            "{}-{}-{}.{ext}",
+            self.prefix,
+            header.start.sequence(),
+            commit.end.sequence()
+        ));
+        let format = self.format;
+        write_atomically(&path, |w| {
+            crate::ops::write_batch(w, format, header, events, commit)
+                .map_err(|e| Error::io("cannot write", e).in_file(&path.display().to_string()))
+        })?;
+        writeln!(self.paths, "{}", path.display()).map_err(|e| Error::io("cannot write output", e))
+    }
+}
+
+/// Schemas from a file: a snapshot (its header's schemas) or a JSON array of schemas.
+pub fn load_schemas(path: &Path, limits: Limits) -> Result<Vec<crate::wire::Schema>> {
+    let name = path.display().to_string();
+    let text = std::fs::read(path)
+        .map_err(|e| Error::io("cannot read the schema file", e).in_file(&name))?;
+    let first = text.iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'[') {
+        let schemas: Vec<crate::wire::Schema> = serde_json::from_slice(&text)
+            .map_err(|e| crate::wire::jsonl::json_error(e).in_file(&name))?;
+        crate::wire::batch::shapes(&schemas).map_err(|e| e.in_file(&name))?;
+        return Ok(schemas);
+    }
+    match open_input(Some(path), limits)? {
+        Input::Snapshot(mut s) => match s.next_item()? {
+            Some(crate::wire::SnapItem::Header { schemas, .. }) => Ok(schemas),
+            _ => Err(Error::data("snapshot has no header").in_file(&name)),
+        },
+        Input::Batches(mut b) => match b.next_item()? {
+            Some(crate::wire::Item::Header(h)) => h.schemas.ok_or_else(|| {
+                Error::data("this batch's header carries no schemas").in_file(&name)
+            }),
+            _ => Err(Error::data("batch has no header").in_file(&name)),
+        },
+    }
+}

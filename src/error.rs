@@ -1,0 +1,139 @@
+//! The library's one error type.
+//!
+//! Every error has a kind (which decides the exit status), a sentence-case
+//! message that states the rule that was broken, and where known the file and
+//! line it was found at. Lower-level errors are kept as the source, never
+//! flattened into the message, so `{:#}` in anyhow prints the whole chain.
+
+use std::fmt;
+
+/// What went wrong, at the level a caller acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The input broke a rule of the wire format or of a batch stream.
+    Data,
+    /// A configured limit (line or total bytes) was exceeded.
+    Limit,
+    /// Reading or writing a file or pipe failed.
+    Io,
+    /// A database refused or failed an operation.
+    Database,
+    /// The target or source state forbids the operation (gap, other source, divergence).
+    State,
+    /// The command line was wrong.
+    Usage,
+}
+
+/// A MoonCDC error: kind, message, optional file and line, optional cause.
+#[derive(Debug)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    file: Option<String>,
+    line: Option<u64>,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            file: None,
+            line: None,
+            source: None,
+        }
+    }
+
+    /// A broken wire-format or stream rule.
+    pub fn data(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Data, message)
+    }
+
+    pub fn limit(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Limit, message)
+    }
+
+    pub fn state(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::State, message)
+    }
+
+    pub fn usage(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Usage, message)
+    }
+
+    pub fn io(message: impl Into<String>, source: std::io::Error) -> Self {
+        Self::new(ErrorKind::Io, message).with_source(source)
+    }
+
+    pub fn database(message: impl Into<String>, source: rusqlite::Error) -> Self {
+        Self::new(ErrorKind::Database, message).with_source(source)
+    }
+
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
+    }
+
+    /// Attach a file name unless one is already known.
+    pub fn in_file(mut self, file: &str) -> Self {
+        if self.file.is_none() {
+            self.file = Some(file.to_string());
+        }
+        self
+    }
+
+    /// Attach a line number unless one is already known.
+    pub fn at_line(mut self, line: u64) -> Self {
+        if self.line.is_none() {
+            self.line = Some(line);
+        }
+        self
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub fn file(&self) -> Option<&str> {
+        self.file.as_deref()
+    }
+
+    pub fn line(&self) -> Option<u64> {
+        self.line
+    }
+
+    /// True when the cause is a closed downstream pipe.
+    pub fn is_broken_pipe(&self) -> bool {
+        self.source
+            .as_ref()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.file, self.line) {
+            (Some(file), Some(line)) => write!(f, "{file}:{line}: ")?,
+            (Some(file), None) => write!(f, "{file}: ")?,
+            (None, Some(line)) => write!(f, "line {line}: ")?,
+            (None, None) => {}
+        }
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn std::error::Error + 'static))
+    }
+}

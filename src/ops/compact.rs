@@ -1,0 +1,307 @@
+//! Compact: remove intermediate changes of the same row (DESIGN §8).
+//!
+//! Within a run of adjacent events on one row (same table, same key values,
+//! compared exactly), pairs fold as:
+//!
+//! | first | then | result |
+//! | --- | --- | --- |
+//! | insert | update | insert of the new image |
+//! | insert | delete | nothing |
+//! | update | update | update from the first before to the last after |
+//! | update | delete | delete of the first before image |
+//! | delete | insert | update from the deleted image to the inserted one |
+//!
+//! A fold happens only when the second event's `before` image equals the
+//! first's result exactly, so compaction never hides a divergence a target's
+//! image check would have found; any other pair (insert after insert, say) ends
+//! the run. Events on other rows and updates that change the key end a run.
+//! A folded event carries the sequence of the last event folded into it. When
+//! a run vanishes (insert then delete) the runs on either side become adjacent,
+//! which makes compaction idempotent: compacting its own output changes nothing.
+//! The batch interval is kept even when events vanish.
+//!
+//! Only a held-back stack of inserts (the rows that a later delete could still
+//! make vanish) is kept in memory, capped by [`HOLD_LIMIT_BYTES`]; beyond the cap
+//! the oldest is written out, which can leave a fold for a second pass.
+
+use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
+use super::BatchSink;
+use crate::error::{Error, Result};
+use crate::wire::batch::{shapes, write_event_line, TableShape};
+use crate::wire::{BatchStreamReader, Commit, Event, Header, Item, Operation, Schema, Value};
+use std::collections::HashMap;
+use std::io::BufRead;
+
+/// Memory for held-back events before the oldest is written out.
+pub const HOLD_LIMIT_BYTES: usize = 8 << 20;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactStats {
+    pub batches: u64,
+    pub events_in: u64,
+    pub events_out: u64,
+}
+
+struct Held {
+    event: Event,
+    key: Vec<Value>,
+    /// False for an update that changes the key: it ends runs on both sides.
+    foldable: bool,
+    size: usize,
+}
+
+/// The compaction of one batch's events, fed one event at a time.
+pub struct Compactor {
+    stack: Vec<Held>,
+    held_bytes: usize,
+    hold_limit: usize,
+}
+
+enum Fold {
+    Into(Event),
+    Vanish,
+    No,
+}
+
+fn same_row(a: &[Value], b: &[Value]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same(y))
+}
+
+fn fold(a: &Event, b: &Event) -> Fold {
+    use Operation::*;
+    let follows = |img: &Option<Vec<Value>>, prev: &Option<Vec<Value>>| match (img, prev) {
+        (Some(x), Some(y)) => same_row(x, y),
+        _ => false,
+    };
+    let ev = |op, before: &Option<Vec<Value>>, after: &Option<Vec<Value>>| Event {
+        sequence: b.sequence,
+        table: b.table.clone(),
+        operation: op,
+        before: before.clone(),
+        after: after.clone(),
+    };
+    match (a.operation, b.operation) {
+        (Insert, Update) if follows(&b.before, &a.after) => Fold::Into(ev(Insert, &None, &b.after)),
+        (Insert, Delete) if follows(&b.before, &a.after) => Fold::Vanish,
+        (Update, Update) if follows(&b.before, &a.after) => {
+            Fold::Into(ev(Update, &a.before, &b.after))
+        }
+        (Update, Delete) if follows(&b.before, &a.after) => {
+            Fold::Into(ev(Delete, &a.before, &None))
+        }
+        (Delete, Insert) => Fold::Into(ev(Update, &a.before, &b.after)),
+        _ => Fold::No,
+    }
+}
+
+fn event_size(e: &Event) -> usize {
+    let row = |r: &Option<Vec<Value>>| {
+        r.as_ref().map_or(0, |r| {
+            r.iter()
+                .map(|v| {
+                    32 + match v {
+                        Value::Text(s) => s.len(),
+                        Value::Blob(b) => b.len(),
+                        _ => 0,
+                    }
+                })
+                .sum::<usize>()
+        })
+    };
+    64 + e.table.len() + row(&e.before) + row(&e.after)
+}
+
+impl Compactor {
+    pub fn new(hold_limit: usize) -> Self {
+        Compactor {
+            stack: Vec::new(),
+            held_bytes: 0,
+            hold_limit,
+        }
+    }
+
+    /// Take one event; events that can no longer change are passed to `out`.
+    pub fn push(
+        &mut self,
+        e: Event,
+        shape: &TableShape,
+        out: &mut dyn FnMut(&Event) -> Result<()>,
+    ) -> Result<()> {
+        let key_of = |row: &[Value]| {
+            shape
+                .key
+                .iter()
+                .map(|&i| row[i].clone())
+                .collect::<Vec<_>>()
+        };
+        let key = key_of(e.key_image());
+        let foldable = match (e.operation, &e.after) {
+            (Operation::Update, Some(after)) => same_row(&key, &key_of(after)),
+            _ => true,
+        };
+        let mut e = Some(e);
+        if foldable {
+            if let Some(top) = self.stack.last_mut() {
+                let ev = e.as_ref().expect("present");
+                if top.foldable && top.event.table == ev.table && same_row(&top.key, &key) {
+                    match fold(&top.event, ev) {
+                        Fold::Into(new) => {
+                            let size = event_size(&new);
+                            self.held_bytes = self.held_bytes - top.size + size;
+                            top.event = new;
+                            top.size = size;
+                            e = None;
+                        }
+                        Fold::Vanish => {
+                            let top = self.stack.pop().expect("top");
+                            self.held_bytes -= top.size;
+                            e = None;
+                        }
+                        Fold::No => {}
+                    }
+                }
+            }
+        }
+        if let Some(ev) = e {
+            let size = event_size(&ev);
+            self.held_bytes += size;
+            self.stack.push(Held {
+                event: ev,
+                key,
+                foldable,
+                size,
+            });
+        }
+        // Only an insert can vanish and expose what lies below it; below any
+        // other event nothing can change any more.
+        if let Some(top) = self.stack.last() {
+            if top.event.operation != Operation::Insert || !top.foldable {
+                let n = self.stack.len() - 1;
+                self.flush(n, out)?;
+            }
+        }
+        while self.held_bytes > self.hold_limit && self.stack.len() > 1 {
+            self.flush(1, out)?;
+        }
+        Ok(())
+    }
+
+    /// Pass the oldest `n` held events to `out`.
+    fn flush(&mut self, n: usize, out: &mut dyn FnMut(&Event) -> Result<()>) -> Result<()> {
+        for h in self.stack.drain(..n) {
+            self.held_bytes -= h.size;
+            out(&h.event)?;
+        }
+        Ok(())
+    }
+
+    /// End of the batch: pass everything held.
+    pub fn finish(&mut self, out: &mut dyn FnMut(&Event) -> Result<()>) -> Result<()> {
+        let n = self.stack.len();
+        self.flush(n, out)
+    }
+}
+
+/// Compact every batch of `input`. Schemas come from each batch's header,
+/// else from `extra` (a `--schema` file); a table with neither is an error.
+pub fn compact<R: BufRead>(
+    input: &mut BatchStreamReader<R>,
+    extra: &[Schema],
+    sink: &mut dyn BatchSink,
+) -> Result<CompactStats> {
+    let extra_shapes = shapes(extra)?;
+    let mut stats = CompactStats::default();
+    let mut spool = Spool::new(DEFAULT_SPOOL_MEMORY);
+    let mut header: Option<(Header, HashMap<String, TableShape>)> = None;
+    let mut compactor = Compactor::new(HOLD_LIMIT_BYTES);
+    let mut line = Vec::with_capacity(1024);
+    let mut out_count = 0u64;
+
+    while let Some(item) = input.next_item()? {
+        match item {
+            Item::Header(h) => {
+                let own = match &h.schemas {
+                    Some(s) => shapes(s)?,
+                    None => HashMap::new(),
+                };
+                out_count = 0;
+                header = Some((h, own));
+            }
+            Item::Event(e) => {
+                let (_, own) = header.as_ref().expect("validated stream");
+                stats.events_in += 1;
+                let shape = match own.get(&e.table).or_else(|| extra_shapes.get(&e.table)) {
+                    Some(s) => s,
+                    None => {
+                        return Err(Error::data(format!(
+                            "compaction needs the key of table {:?}, but no schema names it (the stream's header has none; give one with --schema)",
+                            e.table
+                        ))
+                        .in_file(input.name()))
+                    }
+                };
+                if let Some(row) = e.before.as_ref().or(e.after.as_ref()) {
+                    if shape.key.iter().any(|&i| i >= row.len()) {
+                        return Err(Error::data(format!(
+                            "event {} of table {:?} has {} values, fewer than its schema's key needs",
+                            e.sequence,
+                            e.table,
+                            row.len()
+                        ))
+                        .in_file(input.name()));
+                    }
+                }
+                let shape = shape.clone();
+                compactor.push(e, &shape, &mut |ev| {
+                    line.clear();
+                    write_event_line(&mut line, ev);
+                    out_count += 1;
+                    spool.push(&line)
+                })?;
+            }
+            Item::Commit(c) => {
+                compactor.finish(&mut |ev| {
+                    line.clear();
+                    write_event_line(&mut line, ev);
+                    out_count += 1;
+                    spool.push(&line)
+                })?;
+                let (h, _) = header.take().expect("validated stream");
+                stats.batches += 1;
+                stats.events_out += out_count;
+                let mut events = spool.drain()?;
+                sink.batch(
+                    &h,
+                    &mut events,
+                    &Commit {
+                        end: c.end,
+                        count: out_count,
+                    },
+                )?;
+            }
+        }
+    }
+    Ok(stats)
+}
+
+/// Compact a batch in memory (for tests and library users).
+pub fn compact_events(events: Vec<Event>, schemas: &[Schema]) -> Result<Vec<Event>> {
+    let sh = shapes(schemas)?;
+    let mut c = Compactor::new(HOLD_LIMIT_BYTES);
+    let mut out = Vec::new();
+    for e in events {
+        let shape = sh
+            .get(&e.table)
+            .ok_or_else(|| Error::data(format!("no schema for table {:?}", e.table)))?
+            .clone();
+        c.push(e, &shape, &mut |ev| {
+            out.push(ev.clone());
+            Ok(())
+        })?;
+    }
+    c.finish(&mut |ev| {
+        out.push(ev.clone());
+        Ok(())
+    })?;
+    Ok(out)
+}

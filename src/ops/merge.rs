@@ -1,0 +1,154 @@
+//! Merge: join contiguous batches of one source into one batch.
+//!
+//! Inputs may be given in any order; they are ordered by the start of their
+//! first batch (ties keep the order given). Each batch must start exactly where
+//! the previous one ended, in the same source: a gap, an overlap or a second
+//! source is an error naming the input. The merged batch starts at the first
+//! start, ends at the last end, has the greatest high water, and the union of
+//! the schemas (a table whose schema differs between batches cannot be merged).
+//! Events are held in a spool until the last input has been checked.
+
+use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
+use super::BatchSink;
+use crate::error::{Error, Result};
+use crate::wire::batch::write_event_line;
+use crate::wire::{BatchStreamReader, Commit, Header, Item, Schema};
+use std::collections::{BTreeSet, HashMap};
+use std::io::BufRead;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MergeStats {
+    pub batches_in: u64,
+    pub events: u64,
+}
+
+/// Merge every batch of every input into one batch for `sink`.
+pub fn merge<R: BufRead>(
+    inputs: Vec<BatchStreamReader<R>>,
+    sink: &mut dyn BatchSink,
+) -> Result<MergeStats> {
+    // Read each input's first header to order the inputs.
+    let mut opened = Vec::with_capacity(inputs.len());
+    for mut r in inputs {
+        match r.next_item()? {
+            Some(Item::Header(h)) => opened.push((h, r)),
+            _ => unreachable!("a validated stream starts with a header"),
+        }
+    }
+    opened.sort_by_key(|(h, _)| h.start.sequence());
+
+    let mut stats = MergeStats::default();
+    let mut spool = Spool::new(DEFAULT_SPOOL_MEMORY);
+    let mut first: Option<Header> = None;
+    let mut high_water = 0u128;
+    // Union of schemas in first-seen order.
+    let mut schemas: Vec<Schema> = Vec::new();
+    let mut schema_index: HashMap<String, usize> = HashMap::new();
+    let mut uncovered: BTreeSet<String> = BTreeSet::new();
+    let mut current_has_schemas = false;
+    let mut end: Option<Commit> = None;
+    let mut line = Vec::with_capacity(1024);
+
+    for (h, mut r) in opened {
+        let name = r.name().to_string();
+        if let Some(prev) = &end {
+            let (p, s) = (&prev.end, &h.start);
+            if p.source != s.source {
+                return Err(Error::data(format!(
+                    "batch of source {:?} cannot be merged with batches of source {:?}",
+                    s.source, p.source
+                ))
+                .in_file(&name));
+            }
+            if s.sequence() > p.sequence() {
+                return Err(Error::data(format!(
+                    "gap: this input starts at {} but the previous batch ended at {}",
+                    s.sequence(),
+                    p.sequence()
+                ))
+                .in_file(&name));
+            }
+            if s.sequence() < p.sequence() {
+                return Err(Error::data(format!(
+                    "overlap: this input starts at {} but the previous batch ended at {}",
+                    s.sequence(),
+                    p.sequence()
+                ))
+                .in_file(&name));
+            }
+        }
+        let mut header = Some(h);
+        loop {
+            let item = match header.take() {
+                Some(h) => Item::Header(h),
+                None => match r.next_item()? {
+                    Some(i) => i,
+                    None => break,
+                },
+            };
+            match item {
+                Item::Header(h) => {
+                    stats.batches_in += 1;
+                    high_water = high_water.max(h.high_water);
+                    match &h.schemas {
+                        Some(list) => {
+                            for s in list {
+                                if let Some(&i) = schema_index.get(&s.table) {
+                                    if &schemas[i] != s {
+                                        return Err(Error::data(format!(
+                                            "the schema of table {:?} differs between batches; merge cannot join them (keep them as separate batches)",
+                                            s.table
+                                        ))
+                                        .in_file(&name));
+                                    }
+                                } else {
+                                    schema_index.insert(s.table.clone(), schemas.len());
+                                    schemas.push(s.clone());
+                                }
+                            }
+                        }
+                        None => {}
+                    }
+                    current_has_schemas = h.schemas.is_some();
+                    if first.is_none() {
+                        first = Some(h);
+                    }
+                }
+                Item::Event(e) => {
+                    if !current_has_schemas {
+                        uncovered.insert(e.table.clone());
+                    }
+                    line.clear();
+                    write_event_line(&mut line, &e);
+                    spool.push(&line)?;
+                    stats.events += 1;
+                }
+                Item::Commit(c) => end = Some(c),
+            }
+        }
+    }
+    let first = first.expect("at least one batch");
+    let end = end.expect("at least one batch");
+    let merged_schemas = if schemas.is_empty() {
+        None
+    } else {
+        if let Some(t) = uncovered.iter().find(|t| !schema_index.contains_key(*t)) {
+            return Err(Error::data(format!(
+                "some batches carry schemas and some do not, and no schema is known for table {t:?}; merge cannot write a valid batch"
+            )));
+        }
+        Some(schemas)
+    };
+    let header = Header {
+        start: first.start,
+        high_water,
+        schemas: merged_schemas,
+    };
+    let commit = Commit {
+        end: end.end,
+        count: stats.events,
+    };
+    let mut events = spool.drain()?;
+    sink.batch(&header, &mut events, &commit)?;
+    Ok(stats)
+}

@@ -1,0 +1,167 @@
+//! Split: cut each batch into batches of at most N events and/or B bytes.
+//!
+//! The pieces cover exactly the input batch's interval, contiguously: the
+//! first starts at the batch's start, each later one at the previous end, a
+//! cut piece ends at its last event and the final piece at the batch's end.
+//! Every piece keeps the batch's high water and schemas. B counts the bytes of
+//! a piece written as JSONL (header, events and commit lines); one event that
+//! alone exceeds B becomes a piece of its own. An empty batch gives one empty
+//! piece.
+
+use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
+use super::BatchSink;
+use crate::error::{Error, Result};
+use crate::wire::batch::{write_commit_line, write_event_line, write_header_line};
+use crate::wire::{BatchStreamReader, Commit, Cursor, Header, Item, Sequence};
+use std::io::{BufRead, Read};
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SplitOptions {
+    pub max_events: Option<u64>,
+    pub max_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SplitStats {
+    pub batches_in: u64,
+    pub batches_out: u64,
+    pub events: u64,
+}
+
+/// A piece decided while reading: its last event, event count and event bytes.
+struct Cut {
+    end: Sequence,
+    count: u64,
+    bytes: u64,
+}
+
+/// Split every batch of `input` and hand the pieces to `sink`.
+pub fn split<R: BufRead>(
+    input: &mut BatchStreamReader<R>,
+    opts: SplitOptions,
+    sink: &mut dyn BatchSink,
+) -> Result<SplitStats> {
+    if opts.max_events == Some(0) {
+        return Err(Error::usage("--max-events must be positive"));
+    }
+    if opts.max_bytes == Some(0) {
+        return Err(Error::usage("--max-bytes must be positive"));
+    }
+    let mut stats = SplitStats::default();
+    let mut spool = Spool::new(DEFAULT_SPOOL_MEMORY);
+    let mut header: Option<Header> = None;
+    let mut cuts: Vec<Cut> = Vec::new();
+    // The open piece: its start, events, event bytes, and fixed header size.
+    let mut count = 0u64;
+    let mut bytes = 0u64;
+    let mut last: Sequence = 0;
+    let mut header_len = 0u64;
+    let mut line = Vec::with_capacity(1024);
+    let mut scratch = Vec::with_capacity(256);
+
+    while let Some(item) = input.next_item()? {
+        match item {
+            Item::Header(h) => {
+                count = 0;
+                bytes = 0;
+                cuts.clear();
+                header_len = header_size(&h, h.start.sequence(), &mut scratch);
+                header = Some(h);
+            }
+            Item::Event(e) => {
+                let h = header.as_ref().expect("validated stream");
+                line.clear();
+                write_event_line(&mut line, &e);
+                let len = line.len() as u64;
+                if count > 0 {
+                    let over_events = opts.max_events.is_some_and(|n| count + 1 > n);
+                    let over_bytes = opts.max_bytes.is_some_and(|b| {
+                        header_len
+                            + bytes
+                            + len
+                            + commit_size(&h.start.source, e.sequence, count + 1, &mut scratch)
+                            > b
+                    });
+                    if over_events || over_bytes {
+                        cuts.push(Cut {
+                            end: last,
+                            count,
+                            bytes,
+                        });
+                        count = 0;
+                        bytes = 0;
+                        header_len = header_size(h, last, &mut scratch);
+                    }
+                }
+                spool.push(&line)?;
+                count += 1;
+                bytes += len;
+                last = e.sequence;
+                stats.events += 1;
+            }
+            Item::Commit(c) => {
+                let h = header.take().expect("validated stream");
+                stats.batches_in += 1;
+                let mut events = spool.drain()?;
+                let mut start = h.start.clone();
+                for cut in cuts.drain(..) {
+                    let end = Cursor::new(h.start.source.clone(), cut.end);
+                    emit(sink, &h, &start, &mut events, cut.bytes, cut.count, &end)?;
+                    start = end;
+                    stats.batches_out += 1;
+                }
+                emit(sink, &h, &start, &mut events, bytes, count, &c.end)?;
+                stats.batches_out += 1;
+                drop(events);
+                count = 0;
+                bytes = 0;
+            }
+        }
+    }
+    Ok(stats)
+}
+
+fn emit(
+    sink: &mut dyn BatchSink,
+    h: &Header,
+    start: &Cursor,
+    events: &mut Box<dyn BufRead + '_>,
+    bytes: u64,
+    count: u64,
+    end: &Cursor,
+) -> Result<()> {
+    let header = Header {
+        start: start.clone(),
+        high_water: h.high_water,
+        schemas: h.schemas.clone(),
+    };
+    let mut piece = events.by_ref().take(bytes);
+    sink.batch(
+        &header,
+        &mut piece,
+        &Commit {
+            end: end.clone(),
+            count,
+        },
+    )
+}
+
+fn header_size(h: &Header, start: Sequence, scratch: &mut Vec<u8>) -> u64 {
+    scratch.clear();
+    let mut hh = h.clone();
+    hh.start.set_sequence(start);
+    write_header_line(scratch, &hh);
+    scratch.len() as u64
+}
+
+fn commit_size(source: &str, end: Sequence, count: u64, scratch: &mut Vec<u8>) -> u64 {
+    scratch.clear();
+    write_commit_line(
+        scratch,
+        &Commit {
+            end: Cursor::new(source, end),
+            count,
+        },
+    );
+    scratch.len() as u64
+}

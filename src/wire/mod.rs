@@ -1,0 +1,17 @@
+//! The MoonCDC wire codec: values, positions, events, schemas, batches,
+//! snapshots, JSON-lines framing and limits. Each submodule specifies its part
+//! of the format in its own docs; `docs/FORMAT.md` is the user's version.
+
+pub mod batch;
+pub mod detect;
+pub mod jsonl;
+pub mod model;
+pub mod snapshot;
+pub mod value;
+
+pub use batch::{Batch, BatchDecoder, BatchStreamReader, Commit, Header, Item};
+pub use detect::{detect, InputFormat};
+pub use jsonl::Limits;
+pub use model::{Column, Cursor, Event, Operation, Row, Schema, Sequence};
+pub use snapshot::{SnapItem, SnapshotReader};
+pub use value::Value;

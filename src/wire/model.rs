@@ -1,0 +1,346 @@
+//! Positions, events and schemas (DESIGN §3–§4).
+//!
+//! A cursor is `{"source":"<identity>","sequence":"<n>"}`: one source's stream
+//! and the position after which the next change comes. Sequences are canonical
+//! decimal strings of unsigned integers below 2^128, compared numerically;
+//! event sequences are positive. An event is
+//! `{"sequence":"17","table":"users","operation":"update","before":[…],"after":[…]}`:
+//! `insert` has only `after`, `delete` only `before`, `update` both. A schema is
+//! `{"table":"users","columns":[{"name":"id","type":"INTEGER","nullable":false}],"key":["id"]}`.
+//! Unknown members are errors everywhere.
+
+use super::value::{write_json_str, write_row, Value};
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+use std::fmt;
+
+/// A position in one source's stream.
+pub type Sequence = u128;
+
+/// Parse a canonical unsigned decimal below 2^128.
+pub fn parse_sequence(s: &str) -> Result<Sequence, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 39
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && (s == "0" || !s.starts_with('0'));
+    if !ok {
+        return Err(format!(
+            "sequence {:?} is not a canonical unsigned decimal (0|[1-9][0-9]*) below 2^128",
+            truncate(s)
+        ));
+    }
+    s.parse::<u128>()
+        .map_err(|_| format!("sequence {:?} is not below 2^128", truncate(s)))
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(48).collect()
+}
+
+/// `Sequence` as a JSON string, decoded without allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Seq(pub Sequence);
+
+impl<'de> Deserialize<'de> for Seq {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Seq;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a decimal string sequence")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Seq, E> {
+                parse_sequence(s).map(Seq).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A count (`"count":"2"`): canonical decimal within u64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Count(pub u64);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let Seq(n) = Seq::deserialize(d)?;
+        u64::try_from(n)
+            .map(Count)
+            .map_err(|_| de::Error::custom("count is out of range"))
+    }
+}
+
+/// One source's stream position.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cursor {
+    pub source: String,
+    #[serde(rename = "sequence")]
+    seq: Seq,
+}
+
+impl Cursor {
+    pub fn new(source: impl Into<String>, sequence: Sequence) -> Self {
+        Cursor {
+            source: source.into(),
+            seq: Seq(sequence),
+        }
+    }
+
+    pub fn sequence(&self) -> Sequence {
+        self.seq.0
+    }
+
+    pub fn set_sequence(&mut self, s: Sequence) {
+        self.seq = Seq(s);
+    }
+
+    /// Parse cursor JSON text, e.g. from `--after`.
+    pub fn parse_json(text: &str) -> Result<Cursor, String> {
+        serde_json::from_str(text).map_err(|e| format!("bad cursor JSON: {e}"))
+    }
+
+    pub fn to_json(&self) -> String {
+        let mut out = Vec::new();
+        write_cursor(&mut out, self);
+        String::from_utf8(out).expect("JSON output is UTF-8")
+    }
+}
+
+impl fmt::Display for Cursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_json())
+    }
+}
+
+/// The change an event records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    Insert,
+    Update,
+    Delete,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Insert => "insert",
+            Operation::Update => "update",
+            Operation::Delete => "delete",
+        }
+    }
+}
+
+pub type Row = Vec<Value>;
+
+/// One row change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub sequence: Sequence,
+    pub table: String,
+    pub operation: Operation,
+    pub before: Option<Row>,
+    pub after: Option<Row>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvent {
+    sequence: Seq,
+    table: String,
+    operation: Operation,
+    before: Option<Row>,
+    after: Option<Row>,
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let r = RawEvent::deserialize(d)?;
+        let e = Event {
+            sequence: r.sequence.0,
+            table: r.table,
+            operation: r.operation,
+            before: r.before,
+            after: r.after,
+        };
+        e.check_images().map_err(de::Error::custom)?;
+        Ok(e)
+    }
+}
+
+impl Event {
+    /// Images must match the operation; event sequences are positive.
+    pub fn check_images(&self) -> Result<(), String> {
+        if self.sequence == 0 {
+            return Err("event sequence must be positive".into());
+        }
+        let (b, a) = (self.before.is_some(), self.after.is_some());
+        let ok = match self.operation {
+            Operation::Insert => !b && a,
+            Operation::Update => b && a,
+            Operation::Delete => b && !a,
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} event {} must have {} (has before: {}, after: {})",
+                self.operation.as_str(),
+                self.sequence,
+                match self.operation {
+                    Operation::Insert => "only an after image",
+                    Operation::Update => "both before and after images",
+                    Operation::Delete => "only a before image",
+                },
+                b,
+                a
+            ))
+        }
+    }
+
+    /// The image that identifies the row before the change (update/delete) or after (insert).
+    pub fn key_image(&self) -> &Row {
+        match self.operation {
+            Operation::Insert => self.after.as_ref().expect("insert has after"),
+            _ => self.before.as_ref().expect("update/delete has before"),
+        }
+    }
+}
+
+/// One column of a table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Column {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub decl_type: String,
+    pub nullable: bool,
+}
+
+/// A table's shape: columns in row order and the key.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Schema {
+    pub table: String,
+    pub columns: Vec<Column>,
+    pub key: Vec<String>,
+}
+
+impl Schema {
+    /// Column names unique, key columns exist and are unique.
+    pub fn check(&self) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::new();
+        for c in &self.columns {
+            if !seen.insert(c.name.as_str()) {
+                return Err(format!(
+                    "schema of table {:?} names column {:?} twice",
+                    self.table, c.name
+                ));
+            }
+        }
+        let mut keys = std::collections::HashSet::new();
+        for k in &self.key {
+            if !seen.contains(k.as_str()) {
+                return Err(format!(
+                    "schema of table {:?} has key column {:?} that is not among its columns",
+                    self.table, k
+                ));
+            }
+            if !keys.insert(k.as_str()) {
+                return Err(format!(
+                    "schema of table {:?} names key column {:?} twice",
+                    self.table, k
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Row positions of the key columns, in key order.
+    pub fn key_indices(&self) -> Vec<usize> {
+        self.key
+            .iter()
+            .map(|k| {
+                self.columns
+                    .iter()
+                    .position(|c| &c.name == k)
+                    .expect("checked schema")
+            })
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------- encoding
+
+pub fn write_seq(out: &mut Vec<u8>, s: Sequence) {
+    out.push(b'"');
+    out.extend_from_slice(itoa::Buffer::new().format(s).as_bytes());
+    out.push(b'"');
+}
+
+pub fn write_cursor(out: &mut Vec<u8>, c: &Cursor) {
+    out.extend_from_slice(b"{\"source\":");
+    write_json_str(out, &c.source);
+    out.extend_from_slice(b",\"sequence\":");
+    write_seq(out, c.sequence());
+    out.push(b'}');
+}
+
+pub fn write_event(out: &mut Vec<u8>, e: &Event) {
+    out.extend_from_slice(b"{\"sequence\":");
+    write_seq(out, e.sequence);
+    out.extend_from_slice(b",\"table\":");
+    write_json_str(out, &e.table);
+    out.extend_from_slice(b",\"operation\":\"");
+    out.extend_from_slice(e.operation.as_str().as_bytes());
+    out.push(b'"');
+    if let Some(b) = &e.before {
+        out.extend_from_slice(b",\"before\":");
+        write_row(out, b);
+    }
+    if let Some(a) = &e.after {
+        out.extend_from_slice(b",\"after\":");
+        write_row(out, a);
+    }
+    out.push(b'}');
+}
+
+pub fn write_schema(out: &mut Vec<u8>, s: &Schema) {
+    out.extend_from_slice(b"{\"table\":");
+    write_json_str(out, &s.table);
+    out.extend_from_slice(b",\"columns\":[");
+    for (i, c) in s.columns.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        write_json_str(out, &c.name);
+        out.extend_from_slice(b",\"type\":");
+        write_json_str(out, &c.decl_type);
+        out.extend_from_slice(if c.nullable {
+            b",\"nullable\":true}"
+        } else {
+            b",\"nullable\":false}"
+        });
+    }
+    out.extend_from_slice(b"],\"key\":[");
+    for (i, k) in s.key.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json_str(out, k);
+    }
+    out.extend_from_slice(b"]}");
+}
+
+pub fn write_schemas(out: &mut Vec<u8>, schemas: &[Schema]) {
+    out.push(b'[');
+    for (i, s) in schemas.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_schema(out, s);
+    }
+    out.push(b']');
+}

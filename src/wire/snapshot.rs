@@ -1,0 +1,396 @@
+//! Snapshots (DESIGN §6).
+//!
+//! JSONL `mooncdc.snapshot-jsonl.v1`:
+//!
+//! ```text
+//! {"kind":"header","format":"mooncdc.snapshot-jsonl.v1","cursor":C,"schemas":[…]}
+//! {"kind":"row","table":"users","row":[…]}
+//! {"kind":"commit","count":"1"}
+//! ```
+//!
+//! JSON `mooncdc.snapshot.v1`:
+//! `{"format":"mooncdc.snapshot.v1","cursor":C,"tables":[{"schema":{…},"rows":[[…],…]}]}`.
+//!
+//! The cursor is the position the snapshot is consistent with. Errors: a row
+//! for a table not in the header, a wrong width, a NULL key value, a duplicate
+//! key, rows out of key order (DESIGN §7), a table's rows not together, a
+//! missing commit or a wrong count. Each table's rows come together in strictly
+//! increasing key order, so the checks need only the previous row's key.
+
+use super::batch::read_document;
+use super::jsonl::{json_error, parse_record, Limits, LineReader, RawRecord, RecordKind};
+use super::model::{write_cursor, write_schema, write_schemas, Cursor, Row, Schema};
+use super::value::{key_cmp, write_json_str, write_row, Value};
+use crate::error::{Error, Result};
+use serde::Deserialize;
+use std::collections::{HashMap, HashSet};
+use std::io::BufRead;
+
+pub const JSONL_FORMAT: &str = "mooncdc.snapshot-jsonl.v1";
+pub const JSON_FORMAT: &str = "mooncdc.snapshot.v1";
+
+/// One validated record of a snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SnapItem {
+    Header {
+        cursor: Cursor,
+        schemas: Vec<Schema>,
+    },
+    Row {
+        table: String,
+        row: Row,
+    },
+    Commit {
+        count: u64,
+    },
+}
+
+/// The snapshot rules as a state machine.
+#[derive(Default)]
+pub struct SnapshotValidator {
+    tables: HashMap<String, (usize, Vec<usize>)>,
+    header_seen: bool,
+    committed: bool,
+    current: Option<String>,
+    last_key: Option<Vec<Value>>,
+    done: HashSet<String>,
+    count: u64,
+}
+
+impl SnapshotValidator {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn header(&mut self, schemas: &[Schema]) -> Result<()> {
+        if self.header_seen {
+            return Err(Error::data(
+                "second header (a snapshot has one header, first)",
+            ));
+        }
+        self.header_seen = true;
+        for s in schemas {
+            s.check().map_err(Error::data)?;
+            if self
+                .tables
+                .insert(s.table.clone(), (s.columns.len(), s.key_indices()))
+                .is_some()
+            {
+                return Err(Error::data(format!(
+                    "schemas name table {:?} twice",
+                    s.table
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn row(&mut self, table: &str, row: &[Value]) -> Result<()> {
+        if !self.header_seen {
+            return Err(Error::data(
+                "row before the header (the header must come first)",
+            ));
+        }
+        if self.committed {
+            return Err(Error::data("row after the commit (the commit is last)"));
+        }
+        let Some((width, key)) = self.tables.get(table) else {
+            return Err(Error::data(format!(
+                "row for table {table:?}, which is not in the header's schemas"
+            )));
+        };
+        if row.len() != *width {
+            return Err(Error::data(format!(
+                "row has {} values but table {table:?} has {width} columns",
+                row.len()
+            )));
+        }
+        let k: Vec<Value> = key.iter().map(|&i| row[i].clone()).collect();
+        if let Some(i) = k.iter().position(Value::is_null) {
+            return Err(Error::data(format!(
+                "row of table {table:?} has a NULL key value (key column {})",
+                i + 1
+            )));
+        }
+        if self.current.as_deref() != Some(table) {
+            if self.done.contains(table) {
+                return Err(Error::data(format!(
+                    "rows of table {table:?} are not together (each table's rows must be contiguous)"
+                )));
+            }
+            if let Some(prev) = self.current.take() {
+                self.done.insert(prev);
+            }
+            self.current = Some(table.to_string());
+            self.last_key = None;
+        }
+        if let Some(prev) = &self.last_key {
+            match key_cmp(prev, &k) {
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Equal => {
+                    return Err(Error::data(format!(
+                        "duplicate key in table {table:?} (rows must have distinct keys)"
+                    )))
+                }
+                std::cmp::Ordering::Greater => {
+                    return Err(Error::data(format!(
+                        "rows of table {table:?} are not in increasing key order"
+                    )))
+                }
+            }
+        }
+        self.last_key = Some(k);
+        self.count += 1;
+        Ok(())
+    }
+
+    pub fn commit(&mut self, count: u64) -> Result<()> {
+        if !self.header_seen {
+            return Err(Error::data("commit before the header"));
+        }
+        if self.committed {
+            return Err(Error::data("second commit"));
+        }
+        if count != self.count {
+            return Err(Error::data(format!(
+                "commit count {count} does not match the {} rows of the snapshot",
+                self.count
+            )));
+        }
+        self.committed = true;
+        Ok(())
+    }
+
+    pub fn finish(&self) -> Result<()> {
+        if !self.header_seen {
+            return Err(Error::data("input holds no snapshot header"));
+        }
+        if !self.committed {
+            return Err(Error::data(
+                "input ends before the commit record (truncated snapshot)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn snapshot_item(rec: RawRecord) -> Result<SnapItem> {
+    match rec.kind {
+        RecordKind::Header => {
+            rec.check_members("snapshot header", &["format", "cursor", "schemas"], &[])?;
+            let format = rec.format.unwrap_or_default();
+            if format != JSONL_FORMAT {
+                return Err(Error::data(format!(
+                    "header format {format:?} is not {JSONL_FORMAT:?}"
+                )));
+            }
+            Ok(SnapItem::Header {
+                cursor: rec.cursor.expect("checked"),
+                schemas: rec.schemas.expect("checked"),
+            })
+        }
+        RecordKind::Row => {
+            rec.check_members("row", &["table", "row"], &[])?;
+            Ok(SnapItem::Row {
+                table: rec.table.expect("checked"),
+                row: rec.row.expect("checked"),
+            })
+        }
+        RecordKind::Commit => {
+            rec.check_members("snapshot commit", &["count"], &[])?;
+            Ok(SnapItem::Commit {
+                count: rec.count.expect("checked").0,
+            })
+        }
+        RecordKind::Event => Err(Error::data(
+            "event records belong to batch streams, not snapshots",
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTable {
+    schema: Schema,
+    rows: Vec<Row>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSnapshotDoc {
+    format: String,
+    cursor: Cursor,
+    tables: Vec<RawTable>,
+}
+
+/// Reads a snapshot (JSONL or JSON), yielding only validated items; the
+/// commit item comes only when the whole snapshot has passed.
+pub struct SnapshotReader<R> {
+    src: SnapSrc<R>,
+    validator: SnapshotValidator,
+    buf: Vec<u8>,
+    finished: bool,
+}
+
+enum SnapSrc<R> {
+    Lines(LineReader<R>),
+    Doc {
+        name: String,
+        items: std::vec::IntoIter<SnapItem>,
+    },
+}
+
+impl<R: BufRead> SnapshotReader<R> {
+    pub fn jsonl(inner: R, name: impl Into<String>, limits: Limits) -> Self {
+        SnapshotReader {
+            src: SnapSrc::Lines(LineReader::new(inner, name, limits)),
+            validator: SnapshotValidator::new(),
+            buf: Vec::new(),
+            finished: false,
+        }
+    }
+
+    /// A JSON snapshot document, read whole (it counts as one line for the cap).
+    pub fn json(mut inner: R, name: impl Into<String>, limits: Limits) -> Result<Self> {
+        let name = name.into();
+        let text = read_document(&mut inner, &name, limits)?;
+        let doc: RawSnapshotDoc = serde_json::from_slice(&text)
+            .map_err(|e| json_error(e).in_file(&format!("{name} (JSON snapshot)")))?;
+        if doc.format != JSON_FORMAT {
+            return Err(Error::data(format!(
+                "snapshot format {:?} is not {JSON_FORMAT:?}",
+                doc.format
+            ))
+            .in_file(&name));
+        }
+        let schemas: Vec<Schema> = doc.tables.iter().map(|t| t.schema.clone()).collect();
+        let mut items = vec![SnapItem::Header {
+            cursor: doc.cursor,
+            schemas,
+        }];
+        let mut count = 0u64;
+        for t in doc.tables {
+            for row in t.rows {
+                count += 1;
+                items.push(SnapItem::Row {
+                    table: t.schema.table.clone(),
+                    row,
+                });
+            }
+        }
+        items.push(SnapItem::Commit { count });
+        Ok(SnapshotReader {
+            src: SnapSrc::Doc {
+                name,
+                items: items.into_iter(),
+            },
+            validator: SnapshotValidator::new(),
+            buf: Vec::new(),
+            finished: false,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        match &self.src {
+            SnapSrc::Lines(l) => l.name(),
+            SnapSrc::Doc { name, .. } => name,
+        }
+    }
+
+    fn check(&mut self, item: &SnapItem) -> Result<()> {
+        match item {
+            SnapItem::Header { schemas, .. } => self.validator.header(schemas),
+            SnapItem::Row { table, row } => self.validator.row(table, row),
+            SnapItem::Commit { count } => self.validator.commit(*count),
+        }
+    }
+
+    /// The next validated item, or `None` after the commit at a clean end.
+    pub fn next_item(&mut self) -> Result<Option<SnapItem>> {
+        if self.finished {
+            return Ok(None);
+        }
+        match &mut self.src {
+            SnapSrc::Lines(lines) => {
+                if !lines.next_line(&mut self.buf)? {
+                    self.finished = true;
+                    let name = lines.name().to_string();
+                    return self
+                        .validator
+                        .finish()
+                        .map(|_| None)
+                        .map_err(|e| e.in_file(&name));
+                }
+                let rec = parse_record(&self.buf).and_then(snapshot_item);
+                let item = match rec {
+                    Ok(i) => i,
+                    Err(e) => return Err(lines.error(e)),
+                };
+                let line = lines.line_number();
+                let name = lines.name().to_string();
+                self.check(&item)
+                    .map_err(|e| e.in_file(&name).at_line(line))?;
+                Ok(Some(item))
+            }
+            SnapSrc::Doc { name, items } => {
+                let name = name.clone();
+                match items.next() {
+                    None => {
+                        self.finished = true;
+                        self.validator
+                            .finish()
+                            .map(|_| None)
+                            .map_err(|e| e.in_file(&name))
+                    }
+                    Some(item) => {
+                        self.check(&item)
+                            .map_err(|e| e.in_file(&format!("{name} (JSON snapshot)")))?;
+                        Ok(Some(item))
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- writers
+
+pub fn write_snapshot_header_line(out: &mut Vec<u8>, cursor: &Cursor, schemas: &[Schema]) {
+    out.extend_from_slice(b"{\"kind\":\"header\",\"format\":\"");
+    out.extend_from_slice(JSONL_FORMAT.as_bytes());
+    out.extend_from_slice(b"\",\"cursor\":");
+    write_cursor(out, cursor);
+    out.extend_from_slice(b",\"schemas\":");
+    write_schemas(out, schemas);
+    out.extend_from_slice(b"}\n");
+}
+
+pub fn write_snapshot_row_line(out: &mut Vec<u8>, table: &str, row: &[Value]) {
+    out.extend_from_slice(b"{\"kind\":\"row\",\"table\":");
+    write_json_str(out, table);
+    out.extend_from_slice(b",\"row\":");
+    write_row(out, row);
+    out.extend_from_slice(b"}\n");
+}
+
+pub fn write_snapshot_commit_line(out: &mut Vec<u8>, count: u64) {
+    out.extend_from_slice(b"{\"kind\":\"commit\",\"count\":\"");
+    out.extend_from_slice(itoa::Buffer::new().format(count).as_bytes());
+    out.extend_from_slice(b"\"}\n");
+}
+
+/// The JSON snapshot document's opening, up to its `tables` array.
+pub fn write_snapshot_json_open(out: &mut Vec<u8>, cursor: &Cursor) {
+    out.extend_from_slice(b"{\"format\":\"");
+    out.extend_from_slice(JSON_FORMAT.as_bytes());
+    out.extend_from_slice(b"\",\"cursor\":");
+    write_cursor(out, cursor);
+    out.extend_from_slice(b",\"tables\":[");
+}
+
+/// One table's opening in a JSON snapshot, up to its `rows` array.
+pub fn write_snapshot_json_table_open(out: &mut Vec<u8>, schema: &Schema) {
+    out.extend_from_slice(b"{\"schema\":");
+    write_schema(out, schema);
+    out.extend_from_slice(b",\"rows\":[");
+}
