@@ -26,9 +26,12 @@
 //! assert_eq!(batch.to_jsonl(), text.as_bytes());
 //! ```
 
+pub mod audit;
 pub mod cli;
 pub mod error;
 pub mod ops;
+pub mod source;
+pub mod sqlite_util;
 pub mod target;
 pub mod wire;
 

@@ -104,11 +104,233 @@ pub struct CompactArgs {
     pub files: Vec<PathBuf>,
 }
 
+/// A cursor given on the command line: JSON text or a file holding it.
+#[derive(Debug, Clone, Args)]
+pub struct AfterArgs {
+    /// Start after this cursor (JSON: {"source":"…","sequence":"…"}); default: the acknowledged position
+    #[arg(long, value_name = "CURSOR", conflicts_with = "after_file")]
+    pub after: Option<String>,
+    /// Start after the cursor in this file
+    #[arg(long, value_name = "FILE")]
+    pub after_file: Option<PathBuf>,
+}
+
+/// Options of `read`, the default subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct ReadArgs {
+    /// The source database URL (sqlite:PATH)
+    #[arg(long, value_name = "URL")]
+    pub source: Option<String>,
+    #[command(flatten)]
+    pub after: AfterArgs,
+    /// Stop after N events (the batch then ends at the last event written)
+    #[arg(long, value_name = "N")]
+    pub max_events: Option<u64>,
+    /// Stop before the events written exceed B bytes (at least one event is written)
+    #[arg(long, value_name = "B")]
+    pub max_bytes: Option<u64>,
+    /// Keep writing batches as changes commit
+    #[arg(long)]
+    pub follow: bool,
+    /// With --follow: how often to look for new changes, in milliseconds
+    #[arg(long, value_name = "N", default_value_t = 1000, requires = "follow")]
+    pub poll_ms: u64,
+    /// With --follow: acknowledge up to the cursor this target durably holds
+    #[arg(long, value_name = "URL", requires = "follow")]
+    pub ack_from_target: Option<String>,
+}
+
+/// Install, check and read change capture.
+///
+/// Without a subcommand, reads: writes one batch stream of the changes after the
+/// cursor to standard output. Reading never acknowledges.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mooncdc-capture",
+    version,
+    args_conflicts_with_subcommands = true,
+    after_help = "Exit status: 0 success, 1 failure or drift (verify), 2 usage."
+)]
+pub struct CaptureArgs {
+    #[command(subcommand)]
+    pub command: Option<CaptureCommand>,
+    #[command(flatten)]
+    pub read: ReadArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum CaptureCommand {
+    /// Install capture: change log, metadata and triggers (default: every user table)
+    Init {
+        /// The source database URL (sqlite:PATH)
+        #[arg(long, value_name = "URL")]
+        source: String,
+        /// Capture only this table (repeatable)
+        #[arg(long = "table", value_name = "NAME")]
+        tables: Vec<String>,
+    },
+    /// Check that capture is installed and current; exit 1 on drift
+    Verify {
+        /// The source database URL
+        #[arg(long, value_name = "URL")]
+        source: String,
+    },
+    /// Rebuild capture for the current version and schema, keeping unacknowledged changes
+    Upgrade {
+        /// The source database URL
+        #[arg(long, value_name = "URL")]
+        source: String,
+    },
+    /// Print identity, acknowledged position, high water and backlog
+    Status {
+        /// The source database URL
+        #[arg(long, value_name = "URL")]
+        source: String,
+    },
+    /// Acknowledge (and discard) changes through a position
+    Ack {
+        /// The source database URL
+        #[arg(long, value_name = "URL")]
+        source: String,
+        /// Acknowledge through this sequence
+        #[arg(long, value_name = "SEQ", group = "position")]
+        through: Option<String>,
+        /// Acknowledge through the cursor in this file
+        #[arg(long, value_name = "FILE", group = "position")]
+        cursor_file: Option<PathBuf>,
+        /// Acknowledge through this cursor (JSON)
+        #[arg(long, value_name = "JSON", group = "position")]
+        cursor: Option<String>,
+    },
+    /// Write one batch stream of the changes after a cursor (the default)
+    Read(ReadArgs),
+}
+
+/// Write a snapshot of the captured tables, consistent with a cursor that
+/// hands over exactly to mooncdc-capture.
+#[derive(Debug, Parser)]
+#[command(name = "mooncdc-snapshot", version)]
+pub struct SnapshotArgs {
+    /// The source database URL (sqlite:PATH)
+    #[arg(long, value_name = "URL")]
+    pub source: String,
+    /// Only this table (repeatable; default: every captured table)
+    #[arg(long = "table", value_name = "NAME")]
+    pub tables: Vec<String>,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = Format::Jsonl)]
+    pub output_format: Format,
+    /// Write to FILE (atomically) instead of standard output
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// No progress on standard error
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+/// What to do when a target's stored row contradicts an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum OnConflictArg {
+    /// Refuse the batch: the target diverges from the source
+    #[default]
+    Error,
+    /// Make the row what the event says
+    Overwrite,
+}
+
+/// ClickHouse table engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum EngineArg {
+    /// Current state (ReplacingMergeTree)
+    #[default]
+    Replacing,
+    /// Append-only change history (MergeTree)
+    History,
+}
+
+/// Apply snapshots and batch streams to a target.
+///
+/// Each batch commits with the target's cursor; batches already held are skipped,
+/// a gap or another source fails. Prints a summary line on standard error.
+#[derive(Debug, Parser)]
+#[command(name = "mooncdc-apply", version, args_conflicts_with_subcommands = true, after_help = AFTER_HELP)]
+pub struct ApplyArgs {
+    #[command(subcommand)]
+    pub command: Option<ApplyCommand>,
+    /// The target database URL (sqlite:PATH)
+    #[arg(long, value_name = "URL")]
+    pub target: Option<String>,
+    /// Table engine (ClickHouse targets)
+    #[arg(long, value_enum, default_value_t = EngineArg::Replacing)]
+    pub engine: EngineArg,
+    /// What to do when a stored row contradicts an event's image
+    #[arg(long, value_enum, default_value_t = OnConflictArg::Error)]
+    pub on_conflict: OnConflictArg,
+    /// No progress on standard error
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    /// Input files: snapshots or batch streams (standard input when none, or -)
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum ApplyCommand {
+    /// Print the target's stored cursor as JSON; exit 1 if it holds none
+    Cursor {
+        /// The target database URL
+        #[arg(long, value_name = "URL")]
+        target: String,
+        /// Exit 1 unless the stored cursor is of this source
+        #[arg(long, value_name = "ID")]
+        source_identity: Option<String>,
+    },
+}
+
+/// Audit output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum AuditFormatArg {
+    #[default]
+    Text,
+    Jsonl,
+}
+
+/// Compare a source's current rows with a target's projection, in key order.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mooncdc-audit",
+    version,
+    after_help = "Exit status (as diff): 0 equal, 1 different, 2 trouble."
+)]
+pub struct AuditArgs {
+    /// The source database URL
+    #[arg(long, value_name = "URL")]
+    pub source: String,
+    /// The target database URL
+    #[arg(long, value_name = "URL")]
+    pub target: String,
+    /// Only this table (repeatable)
+    #[arg(long = "table", value_name = "NAME")]
+    pub tables: Vec<String>,
+    /// Output format
+    #[arg(long, value_enum, default_value_t = AuditFormatArg::Text)]
+    pub format: AuditFormatArg,
+    /// No progress on standard error
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
 /// Every tool's command definition, by binary name.
 pub fn commands() -> Vec<clap::Command> {
     vec![
+        CaptureArgs::command(),
+        SnapshotArgs::command(),
         SplitArgs::command(),
         MergeArgs::command(),
         CompactArgs::command(),
+        ApplyArgs::command(),
+        AuditArgs::command(),
     ]
 }

@@ -3,6 +3,7 @@
 //! statuses (0 success, 1 bad data or failed operation, 2 usage).
 
 pub mod args;
+pub mod url;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ops::OutputFormat;
@@ -119,6 +120,16 @@ pub fn output_format(s: args::Format) -> OutputFormat {
 /// Run a tool's body: print an error once with its cause chain, choose the
 /// exit status, and treat a closed downstream pipe as a quiet success.
 pub fn run(tool: &str, body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitCode {
+    run_with(tool, 1, body)
+}
+
+/// Like [`run`], with the status for a failed operation chosen by the tool
+/// (`mooncdc-audit` uses 2, since 1 means "different").
+pub fn run_with(
+    tool: &str,
+    failure: u8,
+    body: impl FnOnce() -> anyhow::Result<ExitCode>,
+) -> ExitCode {
     match body() {
         Ok(code) => code,
         Err(err) => {
@@ -140,7 +151,7 @@ pub fn run(tool: &str, body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitC
             if usage {
                 ExitCode::from(2)
             } else {
-                ExitCode::from(1)
+                ExitCode::from(failure)
             }
         }
     }
@@ -232,4 +243,57 @@ pub fn load_schemas(path: &Path, limits: Limits) -> Result<Vec<crate::wire::Sche
             _ => Err(Error::data("batch has no header").in_file(&name)),
         },
     }
+}
+
+/// Progress on standard error, only when it is a terminal and not silenced.
+pub struct Progress {
+    label: &'static str,
+    enabled: bool,
+    last: std::time::Instant,
+    shown: bool,
+}
+
+impl Progress {
+    pub fn new(label: &'static str, quiet: bool) -> Self {
+        use std::io::IsTerminal;
+        Progress {
+            label,
+            enabled: !quiet && std::io::stderr().is_terminal(),
+            last: std::time::Instant::now(),
+            shown: false,
+        }
+    }
+
+    pub fn update(&mut self, n: u64) {
+        if self.enabled && self.last.elapsed() >= std::time::Duration::from_millis(250) {
+            self.last = std::time::Instant::now();
+            self.shown = true;
+            let _ = write!(std::io::stderr(), "\r{}: {n}", self.label);
+        }
+    }
+
+    pub fn done(&mut self) {
+        if self.shown {
+            let _ = writeln!(std::io::stderr());
+            self.shown = false;
+        }
+    }
+}
+
+/// A cursor from `--after` JSON text or `--after-file`.
+pub fn cursor_arg(text: Option<&str>, file: Option<&Path>) -> Result<Option<crate::wire::Cursor>> {
+    if let Some(t) = text {
+        return crate::wire::Cursor::parse_json(t.trim())
+            .map(Some)
+            .map_err(Error::usage);
+    }
+    if let Some(f) = file {
+        let name = f.display().to_string();
+        let t = std::fs::read_to_string(f)
+            .map_err(|e| Error::io("cannot read the cursor file", e).in_file(&name))?;
+        return crate::wire::Cursor::parse_json(t.trim())
+            .map(Some)
+            .map_err(|e| Error::data(e).in_file(&name));
+    }
+    Ok(None)
 }

@@ -9,3 +9,4 @@
 //! fails. A failed batch changes nothing.
 
 pub mod memory;
+pub mod sqlite;

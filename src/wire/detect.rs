@@ -5,7 +5,7 @@
 //! first line (or 1 MiB of it), looks at the top-level members of the first
 //! object, and hands back a reader that still yields every byte.
 
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 
@@ -33,35 +33,29 @@ struct Probe {
     format: Option<String>,
 }
 
-struct ProbeVisitor;
+/// Records what it sees into the probe as it goes, so that a parse that
+/// fails later (the peeked text ends, say) still tells what was seen.
+struct ProbeVisitor<'a>(&'a mut Probe);
 
-impl<'de> Visitor<'de> for ProbeVisitor {
-    type Value = Probe;
+impl<'de> Visitor<'de> for ProbeVisitor<'_> {
+    type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON object")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Probe, A::Error> {
-        let mut p = Probe::default();
-        // Stop at the first error (for example the end of the peeked text):
-        // what was seen so far decides.
-        while let Ok(Some(k)) = map.next_key::<String>() {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(k) = map.next_key::<String>()? {
             match k.as_str() {
                 "kind" => {
-                    p.kind = true;
-                    return Ok(p);
+                    self.0.kind = true;
+                    map.next_value::<IgnoredAny>()?;
                 }
-                "format" => match map.next_value::<String>() {
-                    Ok(f) => p.format = Some(f),
-                    Err(_) => return Ok(p),
-                },
+                "format" => self.0.format = Some(map.next_value::<String>()?),
                 _ => {
-                    if map.next_value::<IgnoredAny>().is_err() {
-                        return Ok(p);
-                    }
+                    map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        Ok(p)
+        Ok(())
     }
 }
 
@@ -92,7 +86,7 @@ where
     let probe = probe(first_line);
     let format = match probe {
         Some(p) if p.kind => {
-            if first_line_format(first_line).as_deref() == Some(super::snapshot::JSONL_FORMAT) {
+            if p.format.as_deref() == Some(super::snapshot::JSONL_FORMAT) {
                 InputFormat::SnapshotJsonl
             } else {
                 InputFormat::BatchJsonl
@@ -114,9 +108,15 @@ where
     Ok((format, Box::new(reader)))
 }
 
+/// The top-level members seen in `text`; `None` if it does not start an object.
 fn probe(text: &[u8]) -> Option<Probe> {
+    if !starts_object(text) {
+        return None;
+    }
+    let mut p = Probe::default();
     let mut de = serde_json::Deserializer::from_slice(text);
-    de.deserialize_map(ProbeVisitor).ok()
+    let _ = de.deserialize_map(ProbeVisitor(&mut p));
+    Some(p)
 }
 
 fn starts_object(b: &[u8]) -> bool {
@@ -132,34 +132,6 @@ fn probe_whole_head(head: &[u8]) -> InputFormat {
     match probe(head).and_then(|p| p.format) {
         Some(f) if f == super::snapshot::JSON_FORMAT => InputFormat::SnapshotJson,
         _ => InputFormat::BatchJson,
-    }
-}
-
-/// The `format` member of a JSONL first line, if it has one.
-fn first_line_format(line: &[u8]) -> Option<String> {
-    struct V;
-    impl<'de> Visitor<'de> for V {
-        type Value = Option<String>;
-        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-            f.write_str("a JSON object")
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
-            while let Some(k) = map.next_key::<String>()? {
-                if k == "format" {
-                    return map.next_value::<String>().map(Some);
-                }
-                map.next_value::<IgnoredAny>()?;
-            }
-            Ok(None)
-        }
-    }
-    let mut de = serde_json::Deserializer::from_slice(line);
-    de.deserialize_map(V).ok().flatten()
-}
-
-impl<'de> de::Deserialize<'de> for Probe {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(ProbeVisitor)
     }
 }
 

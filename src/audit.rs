@@ -1,0 +1,389 @@
+//! Audit: compare a source's current rows with a target's projection, table
+//! by table, in key order (DESIGN §7), holding one row of each side at a time.
+//!
+//! Rows are compared exactly (storage class, bits, bytes) after the database
+//! boundary's normalization (REAL zero is +0). Reported: rows missing from the
+//! target, extra rows in the target, rows that differ, each with its key, and
+//! both cursors. A target behind the source's high water is warned about:
+//! differences may then be changes not yet applied.
+
+use crate::error::{Error, Result};
+use crate::sqlite_util::{
+    db_err, open_existing, order_by_key, quote_ident, row_values, table_exists, table_schema,
+    user_tables,
+};
+use crate::wire::model::write_cursor;
+use crate::wire::value::{key_cmp, write_json_str, write_row};
+use crate::wire::{Cursor, Row, Schema, Value};
+use rusqlite::Connection;
+use std::cmp::Ordering;
+use std::io::Write;
+use std::path::Path;
+
+/// How findings are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuditFormat {
+    #[default]
+    Text,
+    Jsonl,
+}
+
+/// Per-table totals.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableAudit {
+    pub table: String,
+    pub compared: u64,
+    pub missing: u64,
+    pub extra: u64,
+    pub different: u64,
+}
+
+/// The whole audit's result.
+#[derive(Debug, Clone, Default)]
+pub struct AuditReport {
+    pub tables: Vec<TableAudit>,
+    pub source_cursor: Option<Cursor>,
+    pub target_cursor: Option<Cursor>,
+}
+
+impl AuditReport {
+    pub fn equal(&self) -> bool {
+        self.tables
+            .iter()
+            .all(|t| t.missing == 0 && t.extra == 0 && t.different == 0)
+    }
+}
+
+struct Findings<'a> {
+    out: &'a mut dyn Write,
+    format: AuditFormat,
+}
+
+impl Findings<'_> {
+    fn row(
+        &mut self,
+        kind: &str,
+        table: &str,
+        key: &[Value],
+        source: Option<&Row>,
+        target: Option<&Row>,
+    ) -> Result<()> {
+        let mut b = Vec::with_capacity(256);
+        match self.format {
+            AuditFormat::Jsonl => {
+                b.extend_from_slice(b"{\"kind\":");
+                write_json_str(&mut b, kind);
+                b.extend_from_slice(b",\"table\":");
+                write_json_str(&mut b, table);
+                b.extend_from_slice(b",\"key\":");
+                write_row(&mut b, key);
+                if let Some(r) = source {
+                    b.extend_from_slice(b",\"source\":");
+                    write_row(&mut b, r);
+                }
+                if let Some(r) = target {
+                    b.extend_from_slice(b",\"target\":");
+                    write_row(&mut b, r);
+                }
+                b.extend_from_slice(b"}\n");
+            }
+            AuditFormat::Text => {
+                let what = match kind {
+                    "missing" => "missing in target",
+                    "extra" => "extra in target",
+                    _ => "different",
+                };
+                b.extend_from_slice(format!("{what}: table ").as_bytes());
+                write_json_str(&mut b, table);
+                b.extend_from_slice(b" key ");
+                write_row(&mut b, key);
+                b.push(b'\n');
+                if let Some(r) = source {
+                    b.extend_from_slice(b"  source: ");
+                    write_row(&mut b, r);
+                    b.push(b'\n');
+                }
+                if let Some(r) = target {
+                    b.extend_from_slice(b"  target: ");
+                    write_row(&mut b, r);
+                    b.push(b'\n');
+                }
+            }
+        }
+        self.out
+            .write_all(&b)
+            .map_err(|e| Error::io("cannot write output", e))
+    }
+}
+
+fn same_row(a: &[Value], b: &[Value]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same_normalized(y))
+}
+
+fn select_in_key_order(s: &Schema) -> String {
+    let cols: Vec<String> = s.columns.iter().map(|c| quote_ident(&c.name)).collect();
+    format!(
+        "SELECT {} FROM {} ORDER BY {}",
+        cols.join(", "),
+        quote_ident(&s.table),
+        order_by_key(s)
+    )
+}
+
+/// The next row of a key-ordered query, as (key, row).
+fn next_row(
+    rows: &mut rusqlite::Rows<'_>,
+    s: &Schema,
+    key: &[usize],
+) -> Result<Option<(Vec<Value>, Row)>> {
+    let Some(r) = rows.next().map_err(db_err("cannot read a table"))? else {
+        return Ok(None);
+    };
+    let row = row_values(r, 0, s.columns.len())
+        .map_err(|e| Error::data(format!("table {:?}: {e}", s.table)))?;
+    let k = key.iter().map(|&i| row[i].clone()).collect();
+    Ok(Some((k, row)))
+}
+
+/// Merge-join one table's rows from both sides, one row of each held at a time.
+fn compare_table(
+    src: &Connection,
+    tgt: Option<&Connection>,
+    s: &Schema,
+    findings: &mut Findings<'_>,
+    seen: &mut u64,
+    progress: &mut dyn FnMut(u64),
+) -> Result<TableAudit> {
+    let mut t = TableAudit {
+        table: s.table.clone(),
+        ..Default::default()
+    };
+    let key = s.key_indices();
+    let sql = select_in_key_order(s);
+    let mut sst = src.prepare(&sql).map_err(db_err("cannot read a table"))?;
+    let mut srows = sst.query([]).map_err(db_err("cannot read a table"))?;
+    let mut tst = match tgt {
+        Some(c) => Some(c.prepare(&sql).map_err(db_err("cannot read a table"))?),
+        None => None,
+    };
+    let mut trows = match tst.as_mut() {
+        Some(st) => Some(st.query([]).map_err(db_err("cannot read a table"))?),
+        None => None,
+    };
+    let pull = |trows: &mut Option<rusqlite::Rows<'_>>| -> Result<Option<(Vec<Value>, Row)>> {
+        match trows {
+            Some(r) => next_row(r, s, &key),
+            None => Ok(None),
+        }
+    };
+    let mut a = next_row(&mut srows, s, &key)?;
+    let mut b = pull(&mut trows)?;
+    loop {
+        match (a.take(), b.take()) {
+            (None, None) => break,
+            (Some((k, row)), None) => {
+                t.compared += 1;
+                t.missing += 1;
+                findings.row("missing", &s.table, &k, Some(&row), None)?;
+                a = next_row(&mut srows, s, &key)?;
+            }
+            (None, Some((tk, trow))) => {
+                t.extra += 1;
+                findings.row("extra", &s.table, &tk, None, Some(&trow))?;
+                b = pull(&mut trows)?;
+            }
+            (Some((k, row)), Some((tk, trow))) => match key_cmp(&k, &tk) {
+                Ordering::Less => {
+                    t.compared += 1;
+                    t.missing += 1;
+                    findings.row("missing", &s.table, &k, Some(&row), None)?;
+                    a = next_row(&mut srows, s, &key)?;
+                    b = Some((tk, trow));
+                }
+                Ordering::Greater => {
+                    t.extra += 1;
+                    findings.row("extra", &s.table, &tk, None, Some(&trow))?;
+                    a = Some((k, row));
+                    b = pull(&mut trows)?;
+                }
+                Ordering::Equal => {
+                    t.compared += 1;
+                    if !same_row(&row, &trow) {
+                        t.different += 1;
+                        findings.row("different", &s.table, &k, Some(&row), Some(&trow))?;
+                    }
+                    a = next_row(&mut srows, s, &key)?;
+                    b = pull(&mut trows)?;
+                }
+            },
+        }
+        if a.is_some() {
+            *seen += 1;
+            if *seen % 65536 == 0 {
+                progress(*seen);
+            }
+        }
+    }
+    Ok(t)
+}
+
+/// Compare a SQLite source with a SQLite projection. Returns the report; the
+/// findings are written to `out` as they are found.
+pub fn audit_sqlite(
+    source: &Path,
+    target: &Path,
+    tables: &[String],
+    format: AuditFormat,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<AuditReport> {
+    let src = open_existing(source).map_err(|e| e.in_file(&source.display().to_string()))?;
+    let tgt = open_existing(target).map_err(|e| e.in_file(&target.display().to_string()))?;
+    src.execute_batch("BEGIN")
+        .map_err(db_err("cannot begin a read transaction"))?;
+    tgt.execute_batch("BEGIN")
+        .map_err(db_err("cannot begin a read transaction"))?;
+    let mut report = AuditReport::default();
+    let installed = table_exists(&src, "_mooncdc_meta")?;
+    let schemas: Vec<Schema> = if installed {
+        let cur = crate::source::sqlite::current_tables(&src)?;
+        report.source_cursor = Some(Cursor::new(
+            crate::source::sqlite::identity(&src)?,
+            crate::source::sqlite::high_water(&src)?,
+        ));
+        cur.into_values().map(|t| t.schema).collect()
+    } else {
+        user_tables(&src)?
+            .iter()
+            .filter_map(|t| table_schema(&src, t).ok())
+            .collect()
+    };
+    let schemas: Vec<Schema> = if tables.is_empty() {
+        schemas
+    } else {
+        tables
+            .iter()
+            .map(|t| {
+                schemas
+                    .iter()
+                    .find(|s| &s.table == t)
+                    .cloned()
+                    .ok_or_else(|| Error::usage(format!("table {t:?} is not in the source")))
+            })
+            .collect::<Result<_>>()?
+    };
+    report.target_cursor = if table_exists(&tgt, "_mooncdc_cursor")? {
+        crate::target::sqlite::stored_cursor(&tgt)?
+    } else {
+        None
+    };
+    let mut findings = Findings { out, format };
+    let mut seen = 0u64;
+    for s in &schemas {
+        let target_schema = if table_exists(&tgt, &s.table)? {
+            let ts = table_schema(&tgt, &s.table)?;
+            let names = |sc: &Schema| {
+                sc.columns
+                    .iter()
+                    .map(|c| c.name.clone())
+                    .collect::<Vec<_>>()
+            };
+            if names(&ts) != names(s) || ts.key != s.key {
+                return Err(Error::state(format!(
+                    "table {:?} has columns {:?} in the source but {:?} in the target",
+                    s.table,
+                    names(s),
+                    names(&ts)
+                )));
+            }
+            Some(s.clone())
+        } else {
+            None
+        };
+        let t = compare_table(
+            &src,
+            target_schema.as_ref().map(|_| &tgt),
+            s,
+            &mut findings,
+            &mut seen,
+            progress,
+        )?;
+        report.tables.push(t);
+    }
+    progress(seen);
+    let _ = src.execute_batch("COMMIT");
+    let _ = tgt.execute_batch("COMMIT");
+    Ok(report)
+}
+
+/// Write the summary: per-table counts, both cursors, the verdict.
+pub fn write_summary(report: &AuditReport, format: AuditFormat, out: &mut dyn Write) -> Result<()> {
+    let mut b = Vec::new();
+    let behind = match (&report.source_cursor, &report.target_cursor) {
+        (Some(s), Some(t)) => t.source == s.source && t.sequence() < s.sequence(),
+        (Some(s), None) => s.sequence() > 0,
+        _ => false,
+    };
+    match format {
+        AuditFormat::Jsonl => {
+            for t in &report.tables {
+                b.extend_from_slice(b"{\"kind\":\"table\",\"table\":");
+                write_json_str(&mut b, &t.table);
+                b.extend_from_slice(
+                    format!(
+                        ",\"compared\":\"{}\",\"missing\":\"{}\",\"extra\":\"{}\",\"different\":\"{}\"}}\n",
+                        t.compared, t.missing, t.extra, t.different
+                    )
+                    .as_bytes(),
+                );
+            }
+            b.extend_from_slice(b"{\"kind\":\"verdict\",\"equal\":");
+            b.extend_from_slice(if report.equal() { b"true" } else { b"false" });
+            b.extend_from_slice(b",\"source_cursor\":");
+            match &report.source_cursor {
+                Some(c) => write_cursor(&mut b, c),
+                None => b.extend_from_slice(b"null"),
+            }
+            b.extend_from_slice(b",\"target_cursor\":");
+            match &report.target_cursor {
+                Some(c) => write_cursor(&mut b, c),
+                None => b.extend_from_slice(b"null"),
+            }
+            b.extend_from_slice(if behind {
+                b",\"target_behind\":true}\n"
+            } else {
+                b",\"target_behind\":false}\n"
+            });
+        }
+        AuditFormat::Text => {
+            for t in &report.tables {
+                b.extend_from_slice(b"table ");
+                write_json_str(&mut b, &t.table);
+                b.extend_from_slice(
+                    format!(
+                        ": {} rows compared, {} missing, {} extra, {} different\n",
+                        t.compared, t.missing, t.extra, t.different
+                    )
+                    .as_bytes(),
+                );
+            }
+            let c = |c: &Option<Cursor>| c.as_ref().map_or("none".to_string(), |c| c.to_json());
+            b.extend_from_slice(
+                format!("source cursor: {}\n", c(&report.source_cursor)).as_bytes(),
+            );
+            b.extend_from_slice(
+                format!("target cursor: {}\n", c(&report.target_cursor)).as_bytes(),
+            );
+            if behind {
+                b.extend_from_slice(b"warning: the target is behind the source's high water; differences may be changes not yet applied\n");
+            }
+            b.extend_from_slice(if report.equal() {
+                b"equal\n"
+            } else {
+                b"different\n"
+            });
+        }
+    }
+    out.write_all(&b)
+        .map_err(|e| Error::io("cannot write output", e))
+}

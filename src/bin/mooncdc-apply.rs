@@ -1,0 +1,95 @@
+//! mooncdc-apply: apply snapshots and batch streams to a target.
+
+use clap::Parser;
+use mooncdc::cli::args::{ApplyArgs, ApplyCommand, EngineArg, OnConflictArg};
+use mooncdc::cli::{self, url, Input, Progress};
+use mooncdc::error::Error;
+use mooncdc::target::sqlite::{read_cursor, ApplyStats, OnConflict, SqliteTarget};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = ApplyArgs::parse();
+    cli::run("mooncdc-apply", || run(args))
+}
+
+fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
+    if let Some(ApplyCommand::Cursor {
+        target,
+        source_identity,
+    }) = a.command
+    {
+        let path = url::parse(&target)?.sqlite_path("target")?.clone();
+        let c = if path.exists() {
+            read_cursor(&path)?
+        } else {
+            None
+        };
+        return Ok(match c {
+            Some(c) if source_identity.as_ref().is_none_or(|id| *id == c.source) => {
+                println!("{}", c.to_json());
+                ExitCode::SUCCESS
+            }
+            Some(c) => {
+                eprintln!(
+                    "mooncdc-apply: the target holds a cursor of source {:?}, not {:?}",
+                    c.source,
+                    source_identity.unwrap_or_default()
+                );
+                ExitCode::from(1)
+            }
+            None => {
+                eprintln!("mooncdc-apply: the target holds no cursor");
+                ExitCode::from(1)
+            }
+        });
+    }
+    let target = a
+        .target
+        .ok_or_else(|| Error::usage("--target is required (e.g. --target sqlite:proj.db)"))?;
+    let path = url::parse(&target)?.sqlite_path("target")?.clone();
+    if a.engine == EngineArg::History {
+        return Err(Error::usage(
+            "--engine history is for ClickHouse targets; a SQLite target holds the current state",
+        )
+        .into());
+    }
+    let on_conflict = match a.on_conflict {
+        OnConflictArg::Error => OnConflict::Error,
+        OnConflictArg::Overwrite => OnConflict::Overwrite,
+    };
+    let limits = cli::limits(&a.limits)?;
+    let mut t = SqliteTarget::open(&path)?;
+    let mut total = ApplyStats {
+        cursor: t.cursor()?,
+        ..Default::default()
+    };
+    let mut progress = Progress::new("events", a.quiet);
+    let result = (|| -> anyhow::Result<()> {
+        for p in cli::input_paths(&a.files) {
+            let base = total.applied;
+            let mut tick = |s: &ApplyStats| progress.update(base + s.applied);
+            let s = match cli::open_input(p, limits)? {
+                Input::Batches(mut r) => t.apply_stream(&mut r, on_conflict, &mut tick)?,
+                Input::Snapshot(mut r) => t.apply_snapshot(&mut r, on_conflict, &mut tick)?,
+            };
+            total.batches += s.batches;
+            total.applied += s.applied;
+            total.skipped += s.skipped;
+            if s.cursor.is_some() {
+                total.cursor = s.cursor;
+            }
+        }
+        Ok(())
+    })();
+    progress.done();
+    let cursor = total
+        .cursor
+        .as_ref()
+        .map_or("none".to_string(), |c| c.to_json());
+    eprintln!(
+        "mooncdc-apply: {} batches, {} events applied, {} skipped as already held, cursor {}",
+        total.batches, total.applied, total.skipped, cursor
+    );
+    result?;
+    Ok(ExitCode::SUCCESS)
+}

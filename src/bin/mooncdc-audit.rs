@@ -1,0 +1,34 @@
+//! mooncdc-audit: compare a source with a target; exit 0 equal, 1 different, 2 trouble.
+
+use clap::Parser;
+use mooncdc::audit::{audit_sqlite, write_summary, AuditFormat};
+use mooncdc::cli::args::{AuditArgs, AuditFormatArg};
+use mooncdc::cli::{self, url, Progress};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = AuditArgs::parse();
+    cli::run_with("mooncdc-audit", 2, || run(args))
+}
+
+fn run(a: AuditArgs) -> anyhow::Result<ExitCode> {
+    let source = url::parse(&a.source)?.sqlite_path("source")?.clone();
+    let target = url::parse(&a.target)?.sqlite_path("target")?.clone();
+    let format = match a.format {
+        AuditFormatArg::Text => AuditFormat::Text,
+        AuditFormatArg::Jsonl => AuditFormat::Jsonl,
+    };
+    let mut out = cli::stdout();
+    let mut progress = Progress::new("rows", a.quiet);
+    let report = audit_sqlite(&source, &target, &a.tables, format, &mut out, &mut |n| {
+        progress.update(n)
+    })?;
+    progress.done();
+    write_summary(&report, format, &mut out)?;
+    cli::finish_output(out)?;
+    Ok(if report.equal() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,553 @@
+//! The SQLite projection target: the embedded default.
+//!
+//! Each source table becomes a table named exactly as the event's `table`
+//! (one quoted identifier). Column types: a SQLite source's declared types
+//! are copied (so affinity treats values as the source did); for any other
+//! source every column is declared without a type, which in SQLite means no
+//! affinity, so no value ever changes class (the TEXT `'12.3400'` of a
+//! PostgreSQL `numeric` stays TEXT). The cursor lives in `_mooncdc_cursor` and
+//! is written in the same transaction as the batch's rows: a crash at any
+//! point loses nothing and duplicates nothing.
+
+use crate::error::{Error, Result};
+use crate::sqlite_util::{
+    db_err, open_or_create, quote_ident, row_values, table_exists, table_schema, Bind,
+    RESERVED_PREFIX,
+};
+use crate::wire::{
+    BatchStreamReader, Cursor, Event, Item, Operation, Row, Schema, SnapItem, SnapshotReader, Value,
+};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+const CURSOR: &str = "_mooncdc_cursor";
+
+/// What to do when an image check fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnConflict {
+    /// Refuse the batch: the target diverges from the source.
+    #[default]
+    Error,
+    /// Make the row what the event says, whatever was stored.
+    Overwrite,
+}
+
+/// Totals of one apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApplyStats {
+    pub batches: u64,
+    pub applied: u64,
+    pub skipped: u64,
+    pub cursor: Option<Cursor>,
+}
+
+pub struct SqliteTarget {
+    conn: Connection,
+    path: PathBuf,
+}
+
+struct TableSql {
+    schema: Schema,
+    key: Vec<usize>,
+    insert: String,
+    replace: String,
+    select: String,
+    update: String,
+    delete: String,
+}
+
+impl TableSql {
+    fn new(schema: Schema) -> Self {
+        let t = quote_ident(&schema.table);
+        let cols: Vec<String> = schema
+            .columns
+            .iter()
+            .map(|c| quote_ident(&c.name))
+            .collect();
+        let n = cols.len();
+        let key = schema.key_indices();
+        let marks: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
+        let key_where = |first: usize| {
+            key.iter()
+                .enumerate()
+                .map(|(j, &i)| format!("{} = ?{}", cols[i], first + j))
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        };
+        let sets: Vec<String> = cols
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c} = ?{}", i + 1))
+            .collect();
+        TableSql {
+            insert: format!(
+                "INSERT INTO {t}({}) VALUES ({})",
+                cols.join(", "),
+                marks.join(", ")
+            ),
+            replace: format!(
+                "INSERT OR REPLACE INTO {t}({}) VALUES ({})",
+                cols.join(", "),
+                marks.join(", ")
+            ),
+            select: format!("SELECT {} FROM {t} WHERE {}", cols.join(", "), key_where(1)),
+            update: format!(
+                "UPDATE {t} SET {} WHERE {}",
+                sets.join(", "),
+                key_where(n + 1)
+            ),
+            delete: format!("DELETE FROM {t} WHERE {}", key_where(1)),
+            key,
+            schema,
+        }
+    }
+
+    fn key_of<'a>(&self, row: &'a [Value]) -> Vec<&'a Value> {
+        self.key.iter().map(|&i| &row[i]).collect()
+    }
+}
+
+fn same_row(a: &[Value], b: &[Value]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same_normalized(y))
+}
+
+fn is_constraint(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation)
+}
+
+impl SqliteTarget {
+    /// Open (or create) a projection database.
+    pub fn open(path: &Path) -> Result<Self> {
+        let conn = open_or_create(path)?;
+        conn.set_prepared_statement_cache_capacity(256);
+        let name = path.display().to_string();
+        conn.execute_batch(&format!(
+            "PRAGMA journal_mode = WAL;
+             CREATE TABLE IF NOT EXISTS {CURSOR}(source TEXT PRIMARY KEY, sequence TEXT NOT NULL);"
+        ))
+        .map_err(|e| Error::database("cannot prepare the target database", e).in_file(&name))?;
+        Ok(SqliteTarget {
+            conn,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    /// The stored cursor, if any.
+    pub fn cursor(&self) -> Result<Option<Cursor>> {
+        stored_cursor(&self.conn)
+    }
+
+    /// Apply a batch stream; each batch commits with its cursor in one
+    /// transaction. Batches already held are skipped; a gap or another source fails.
+    pub fn apply_stream<R: BufRead>(
+        &mut self,
+        input: &mut BatchStreamReader<R>,
+        on_conflict: OnConflict,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        let mut stats = ApplyStats {
+            cursor: self.cursor()?,
+            ..Default::default()
+        };
+        let mut tables: HashMap<String, TableSql> = HashMap::new();
+        let mut skip_through: u128 = 0;
+        let mut open = false;
+        let result = (|| -> Result<()> {
+            while let Some(item) = input.next_item()? {
+                match item {
+                    Item::Header(h) => {
+                        self.conn
+                            .execute_batch("BEGIN IMMEDIATE")
+                            .map_err(db_err("cannot begin a transaction"))?;
+                        open = true;
+                        let stored = stored_cursor(&self.conn)?;
+                        skip_through = match &stored {
+                            Some(c) => {
+                                if c.source != h.start.source {
+                                    return Err(Error::state(format!(
+                                        "the target holds source {:?}; this batch is from source {:?}",
+                                        c.source, h.start.source
+                                    )));
+                                }
+                                if h.start.sequence() > c.sequence() {
+                                    return Err(Error::state(format!(
+                                        "gap: the batch starts at {} but the target holds changes only up to {}",
+                                        h.start.sequence(),
+                                        c.sequence()
+                                    )));
+                                }
+                                c.sequence()
+                            }
+                            None => h.start.sequence(),
+                        };
+                        tables.clear();
+                        if let Some(schemas) = &h.schemas {
+                            for s in schemas {
+                                ensure_table(&self.conn, s, &h.start.source)?;
+                                tables.insert(s.table.clone(), TableSql::new(s.clone()));
+                            }
+                        }
+                    }
+                    Item::Event(e) => {
+                        if e.sequence <= skip_through {
+                            stats.skipped += 1;
+                            continue;
+                        }
+                        if !tables.contains_key(&e.table) {
+                            let s = existing_schema(&self.conn, &e.table)?;
+                            tables.insert(e.table.clone(), TableSql::new(s));
+                        }
+                        apply_event(&self.conn, &tables[&e.table], &e, on_conflict)?;
+                        stats.applied += 1;
+                        if stats.applied % 65536 == 0 {
+                            progress(&stats);
+                        }
+                    }
+                    Item::Commit(c) => {
+                        if c.end.sequence() > skip_through || stored_cursor(&self.conn)?.is_none() {
+                            set_cursor(&self.conn, &c.end)?;
+                            stats.cursor = Some(c.end.clone());
+                        }
+                        self.conn
+                            .execute_batch("COMMIT")
+                            .map_err(db_err("cannot commit"))?;
+                        open = false;
+                        stats.batches += 1;
+                        progress(&stats);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            if open {
+                let _ = self.conn.execute_batch("ROLLBACK");
+            }
+            return Err(e);
+        }
+        Ok(stats)
+    }
+
+    /// Load a snapshot into a target that holds no cursor yet, in one transaction.
+    pub fn apply_snapshot<R: BufRead>(
+        &mut self,
+        input: &mut SnapshotReader<R>,
+        on_conflict: OnConflict,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        let mut stats = ApplyStats::default();
+        let mut tables: HashMap<String, TableSql> = HashMap::new();
+        let mut cursor: Option<Cursor> = None;
+        let mut open = false;
+        let result = (|| -> Result<()> {
+            while let Some(item) = input.next_item()? {
+                match item {
+                    SnapItem::Header { cursor: c, schemas } => {
+                        self.conn
+                            .execute_batch("BEGIN IMMEDIATE")
+                            .map_err(db_err("cannot begin a transaction"))?;
+                        open = true;
+                        if let Some(held) = stored_cursor(&self.conn)? {
+                            return Err(Error::state(format!(
+                                "the target already holds source {:?} at {}; a snapshot loads only into a target without a cursor (use a new target database)",
+                                held.source,
+                                held.sequence()
+                            )));
+                        }
+                        for s in &schemas {
+                            ensure_table(&self.conn, s, &c.source)?;
+                            tables.insert(s.table.clone(), TableSql::new(s.clone()));
+                        }
+                        cursor = Some(c);
+                    }
+                    SnapItem::Row { table, row } => {
+                        let t = &tables[&table];
+                        let sql = match on_conflict {
+                            OnConflict::Error => &t.insert,
+                            OnConflict::Overwrite => &t.replace,
+                        };
+                        insert_row(&self.conn, t, sql, &row, None)?;
+                        stats.applied += 1;
+                        if stats.applied % 65536 == 0 {
+                            progress(&stats);
+                        }
+                    }
+                    SnapItem::Commit { .. } => {
+                        let c = cursor.take().expect("validated snapshot");
+                        set_cursor(&self.conn, &c)?;
+                        self.conn
+                            .execute_batch("COMMIT")
+                            .map_err(db_err("cannot commit"))?;
+                        open = false;
+                        stats.batches += 1;
+                        stats.cursor = Some(c);
+                        progress(&stats);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            if open {
+                let _ = self.conn.execute_batch("ROLLBACK");
+            }
+            return Err(e);
+        }
+        Ok(stats)
+    }
+}
+
+/// The cursor stored in a target database (one source per target).
+pub fn stored_cursor(conn: &Connection) -> Result<Option<Cursor>> {
+    let mut st = conn
+        .prepare_cached(&format!("SELECT source, sequence FROM {CURSOR}"))
+        .map_err(db_err("cannot read the target's cursor"))?;
+    let rows: Vec<(String, String)> = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(db_err("cannot read the target's cursor"))?
+        .collect::<std::result::Result<_, _>>()
+        .map_err(db_err("cannot read the target's cursor"))?;
+    match rows.len() {
+        0 => Ok(None),
+        1 => {
+            let (source, seq) = &rows[0];
+            let seq = crate::wire::model::parse_sequence(seq).map_err(Error::data)?;
+            Ok(Some(Cursor::new(source.clone(), seq)))
+        }
+        _ => Err(Error::state("the target holds cursors of several sources")),
+    }
+}
+
+/// The cursor of a target database file, without creating anything.
+pub fn read_cursor(path: &Path) -> Result<Option<Cursor>> {
+    let conn = crate::sqlite_util::open_existing(path)?;
+    if !table_exists(&conn, CURSOR)? {
+        return Ok(None);
+    }
+    stored_cursor(&conn)
+}
+
+fn set_cursor(conn: &Connection, c: &Cursor) -> Result<()> {
+    conn.execute(&format!("DELETE FROM {CURSOR}"), [])
+        .map_err(db_err("cannot write the target's cursor"))?;
+    conn.execute(
+        &format!("INSERT INTO {CURSOR}(source, sequence) VALUES (?1, ?2)"),
+        params![c.source, c.sequence().to_string()],
+    )
+    .map_err(db_err("cannot write the target's cursor"))?;
+    Ok(())
+}
+
+/// Column declaration for a schema column, by source kind.
+fn column_type(decl: &str, source: &str) -> String {
+    if source.starts_with("sqlite:") {
+        decl.to_string()
+    } else {
+        String::new()
+    }
+}
+
+/// Create the table if missing; add trailing columns the stream has and the
+/// table lacks; refuse any other difference.
+fn ensure_table(conn: &Connection, s: &Schema, source: &str) -> Result<()> {
+    if s.table.starts_with(RESERVED_PREFIX) {
+        return Err(Error::data(format!(
+            "table name {:?} is reserved for MoonCDC",
+            s.table
+        )));
+    }
+    if !table_exists(conn, &s.table)? {
+        let mut defs: Vec<String> = s
+            .columns
+            .iter()
+            .map(|c| {
+                let ty = column_type(&c.decl_type, source);
+                let mut d = quote_ident(&c.name);
+                if !ty.is_empty() {
+                    d.push(' ');
+                    d.push_str(&ty);
+                }
+                if !c.nullable {
+                    d.push_str(" NOT NULL");
+                }
+                d
+            })
+            .collect();
+        defs.push(format!(
+            "PRIMARY KEY ({})",
+            s.key
+                .iter()
+                .map(|k| quote_ident(k))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        conn.execute_batch(&format!(
+            "CREATE TABLE {} ({})",
+            quote_ident(&s.table),
+            defs.join(", ")
+        ))
+        .map_err(db_err("cannot create a target table"))?;
+        return Ok(());
+    }
+    let have = table_schema(conn, &s.table)?;
+    let names = |sc: &Schema| {
+        sc.columns
+            .iter()
+            .map(|c| c.name.clone())
+            .collect::<Vec<_>>()
+    };
+    let (hn, sn) = (names(&have), names(s));
+    if have.key != s.key || hn.len() > sn.len() || hn[..] != sn[..hn.len()] {
+        return Err(Error::state(format!(
+            "target table {:?} has columns {:?} and key {:?}, but the stream's schema has columns {:?} and key {:?}",
+            s.table, hn, have.key, sn, s.key
+        )));
+    }
+    for c in &s.columns[hn.len()..] {
+        let ty = column_type(&c.decl_type, source);
+        conn.execute_batch(&format!(
+            "ALTER TABLE {} ADD COLUMN {} {}",
+            quote_ident(&s.table),
+            quote_ident(&c.name),
+            ty
+        ))
+        .map_err(db_err("cannot add a column to a target table"))?;
+    }
+    Ok(())
+}
+
+fn existing_schema(conn: &Connection, table: &str) -> Result<Schema> {
+    if !table_exists(conn, table)? {
+        return Err(Error::data(format!(
+            "table {table:?} is not in the target and the stream carries no schema for it"
+        )));
+    }
+    table_schema(conn, table)
+}
+
+fn insert_row(
+    conn: &Connection,
+    t: &TableSql,
+    sql: &str,
+    row: &Row,
+    seq: Option<u128>,
+) -> Result<()> {
+    let mut st = conn
+        .prepare_cached(sql)
+        .map_err(db_err("cannot prepare an insert"))?;
+    st.execute(params_from_iter(row.iter().map(Bind))).map_err(|e| {
+        let at = match seq {
+            Some(s) => format!("event {s}"),
+            None => "snapshot row".to_string(),
+        };
+        if is_constraint(&e) {
+            Error::state(format!(
+                "{at}: insert into table {:?} of a key the target already holds, or a value its constraints refuse; the target diverges from the source (--on-conflict overwrite forces it)",
+                t.schema.table
+            ))
+            .with_source(e)
+        } else {
+            Error::database(format!("{at}: cannot insert into table {:?}", t.schema.table), e)
+        }
+    })?;
+    Ok(())
+}
+
+fn stored_row(conn: &Connection, t: &TableSql, key: &[&Value]) -> Result<Option<Row>> {
+    let mut st = conn
+        .prepare_cached(&t.select)
+        .map_err(db_err("cannot prepare a lookup"))?;
+    let n = t.schema.columns.len();
+    st.query_row(params_from_iter(key.iter().map(|v| Bind(v))), |r| {
+        Ok(row_values(r, 0, n))
+    })
+    .optional()
+    .map_err(db_err("cannot look up a row"))?
+    .transpose()
+    .map_err(|e| Error::data(format!("stored row of table {:?}: {e}", t.schema.table)))
+}
+
+fn apply_event(conn: &Connection, t: &TableSql, e: &Event, on_conflict: OnConflict) -> Result<()> {
+    let diverge = |what: &str| {
+        Error::state(format!(
+            "event {} ({} on table {:?}): {what}; the target diverges from the source (--on-conflict overwrite forces it)",
+            e.sequence,
+            e.operation.as_str(),
+            e.table
+        ))
+    };
+    match (e.operation, on_conflict) {
+        (Operation::Insert, OnConflict::Error) => insert_row(
+            conn,
+            t,
+            &t.insert,
+            e.after.as_ref().expect("insert"),
+            Some(e.sequence),
+        ),
+        (Operation::Insert, OnConflict::Overwrite) => insert_row(
+            conn,
+            t,
+            &t.replace,
+            e.after.as_ref().expect("insert"),
+            Some(e.sequence),
+        ),
+        (Operation::Update | Operation::Delete, OnConflict::Error) => {
+            let before = e.before.as_ref().expect("before image");
+            let key = t.key_of(before);
+            match stored_row(conn, t, &key)? {
+                None => return Err(diverge("no stored row has the before image's key")),
+                Some(row) if !same_row(&row, before) => {
+                    return Err(diverge("the stored row differs from the before image"))
+                }
+                Some(_) => {}
+            }
+            match &e.after {
+                None => {
+                    let mut st = conn
+                        .prepare_cached(&t.delete)
+                        .map_err(db_err("cannot prepare a delete"))?;
+                    st.execute(params_from_iter(key.iter().map(|v| Bind(v))))
+                        .map_err(db_err("cannot delete a row"))?;
+                }
+                Some(after) => {
+                    let mut st = conn
+                        .prepare_cached(&t.update)
+                        .map_err(db_err("cannot prepare an update"))?;
+                    let binds = after.iter().chain(key.iter().copied()).map(Bind);
+                    st.execute(params_from_iter(binds)).map_err(|err| {
+                        if is_constraint(&err) {
+                            diverge("the new key is already held, or a constraint refuses the row")
+                                .with_source(err)
+                        } else {
+                            Error::database("cannot update a row", err)
+                        }
+                    })?;
+                }
+            }
+            Ok(())
+        }
+        (Operation::Update | Operation::Delete, OnConflict::Overwrite) => {
+            let before = e.before.as_ref().expect("before image");
+            let key = t.key_of(before);
+            let mut st = conn
+                .prepare_cached(&t.delete)
+                .map_err(db_err("cannot prepare a delete"))?;
+            st.execute(params_from_iter(key.iter().map(|v| Bind(v))))
+                .map_err(db_err("cannot delete a row"))?;
+            if let Some(after) = &e.after {
+                insert_row(conn, t, &t.replace, after, Some(e.sequence))?;
+            }
+            Ok(())
+        }
+    }
+}
