@@ -92,9 +92,11 @@ pub fn write_atomically(
         _ => Path::new("."),
     };
     let name = path.display().to_string();
+    // Created 0666 less the umask, as any other new file would be.
     let tmp = tempfile::Builder::new()
         .prefix(".mooncdc-")
         .suffix(".tmp")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
         .map_err(|e| Error::io("cannot create a temporary file", e).in_file(&name))?;
     let mut w = std::io::BufWriter::with_capacity(1 << 16, tmp);

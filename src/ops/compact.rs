@@ -13,8 +13,8 @@
 //!
 //! A fold happens only when the second event's `before` image equals the
 //! first's result exactly, so compaction never hides a divergence a target's
-//! image check would have found; any other pair (insert after insert, say) ends
-//! the run. Events on other rows and updates that change the key end a run.
+//! image check would have found; any other pair on one row (insert after
+//! insert, say) ends the run for good. Events on other rows and updates that change the key end a run.
 //! A folded event carries the sequence of the last event folded into it. When
 //! a run vanishes (insert then delete) the runs on either side become adjacent,
 //! which makes compaction idempotent: compacting its own output changes nothing.
@@ -157,7 +157,11 @@ impl Compactor {
                             self.held_bytes -= top.size;
                             e = None;
                         }
-                        Fold::No => {}
+                        // Two events on one row that do not fold (an insert
+                        // over an insert, images that disagree) end the run
+                        // for good: the earlier one may never fold again, even
+                        // if the later one vanishes and exposes it.
+                        Fold::No => top.foldable = false,
                     }
                 }
             }
@@ -233,22 +237,20 @@ pub fn compact<R: BufRead>(
                 let shape = match own.get(&e.table).or_else(|| extra_shapes.get(&e.table)) {
                     Some(s) => s,
                     None => {
-                        return Err(Error::data(format!(
+                        return Err(input.locate(Error::data(format!(
                             "compaction needs the key of table {:?}, but no schema names it (the stream's header has none; give one with --schema)",
                             e.table
-                        ))
-                        .in_file(input.name()))
+                        ))))
                     }
                 };
                 if let Some(row) = e.before.as_ref().or(e.after.as_ref()) {
                     if shape.key.iter().any(|&i| i >= row.len()) {
-                        return Err(Error::data(format!(
+                        return Err(input.locate(Error::data(format!(
                             "event {} of table {:?} has {} values, fewer than its schema's key needs",
                             e.sequence,
                             e.table,
                             row.len()
-                        ))
-                        .in_file(input.name()));
+                        ))));
                     }
                 }
                 let shape = shape.clone();

@@ -27,15 +27,20 @@ pub fn merge<R: BufRead>(
     inputs: Vec<BatchStreamReader<R>>,
     sink: &mut dyn BatchSink,
 ) -> Result<MergeStats> {
-    // Read each input's first header to order the inputs.
+    // Read each input's first header, and the record after it, to order the
+    // inputs: by start, and among equal starts an empty batch (one that ends
+    // where it starts) first, since it fits only before the others.
     let mut opened = Vec::with_capacity(inputs.len());
     for mut r in inputs {
-        match r.next_item()? {
-            Some(Item::Header(h)) => opened.push((h, r)),
+        let h = match r.next_item()? {
+            Some(Item::Header(h)) => h,
             _ => unreachable!("a validated stream starts with a header"),
-        }
+        };
+        let next = r.next_item()?.expect("a validated batch has a commit");
+        let empty = matches!(&next, Item::Commit(c) if c.end.sequence() == h.start.sequence());
+        opened.push((h, next, empty, r));
     }
-    opened.sort_by_key(|(h, _)| h.start.sequence());
+    opened.sort_by_key(|(h, _, empty, _)| (h.start.sequence(), !*empty));
 
     let mut stats = MergeStats::default();
     let mut spool = Spool::new(DEFAULT_SPOOL_MEMORY);
@@ -46,10 +51,11 @@ pub fn merge<R: BufRead>(
     let mut schema_index: HashMap<String, usize> = HashMap::new();
     let mut uncovered: BTreeSet<String> = BTreeSet::new();
     let mut current_has_schemas = false;
+    let mut any_schemas = false;
     let mut end: Option<Commit> = None;
     let mut line = Vec::with_capacity(1024);
 
-    for (h, mut r) in opened {
+    for (h, next, _, mut r) in opened {
         let name = r.name().to_string();
         if let Some(prev) = &end {
             let (p, s) = (&prev.end, &h.start);
@@ -77,10 +83,10 @@ pub fn merge<R: BufRead>(
                 .in_file(&name));
             }
         }
-        let mut header = Some(h);
+        let mut held = vec![next, Item::Header(h)];
         loop {
-            let item = match header.take() {
-                Some(h) => Item::Header(h),
+            let item = match held.pop() {
+                Some(i) => i,
                 None => match r.next_item()? {
                     Some(i) => i,
                     None => break,
@@ -90,24 +96,22 @@ pub fn merge<R: BufRead>(
                 Item::Header(h) => {
                     stats.batches_in += 1;
                     high_water = high_water.max(h.high_water);
-                    match &h.schemas {
-                        Some(list) => {
-                            for s in list {
-                                if let Some(&i) = schema_index.get(&s.table) {
-                                    if &schemas[i] != s {
-                                        return Err(Error::data(format!(
-                                            "the schema of table {:?} differs between batches; merge cannot join them (keep them as separate batches)",
-                                            s.table
-                                        ))
-                                        .in_file(&name));
-                                    }
-                                } else {
-                                    schema_index.insert(s.table.clone(), schemas.len());
-                                    schemas.push(s.clone());
+                    if let Some(list) = &h.schemas {
+                        any_schemas = true;
+                        for s in list {
+                            if let Some(&i) = schema_index.get(&s.table) {
+                                if &schemas[i] != s {
+                                    return Err(Error::data(format!(
+                                        "the schema of table {:?} differs between batches; merge cannot join them (keep them as separate batches)",
+                                        s.table
+                                    ))
+                                    .in_file(&name));
                                 }
+                            } else {
+                                schema_index.insert(s.table.clone(), schemas.len());
+                                schemas.push(s.clone());
                             }
                         }
-                        None => {}
                     }
                     current_has_schemas = h.schemas.is_some();
                     if first.is_none() {
@@ -129,7 +133,7 @@ pub fn merge<R: BufRead>(
     }
     let first = first.expect("at least one batch");
     let end = end.expect("at least one batch");
-    let merged_schemas = if schemas.is_empty() {
+    let merged_schemas = if !any_schemas {
         None
     } else {
         if let Some(t) = uncovered.iter().find(|t| !schema_index.contains_key(*t)) {

@@ -5,7 +5,9 @@
 //! cut piece ends at its last event and the final piece at the batch's end.
 //! Every piece keeps the batch's high water and schemas. B counts the bytes of
 //! a piece written as JSONL (header, events and commit lines); one event that
-//! alone exceeds B becomes a piece of its own. An empty batch gives one empty
+//! alone exceeds B becomes a piece of its own. A piece's end is not known
+//! while its events are gathered (the last piece ends at the batch's end), so
+//! its commit line is sized with the high water, which no end exceeds. An empty batch gives one empty
 //! piece.
 
 use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
@@ -79,7 +81,7 @@ pub fn split<R: BufRead>(
                         header_len
                             + bytes
                             + len
-                            + commit_size(&h.start.source, e.sequence, count + 1, &mut scratch)
+                            + commit_size(&h.start.source, h.high_water, count + 1, &mut scratch)
                             > b
                     });
                     if over_events || over_bytes {

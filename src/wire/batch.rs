@@ -24,6 +24,7 @@ use super::jsonl::{json_error, parse_record, Limits, LineReader, RawRecord, Reco
 use super::model::{
     write_cursor, write_event, write_schemas, write_seq, Cursor, Event, Schema, Seq, Sequence,
 };
+use super::strict::{present, Obj};
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -297,6 +298,9 @@ impl Validator {
 pub fn batch_item(rec: RawRecord) -> Result<Item> {
     match rec.kind {
         RecordKind::Header => {
+            if rec.format.as_deref() == Some(super::snapshot::JSONL_FORMAT) {
+                return Err(Error::data("this is a snapshot, not a batch stream"));
+            }
             rec.check_members("header", &["format", "start", "high_water"], &["schemas"])?;
             let format = rec.format.unwrap_or_default();
             if format != JSONL_FORMAT {
@@ -337,6 +341,7 @@ struct RawBatchDoc {
     start: Cursor,
     end: Cursor,
     high_water: Seq,
+    #[serde(default, deserialize_with = "present")]
     schemas: Option<Vec<Schema>>,
     events: Vec<Event>,
 }
@@ -388,7 +393,7 @@ impl Batch {
 
     /// Decode and validate one JSON batch document.
     pub fn from_json(text: &str) -> Result<Batch> {
-        let doc: RawBatchDoc = serde_json::from_str(text).map_err(json_error)?;
+        let Obj(doc) = serde_json::from_str::<Obj<RawBatchDoc>>(text).map_err(json_error)?;
         let b = doc.into_batch()?;
         b.validate()?;
         Ok(b)
@@ -515,9 +520,9 @@ impl<R: BufRead> BatchStreamReader<R> {
         let name = name.into();
         let text = read_document(&mut inner, &name, limits)?;
         let mut docs = Vec::new();
-        let stream = serde_json::Deserializer::from_slice(&text).into_iter::<RawBatchDoc>();
+        let stream = serde_json::Deserializer::from_slice(&text).into_iter::<Obj<RawBatchDoc>>();
         for (i, d) in stream.enumerate() {
-            let d =
+            let Obj(d) =
                 d.map_err(|e| json_error(e).in_file(&format!("{name} (JSON batch {})", i + 1)))?;
             docs.push(d);
         }
@@ -542,6 +547,23 @@ impl<R: BufRead> BatchStreamReader<R> {
         }
     }
 
+    /// Where the reader is, for messages: the input's name and the last line read.
+    pub fn locate(&self, e: Error) -> Error {
+        match &self.src {
+            Src::Lines(l) => l.error(e),
+            Src::Docs {
+                name,
+                doc_no,
+                event_no,
+                ..
+            } => e.in_file(&if *event_no == 0 {
+                format!("{name} (JSON batch {doc_no})")
+            } else {
+                format!("{name} (JSON batch {doc_no}, event {event_no})")
+            }),
+        }
+    }
+
     /// Batches fully read so far.
     pub fn batches(&self) -> u64 {
         self.validator.batches()
@@ -552,11 +574,13 @@ impl<R: BufRead> BatchStreamReader<R> {
         match &mut self.src {
             Src::Lines(lines) => {
                 if !lines.next_line(&mut self.buf)? {
+                    // Name the line where the missing record should have been.
+                    let at = lines.line_number() + 1;
                     return self
                         .validator
                         .finish()
                         .map(|_| None)
-                        .map_err(|e| e.in_file(lines.name()));
+                        .map_err(|e| e.in_file(lines.name()).at_line(at));
                 }
                 let item = parse_record(&self.buf)
                     .and_then(batch_item)

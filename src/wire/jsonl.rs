@@ -9,6 +9,7 @@
 //! cap, whatever the input.
 
 use super::model::{Count, Cursor, Event, Row, Schema, Seq};
+use super::strict::{one_of, present, Obj};
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::io::BufRead;
@@ -165,8 +166,7 @@ fn memchr(b: &[u8]) -> Option<usize> {
 }
 
 /// What kind of record a line holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordKind {
     Header,
     Event,
@@ -174,20 +174,46 @@ pub enum RecordKind {
     Row,
 }
 
+impl<'de> Deserialize<'de> for RecordKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        one_of(
+            d,
+            "record kind",
+            &["header", "event", "commit", "row"],
+            &[
+                RecordKind::Header,
+                RecordKind::Event,
+                RecordKind::Commit,
+                RecordKind::Row,
+            ],
+        )
+    }
+}
+
 /// Every member any record may have; which ones a kind allows is checked after.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRecord {
     pub kind: RecordKind,
+    #[serde(default, deserialize_with = "present")]
     pub format: Option<String>,
+    #[serde(default, deserialize_with = "present")]
     pub start: Option<Cursor>,
+    #[serde(default, deserialize_with = "present")]
     pub high_water: Option<Seq>,
+    #[serde(default, deserialize_with = "present")]
     pub schemas: Option<Vec<Schema>>,
+    #[serde(default, deserialize_with = "present")]
     pub event: Option<Event>,
+    #[serde(default, deserialize_with = "present")]
     pub end: Option<Cursor>,
+    #[serde(default, deserialize_with = "present")]
     pub count: Option<Count>,
+    #[serde(default, deserialize_with = "present")]
     pub cursor: Option<Cursor>,
+    #[serde(default, deserialize_with = "present")]
     pub table: Option<String>,
+    #[serde(default, deserialize_with = "present")]
     pub row: Option<Row>,
 }
 
@@ -245,7 +271,9 @@ pub fn parse_record(line: &[u8]) -> Result<RawRecord> {
             e.valid_up_to()
         ))
     })?;
-    serde_json::from_str::<RawRecord>(text).map_err(json_error)
+    serde_json::from_str::<Obj<RawRecord>>(text)
+        .map(|Obj(r)| r)
+        .map_err(json_error)
 }
 
 /// A serde_json error as a data error whose message keeps the column.

@@ -7,6 +7,7 @@ pub mod detect;
 pub mod jsonl;
 pub mod model;
 pub mod snapshot;
+pub mod strict;
 pub mod value;
 
 pub use batch::{Batch, BatchDecoder, BatchStreamReader, Commit, Header, Item};

@@ -9,6 +9,7 @@
 //! `{"table":"users","columns":[{"name":"id","type":"INTEGER","nullable":false}],"key":["id"]}`.
 //! Unknown members are errors everywhere.
 
+use super::strict::{one_of, present, Obj};
 use super::value::{write_json_str, write_row, Value};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
@@ -71,12 +72,27 @@ impl<'de> Deserialize<'de> for Count {
 }
 
 /// One source's stream position.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Cursor {
     pub source: String,
-    #[serde(rename = "sequence")]
     seq: Seq,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCursor {
+    source: String,
+    sequence: Seq,
+}
+
+impl<'de> Deserialize<'de> for Cursor {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let Obj(r) = Obj::<RawCursor>::deserialize(d)?;
+        Ok(Cursor {
+            source: r.source,
+            seq: r.sequence,
+        })
+    }
 }
 
 impl Cursor {
@@ -114,12 +130,22 @@ impl fmt::Display for Cursor {
 }
 
 /// The change an event records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
     Insert,
     Update,
     Delete,
+}
+
+impl<'de> Deserialize<'de> for Operation {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        one_of(
+            d,
+            "operation",
+            &["insert", "update", "delete"],
+            &[Operation::Insert, Operation::Update, Operation::Delete],
+        )
+    }
 }
 
 impl Operation {
@@ -150,13 +176,15 @@ struct RawEvent {
     sequence: Seq,
     table: String,
     operation: Operation,
+    #[serde(default, deserialize_with = "present")]
     before: Option<Row>,
+    #[serde(default, deserialize_with = "present")]
     after: Option<Row>,
 }
 
 impl<'de> Deserialize<'de> for Event {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let r = RawEvent::deserialize(d)?;
+        let Obj(r) = Obj::<RawEvent>::deserialize(d)?;
         let e = Event {
             sequence: r.sequence.0,
             table: r.table,
@@ -209,22 +237,58 @@ impl Event {
 }
 
 /// One column of a table.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Column {
     pub name: String,
-    #[serde(rename = "type")]
     pub decl_type: String,
     pub nullable: bool,
 }
 
-/// A table's shape: columns in row order and the key.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawColumn {
+    name: String,
+    #[serde(rename = "type")]
+    decl_type: String,
+    nullable: bool,
+}
+
+impl<'de> Deserialize<'de> for Column {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let Obj(r) = Obj::<RawColumn>::deserialize(d)?;
+        Ok(Column {
+            name: r.name,
+            decl_type: r.decl_type,
+            nullable: r.nullable,
+        })
+    }
+}
+
+/// A table's shape: columns in row order and the key.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schema {
     pub table: String,
     pub columns: Vec<Column>,
     pub key: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSchema {
+    table: String,
+    columns: Vec<Column>,
+    key: Vec<String>,
+}
+
+impl<'de> Deserialize<'de> for Schema {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let Obj(r) = Obj::<RawSchema>::deserialize(d)?;
+        Ok(Schema {
+            table: r.table,
+            columns: r.columns,
+            key: r.key,
+        })
+    }
 }
 
 impl Schema {

@@ -20,6 +20,7 @@
 use super::batch::read_document;
 use super::jsonl::{json_error, parse_record, Limits, LineReader, RawRecord, RecordKind};
 use super::model::{write_cursor, write_schema, write_schemas, Cursor, Row, Schema};
+use super::strict::Obj;
 use super::value::{key_cmp, write_json_str, write_row, Value};
 use crate::error::{Error, Result};
 use serde::Deserialize;
@@ -220,7 +221,7 @@ struct RawTable {
 struct RawSnapshotDoc {
     format: String,
     cursor: Cursor,
-    tables: Vec<RawTable>,
+    tables: Vec<Obj<RawTable>>,
 }
 
 /// Reads a snapshot (JSONL or JSON), yielding only validated items; the
@@ -254,7 +255,7 @@ impl<R: BufRead> SnapshotReader<R> {
     pub fn json(mut inner: R, name: impl Into<String>, limits: Limits) -> Result<Self> {
         let name = name.into();
         let text = read_document(&mut inner, &name, limits)?;
-        let doc: RawSnapshotDoc = serde_json::from_slice(&text)
+        let Obj(doc) = serde_json::from_slice::<Obj<RawSnapshotDoc>>(&text)
             .map_err(|e| json_error(e).in_file(&format!("{name} (JSON snapshot)")))?;
         if doc.format != JSON_FORMAT {
             return Err(Error::data(format!(
@@ -263,13 +264,14 @@ impl<R: BufRead> SnapshotReader<R> {
             ))
             .in_file(&name));
         }
-        let schemas: Vec<Schema> = doc.tables.iter().map(|t| t.schema.clone()).collect();
+        let tables: Vec<RawTable> = doc.tables.into_iter().map(|Obj(t)| t).collect();
+        let schemas: Vec<Schema> = tables.iter().map(|t| t.schema.clone()).collect();
         let mut items = vec![SnapItem::Header {
             cursor: doc.cursor,
             schemas,
         }];
         let mut count = 0u64;
-        for t in doc.tables {
+        for t in tables {
             for row in t.rows {
                 count += 1;
                 items.push(SnapItem::Row {

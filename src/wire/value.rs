@@ -154,14 +154,14 @@ pub fn parse_integer(s: &str) -> Result<i64, String> {
 }
 
 fn check_canonical_integer(s: &str) -> Result<(), String> {
-    if s.len() > MAX_NUMBER_DIGITS + 1 {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    if digits.len() > MAX_NUMBER_DIGITS {
         return Err(format!(
-            "integer string of {} characters is longer than {} digits",
-            s.len(),
+            "integer string of {} digits is longer than {} digits",
+            digits.len(),
             MAX_NUMBER_DIGITS
         ));
     }
-    let digits = s.strip_prefix('-').unwrap_or(s);
     let ok = !digits.is_empty()
         && digits.bytes().all(|b| b.is_ascii_digit())
         && (digits == "0" || !digits.starts_with('0'))
@@ -563,7 +563,7 @@ impl<'de> DeserializeSeed<'de> for StrElem {
                 Ok(StrOwned::Borrowed(s))
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<StrOwned<'de>, E> {
-                if s.len() > MAX_NUMBER_DIGITS + 1 {
+                if s.trim_start_matches('-').len() > MAX_NUMBER_DIGITS {
                     return Err(E::custom(format!(
                         "number string of {} characters is longer than {} digits",
                         s.len(),
