@@ -1,0 +1,596 @@
+//! Shared helpers for the tool tests: batch builders that produce JSONL (or
+//! JSON) text, runners for the real binaries, and parsers that turn a tool's
+//! output back into `mooncdc::wire::Batch` values so tests compare structures
+//! and print expected against got on failure.
+
+#![allow(dead_code)]
+
+use assert_cmd::Command;
+use mooncdc::wire::{Batch, BatchStreamReader, Item, Limits};
+use serde_json::{json, Value as J};
+use std::path::{Path, PathBuf};
+
+/// The default source identity used by the builders.
+pub const SRC: &str = "sqlite:test";
+
+// ---------------------------------------------------------------- values, rows
+
+pub fn int(n: i64) -> J {
+    json!(["integer", n.to_string()])
+}
+
+pub fn text(s: &str) -> J {
+    json!(["text", s])
+}
+
+/// A row of table `t`: `[id INTEGER, v TEXT]`.
+pub fn row(id: i64, v: &str) -> J {
+    json!([int(id), text(v)])
+}
+
+pub fn cursor(source: &str, seq: u128) -> J {
+    json!({"source": source, "sequence": seq.to_string()})
+}
+
+// ---------------------------------------------------------------- schemas
+
+/// A schema with columns given as (name, type, nullable) and its key.
+pub fn schema(table: &str, columns: &[(&str, &str, bool)], key: &[&str]) -> J {
+    let cols: Vec<J> = columns
+        .iter()
+        .map(|(n, t, nullable)| json!({"name": n, "type": t, "nullable": nullable}))
+        .collect();
+    json!({"table": table, "columns": cols, "key": key})
+}
+
+/// The schema of a two-column table `[id INTEGER key, v TEXT]`.
+pub fn kv_schema(table: &str) -> J {
+    schema(
+        table,
+        &[("id", "INTEGER", false), ("v", "TEXT", true)],
+        &["id"],
+    )
+}
+
+// ---------------------------------------------------------------- events
+
+pub fn ins(seq: u128, table: &str, after: J) -> J {
+    json!({"sequence": seq.to_string(), "table": table, "operation": "insert", "after": after})
+}
+
+pub fn upd(seq: u128, table: &str, before: J, after: J) -> J {
+    json!({"sequence": seq.to_string(), "table": table, "operation": "update", "before": before, "after": after})
+}
+
+pub fn del(seq: u128, table: &str, before: J) -> J {
+    json!({"sequence": seq.to_string(), "table": table, "operation": "delete", "before": before})
+}
+
+// ---------------------------------------------------------------- batches
+
+/// A batch to be written as text.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub source: String,
+    pub start: u128,
+    pub end: u128,
+    pub high_water: u128,
+    pub schemas: Option<Vec<J>>,
+    pub events: Vec<J>,
+}
+
+impl Spec {
+    /// A batch of source [`SRC`] from `start` to `end`, high water = `end`, no schemas.
+    pub fn new(start: u128, end: u128) -> Spec {
+        Spec {
+            source: SRC.to_string(),
+            start,
+            end,
+            high_water: end,
+            schemas: None,
+            events: Vec::new(),
+        }
+    }
+
+    pub fn source(mut self, s: &str) -> Spec {
+        self.source = s.to_string();
+        self
+    }
+
+    pub fn high_water(mut self, hw: u128) -> Spec {
+        self.high_water = hw;
+        self
+    }
+
+    pub fn schemas(mut self, s: Vec<J>) -> Spec {
+        self.schemas = Some(s);
+        self
+    }
+
+    pub fn events(mut self, e: Vec<J>) -> Spec {
+        self.events = e;
+        self
+    }
+
+    pub fn event(mut self, e: J) -> Spec {
+        self.events.push(e);
+        self
+    }
+
+    pub fn header_line(&self) -> String {
+        let mut h = json!({
+            "kind": "header",
+            "format": "mooncdc.jsonl.v1",
+            "start": cursor(&self.source, self.start),
+            "high_water": self.high_water.to_string(),
+        });
+        if let Some(s) = &self.schemas {
+            h["schemas"] = J::Array(s.clone());
+        }
+        format!("{h}\n")
+    }
+
+    pub fn event_lines(&self) -> String {
+        self.events
+            .iter()
+            .map(|e| format!("{}\n", json!({"kind": "event", "event": e})))
+            .collect()
+    }
+
+    pub fn commit_line(&self) -> String {
+        format!(
+            "{}\n",
+            json!({"kind": "commit", "end": cursor(&self.source, self.end), "count": self.events.len().to_string()})
+        )
+    }
+
+    /// The batch as JSONL text.
+    pub fn jsonl(&self) -> String {
+        format!(
+            "{}{}{}",
+            self.header_line(),
+            self.event_lines(),
+            self.commit_line()
+        )
+    }
+
+    /// The batch as one JSON document (`mooncdc.batch.v1`).
+    pub fn json(&self) -> String {
+        let mut d = json!({
+            "format": "mooncdc.batch.v1",
+            "start": cursor(&self.source, self.start),
+            "end": cursor(&self.source, self.end),
+            "high_water": self.high_water.to_string(),
+            "events": self.events,
+        });
+        if let Some(s) = &self.schemas {
+            d["schemas"] = J::Array(s.clone());
+        }
+        format!("{d}\n")
+    }
+
+    /// The batch in the tools' canonical JSONL encoding (the builders' text
+    /// orders members differently, which readers must accept).
+    pub fn canonical(&self) -> String {
+        String::from_utf8(self.batch().to_jsonl()).expect("UTF-8")
+    }
+
+    /// The batch decoded by the library (panics if the spec is not a valid batch).
+    pub fn batch(&self) -> Batch {
+        Batch::from_jsonl(&self.jsonl())
+            .unwrap_or_else(|e| panic!("test spec is not a valid batch: {e}\n{}", self.jsonl()))
+    }
+}
+
+/// Several batches as one JSONL batch stream.
+pub fn stream(specs: &[Spec]) -> String {
+    specs.iter().map(Spec::jsonl).collect()
+}
+
+/// A JSONL snapshot with the given schemas and no rows.
+pub fn snapshot_jsonl(schemas: &[J], cursor_seq: u128) -> String {
+    format!(
+        "{}\n{}\n",
+        json!({"kind": "header", "format": "mooncdc.snapshot-jsonl.v1", "cursor": cursor(SRC, cursor_seq), "schemas": schemas}),
+        json!({"kind": "commit", "count": "0"})
+    )
+}
+
+/// A JSON snapshot with the given schemas and no rows.
+pub fn snapshot_json(schemas: &[J], cursor_seq: u128) -> String {
+    let tables: Vec<J> = schemas
+        .iter()
+        .map(|s| json!({"schema": s, "rows": []}))
+        .collect();
+    format!(
+        "{}\n",
+        json!({"format": "mooncdc.snapshot.v1", "cursor": cursor(SRC, cursor_seq), "tables": tables})
+    )
+}
+
+// ---------------------------------------------------------------- parsing output
+
+/// Parse a JSONL batch stream (validating every rule) into batches.
+pub fn parse_stream(bytes: &[u8]) -> Result<Vec<Batch>, String> {
+    let mut r = BatchStreamReader::jsonl(bytes, "<output>", Limits::default());
+    let mut out = Vec::new();
+    let mut open: Option<Batch> = None;
+    loop {
+        match r.next_item() {
+            Ok(None) => break,
+            Ok(Some(Item::Header(h))) => {
+                open = Some(Batch {
+                    start: h.start.clone(),
+                    end: h.start,
+                    high_water: h.high_water,
+                    schemas: h.schemas,
+                    events: Vec::new(),
+                })
+            }
+            Ok(Some(Item::Event(e))) => open.as_mut().expect("header first").events.push(e),
+            Ok(Some(Item::Commit(c))) => {
+                let mut b = open.take().expect("header first");
+                b.end = c.end;
+                out.push(b);
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(out)
+}
+
+/// Parse a JSONL batch stream that must be valid.
+pub fn batches(bytes: &[u8]) -> Vec<Batch> {
+    parse_stream(bytes).unwrap_or_else(|e| {
+        panic!(
+            "tool output is not a valid batch stream: {e}\n--- output ---\n{}",
+            String::from_utf8_lossy(bytes)
+        )
+    })
+}
+
+/// Parse output made of JSON batch documents, one per line.
+pub fn json_batches(bytes: &[u8]) -> Vec<Batch> {
+    let text = std::str::from_utf8(bytes).expect("output is UTF-8");
+    text.lines()
+        .map(|l| {
+            Batch::from_json(l)
+                .unwrap_or_else(|e| panic!("output line is not a JSON batch: {e}\n{l}"))
+        })
+        .collect()
+}
+
+/// The raw text of each batch of a JSONL stream (header through commit).
+pub fn batch_chunks(bytes: &[u8]) -> Vec<String> {
+    let text = std::str::from_utf8(bytes).expect("output is UTF-8");
+    let mut chunks = Vec::new();
+    let mut cur = String::new();
+    for line in text.split_inclusive('\n') {
+        cur.push_str(line);
+        if line.starts_with("{\"kind\":\"commit\"") {
+            chunks.push(std::mem::take(&mut cur));
+        }
+    }
+    assert!(
+        cur.is_empty(),
+        "output ends with an incomplete batch:\n{cur}"
+    );
+    chunks
+}
+
+fn show(batches: &[Batch]) -> String {
+    batches
+        .iter()
+        .map(|b| String::from_utf8(b.to_jsonl()).expect("UTF-8"))
+        .collect::<Vec<_>>()
+        .join("--\n")
+}
+
+/// Compare batches exactly (through their canonical encoding, so REAL bits and
+/// value classes count); on failure print both sides.
+#[track_caller]
+pub fn assert_batches(expected: &[Batch], got: &[Batch]) {
+    let same = expected.len() == got.len()
+        && expected
+            .iter()
+            .zip(got)
+            .all(|(e, g)| e.to_jsonl() == g.to_jsonl());
+    if !same {
+        panic!(
+            "batches differ\n=== expected ({} batches) ===\n{}\n=== got ({} batches) ===\n{}",
+            expected.len(),
+            show(expected),
+            got.len(),
+            show(got)
+        );
+    }
+}
+
+/// Compare texts; on failure print both sides.
+#[track_caller]
+pub fn assert_text(expected: &str, got: &[u8]) {
+    let got = String::from_utf8_lossy(got);
+    if expected != got {
+        panic!("output differs\n=== expected ===\n{expected}\n=== got ===\n{got}");
+    }
+}
+
+// ---------------------------------------------------------------- running tools
+
+/// The real binary, built by cargo for this test run.
+pub fn tool(name: &str) -> Command {
+    Command::new(tool_path(name))
+}
+
+/// The path of a built binary (cargo builds the binaries before integration tests).
+pub fn tool_path(name: &str) -> PathBuf {
+    PathBuf::from(match name {
+        "mooncdc-split" => env!("CARGO_BIN_EXE_mooncdc-split"),
+        "mooncdc-merge" => env!("CARGO_BIN_EXE_mooncdc-merge"),
+        "mooncdc-compact" => env!("CARGO_BIN_EXE_mooncdc-compact"),
+        other => panic!("unknown tool {other}"),
+    })
+}
+
+/// What a run produced.
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+}
+
+impl Run {
+    #[track_caller]
+    pub fn expect_code(&self, code: i32) -> &Self {
+        if self.code != Some(code) {
+            panic!(
+                "expected exit status {code}, got {:?}\n--- stderr ---\n{}\n--- stdout ---\n{}",
+                self.code,
+                self.stderr,
+                String::from_utf8_lossy(&self.stdout)
+            );
+        }
+        self
+    }
+
+    #[track_caller]
+    pub fn ok(&self) -> &Self {
+        self.expect_code(0)
+    }
+
+    #[track_caller]
+    pub fn stderr_has(&self, needle: &str) -> &Self {
+        if !self.stderr.contains(needle) {
+            panic!(
+                "stderr does not contain {needle:?}\n--- stderr ---\n{}",
+                self.stderr
+            );
+        }
+        self
+    }
+
+    #[track_caller]
+    pub fn stdout_empty(&self) -> &Self {
+        if !self.stdout.is_empty() {
+            panic!(
+                "stdout should be empty, got:\n{}",
+                String::from_utf8_lossy(&self.stdout)
+            );
+        }
+        self
+    }
+
+    pub fn stdout_str(&self) -> String {
+        String::from_utf8(self.stdout.clone()).expect("stdout is UTF-8")
+    }
+}
+
+/// Run a tool with arguments and optional standard input (empty when `None`).
+pub fn run(name: &str, args: &[&str], stdin: Option<&str>) -> Run {
+    run_in(name, args, stdin, None)
+}
+
+/// Like [`run`], in a working directory.
+pub fn run_in(name: &str, args: &[&str], stdin: Option<&str>, dir: Option<&Path>) -> Run {
+    let mut cmd = tool(name);
+    cmd.args(args);
+    if let Some(d) = dir {
+        cmd.current_dir(d);
+    }
+    cmd.write_stdin(stdin.unwrap_or("").as_bytes().to_vec());
+    let out = cmd.output().expect("run tool");
+    Run {
+        code: out.status.code(),
+        stdout: out.stdout,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A temporary folder for a test's files.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temporary folder")
+}
+
+/// Write a file and return its path as a string.
+pub fn write(dir: &Path, name: &str, content: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, content).expect("write test file");
+    p.to_str().expect("UTF-8 path").to_string()
+}
+
+/// The names in a folder, sorted.
+pub fn list(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("read folder")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Whether stderr names `file` with a line number (`file:N:`).
+pub fn names_file_and_line(stderr: &str, file: &str) -> bool {
+    let needle = format!("{file}:");
+    stderr.match_indices(&needle).any(|(i, _)| {
+        let rest = &stderr[i + needle.len()..];
+        let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
+        digits > 0 && rest[digits..].starts_with(':')
+    })
+}
+
+/// Whether stderr names `file` at exactly line `line` (`file:line:`).
+pub fn names_line(stderr: &str, file: &str, line: u64) -> bool {
+    stderr.contains(&format!("{file}:{line}:"))
+}
+
+// ---------------------------------------------------------------- common-option checks
+
+/// `--help` and `--version` exit 0 and print something sensible.
+pub fn check_help_and_version(name: &str) {
+    let r = run(name, &["--help"], None);
+    r.ok();
+    let out = r.stdout_str();
+    assert!(
+        out.contains("Usage"),
+        "--help of {name} has no usage:\n{out}"
+    );
+    for opt in ["--max-line-bytes", "--max-input-bytes", "--output-format"] {
+        assert!(
+            out.contains(opt),
+            "--help of {name} does not list {opt}:\n{out}"
+        );
+    }
+    let r = run(name, &["--version"], None);
+    r.ok();
+    let out = r.stdout_str();
+    assert!(
+        out.contains(name) && out.contains(env!("CARGO_PKG_VERSION")),
+        "--version of {name} should print its name and version, got {out:?}"
+    );
+}
+
+/// A generated batch large enough to fill any pipe buffer many times over.
+pub fn big_batch(events: u128, with_schema: bool) -> String {
+    use std::fmt::Write;
+    let mut s = Spec::new(0, events);
+    if with_schema {
+        s = s.schemas(vec![kv_schema("t")]);
+    }
+    let mut out = s.header_line();
+    for i in 1..=events {
+        writeln!(
+            out,
+            r#"{{"kind":"event","event":{{"sequence":"{i}","table":"t","operation":"insert","after":[["integer","{i}"],["text","some text to make the line longer {i}"]]}}}}"#
+        )
+        .unwrap();
+    }
+    writeln!(
+        out,
+        r#"{{"kind":"commit","end":{{"source":"{SRC}","sequence":"{events}"}},"count":"{events}"}}"#
+    )
+    .unwrap();
+    out
+}
+
+/// Run `<tool> <args> <file> | head -c 100 >/dev/null` in bash with pipefail
+/// and return (pipeline status, stderr).
+pub fn run_into_closed_pipe(name: &str, args: &[&str], file: &str) -> (Option<i32>, String) {
+    let bin = tool_path(name);
+    let quoted: Vec<String> = args
+        .iter()
+        .chain(std::iter::once(&file))
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    let script = format!(
+        "set -o pipefail; '{}' {} | head -c 100 >/dev/null",
+        bin.display(),
+        quoted.join(" ")
+    );
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .expect("run bash");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Checks of the input-limit options shared by every tool that reads JSONL.
+/// `input` must be a valid input for `name` with `extra` arguments.
+pub fn check_limits(name: &str, extra: &[&str], input: &str) {
+    let dir = tempdir();
+    let f = write(dir.path(), "in.jsonl", input);
+    let longest = input.lines().map(str::len).max().unwrap();
+    let total = input.len();
+
+    let with = |opts: Vec<String>| {
+        let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        args.extend(opts);
+        args.push(f.clone());
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(name, &refs, None)
+    };
+
+    // A line cap exactly the longest line passes; one byte less fails.
+    with(vec![format!("--max-line-bytes={longest}")]).ok();
+    let r = with(vec![format!("--max-line-bytes={}", longest - 1)]);
+    r.expect_code(1).stderr_has("line limit");
+    assert!(
+        names_file_and_line(&r.stderr, &f),
+        "line-limit error should name file and line, got: {}",
+        r.stderr
+    );
+
+    // A total cap exactly the input passes; one byte less fails.
+    with(vec![format!("--max-input-bytes={total}")]).ok();
+    let r = with(vec![format!("--max-input-bytes={}", total - 1)]);
+    r.expect_code(1).stderr_has("input limit");
+
+    // A line cap above the total cap is a usage error; zero caps too.
+    with(vec![
+        format!("--max-line-bytes={}", total + 1),
+        format!("--max-input-bytes={total}"),
+    ])
+    .expect_code(2)
+    .stdout_empty();
+    with(vec!["--max-line-bytes=0".into()])
+        .expect_code(2)
+        .stdout_empty();
+    with(vec!["--max-input-bytes=0".into()])
+        .expect_code(2)
+        .stdout_empty();
+}
+
+/// Run a tool under `umask 022` (through bash) in `dir`; returns the status.
+pub fn run_with_umask_022(name: &str, args: &[&str], dir: &Path) -> Option<i32> {
+    let quoted: Vec<String> = args
+        .iter()
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect();
+    let script = format!(
+        "umask 022; exec '{}' {}",
+        tool_path(name).display(),
+        quoted.join(" ")
+    );
+    std::process::Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run bash")
+        .status
+        .code()
+}
+
+/// The permission bits of a file.
+pub fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .expect("file exists")
+        .permissions()
+        .mode()
+        & 0o777
+}

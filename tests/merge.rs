@@ -1,0 +1,577 @@
+//! mooncdc-merge, run as a real binary (CLI.md "mooncdc-merge", DESIGN §5, §8, §11).
+
+mod common;
+
+use common::*;
+use mooncdc::wire::Batch;
+use serde_json::Value as J;
+
+const MERGE: &str = "mooncdc-merge";
+
+fn inserts(table: &str, seqs: &[u128]) -> Vec<J> {
+    seqs.iter()
+        .map(|&s| ins(s, table, row(s as i64, &format!("v{s}"))))
+        .collect()
+}
+
+/// Three contiguous batches: 0–5, 5–12, 12–20.
+fn parts() -> [Spec; 3] {
+    [
+        Spec::new(0, 5)
+            .high_water(40)
+            .schemas(vec![kv_schema("t")])
+            .events(inserts("t", &[1, 2, 5])),
+        Spec::new(5, 12)
+            .high_water(12)
+            .schemas(vec![kv_schema("t")])
+            .events(inserts("t", &[6, 9, 12])),
+        Spec::new(12, 20)
+            .high_water(25)
+            .schemas(vec![kv_schema("t")])
+            .events(inserts("t", &[15])),
+    ]
+}
+
+fn merged_parts() -> Batch {
+    Spec::new(0, 20)
+        .high_water(40)
+        .schemas(vec![kv_schema("t")])
+        .events(inserts("t", &[1, 2, 5, 6, 9, 12, 15]))
+        .batch()
+}
+
+/// Write each spec to its own file (JSONL) and return the paths.
+fn files(dir: &std::path::Path, specs: &[Spec]) -> Vec<String> {
+    specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| write(dir, &format!("part{i}.jsonl"), &s.jsonl()))
+        .collect()
+}
+
+// ---------------------------------------------------------------- joining
+
+#[test]
+fn files_in_any_order_are_ordered_by_start() {
+    let dir = tempdir();
+    let f = files(dir.path(), &parts());
+    let orders = [
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+    ];
+    for order in orders {
+        let args: Vec<&str> = order.iter().map(|&i| f[i].as_str()).collect();
+        let r = run(MERGE, &args, None);
+        r.ok();
+        assert_batches(&[merged_parts()], &batches(&r.stdout));
+        assert_eq!(r.stdout, merged_parts().to_jsonl(), "canonical text");
+    }
+}
+
+#[test]
+fn inputs_holding_several_batches_are_ordered_by_their_first_start() {
+    let dir = tempdir();
+    let [a, b, c] = parts();
+    let first = write(dir.path(), "ab.jsonl", &stream(&[a, b]));
+    let last = write(dir.path(), "c.jsonl", &c.jsonl());
+    let r = run(MERGE, &[&last, &first], None);
+    r.ok();
+    assert_batches(&[merged_parts()], &batches(&r.stdout));
+}
+
+/// An empty batch that does not advance (start = end, as capture writes when
+/// nothing changed) shares its start with the batch that follows it.
+#[test]
+fn an_empty_batch_at_the_start_of_the_next_may_come_in_any_order() {
+    let dir = tempdir();
+    let still = Spec::new(10, 10).high_water(30);
+    let next = Spec::new(10, 20)
+        .high_water(30)
+        .events(inserts("t", &[12, 20]));
+    let fs = write(dir.path(), "still.jsonl", &still.jsonl());
+    let fn_ = write(dir.path(), "next.jsonl", &next.jsonl());
+    let expected = Spec::new(10, 20)
+        .high_water(30)
+        .events(inserts("t", &[12, 20]))
+        .batch();
+    for args in [[&fs, &fn_], [&fn_, &fs]] {
+        let r = run(MERGE, &[args[0].as_str(), args[1].as_str()], None);
+        r.ok();
+        assert_batches(std::slice::from_ref(&expected), &batches(&r.stdout));
+    }
+}
+
+#[test]
+fn empty_batches_merge() {
+    let dir = tempdir();
+    let specs = [
+        Spec::new(3, 3).high_water(9),
+        Spec::new(3, 7).high_water(9),
+        Spec::new(7, 9).high_water(9).events(inserts("t", &[8])),
+    ];
+    let f = files(dir.path(), &specs);
+    let r = run(MERGE, &[&f[0], &f[1], &f[2]], None);
+    r.ok();
+    let expected = Spec::new(3, 9).high_water(9).events(inserts("t", &[8]));
+    assert_batches(&[expected.batch()], &batches(&r.stdout));
+}
+
+#[test]
+fn gap_is_an_error() {
+    let dir = tempdir();
+    let [a, _, c] = parts();
+    let f = files(dir.path(), &[a, c]);
+    for args in [[&f[0], &f[1]], [&f[1], &f[0]]] {
+        let r = run(MERGE, &[args[0].as_str(), args[1].as_str()], None);
+        r.expect_code(1).stdout_empty().stderr_has("gap");
+        assert!(
+            r.stderr.contains(&f[1]),
+            "should name the input: {}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn overlap_is_an_error() {
+    let dir = tempdir();
+    let [a, _, _] = parts();
+    let overlapping = Spec::new(3, 9).high_water(9).events(inserts("t", &[4, 9]));
+    let f = files(dir.path(), &[a, overlapping]);
+    let r = run(MERGE, &[&f[0], &f[1]], None);
+    r.expect_code(1).stdout_empty().stderr_has("overlap");
+    // The same batch twice overlaps itself.
+    let r = run(MERGE, &[&f[0], &f[0]], None);
+    r.expect_code(1).stdout_empty().stderr_has("overlap");
+}
+
+#[test]
+fn second_source_is_an_error() {
+    let dir = tempdir();
+    let [a, b, _] = parts();
+    let b = b.source("postgres:other");
+    let f = files(dir.path(), &[a.clone(), b.clone()]);
+    for args in [[&f[0], &f[1]], [&f[1], &f[0]]] {
+        let r = run(MERGE, &[args[0].as_str(), args[1].as_str()], None);
+        r.expect_code(1).stdout_empty().stderr_has("postgres:other");
+    }
+    // The same within one stream on standard input.
+    let r = run(MERGE, &[], Some(&format!("{}{}", a.jsonl(), b.jsonl())));
+    r.expect_code(1).stdout_empty();
+}
+
+// ---------------------------------------------------------------- one batch
+
+#[test]
+fn single_input_is_reencoded_canonically() {
+    let input = concat!(
+        r#"{ "high_water" : "9", "start" : {"sequence":"2", "source":"s"}, "format":"mooncdc.jsonl.v1", "kind":"header" }"#,
+        "\n",
+        r#"{"event":{"after":[["blob","00FFaB"],["real","2","-1"],["text-utf8","6869E282AC"],["real","0.1"],["integer","-7"],["null"],["real","8","-3"],["real","-0","0"],["text","\u00e9\"x\""]],"operation":"insert","table":"t","sequence":"3"},"kind":"event"}"#,
+        "\r\n",
+        r#"{"count":"1","end":{"source":"s","sequence":"5"},"kind":"commit"}"#,
+    );
+    let expected = concat!(
+        r#"{"kind":"header","format":"mooncdc.jsonl.v1","start":{"source":"s","sequence":"2"},"high_water":"9"}"#,
+        "\n",
+        r#"{"kind":"event","event":{"sequence":"3","table":"t","operation":"insert","after":[["blob","00ffab"],["real","1","0"],["text","hi€"],["real","3602879701896397","-55"],["integer","-7"],["null"],["real","1","0"],["real","-0","0"],["text","é\"x\""]]}}"#,
+        "\n",
+        r#"{"kind":"commit","end":{"source":"s","sequence":"5"},"count":"1"}"#,
+        "\n",
+    );
+    let dir = tempdir();
+    let f = write(dir.path(), "odd.jsonl", input);
+    let r = run(MERGE, &[&f], None);
+    r.ok();
+    assert_text(expected, &r.stdout);
+    let r = run(MERGE, &[], Some(input));
+    r.ok();
+    assert_text(expected, &r.stdout);
+    // Canonical output is a fixed point.
+    let r = run(MERGE, &[], Some(expected));
+    r.ok();
+    assert_text(expected, &r.stdout);
+}
+
+#[test]
+fn single_batch_with_schemas_is_kept_whole() {
+    let [a, _, _] = parts();
+    let r = run(MERGE, &[], Some(&a.jsonl()));
+    r.ok();
+    assert_text(&a.canonical(), &r.stdout);
+}
+
+#[test]
+fn single_batch_with_empty_schemas_keeps_them() {
+    let input = Spec::new(0, 2).high_water(2).schemas(vec![]);
+    let r = run(MERGE, &[], Some(&input.jsonl()));
+    r.ok();
+    assert_text(&input.canonical(), &r.stdout);
+}
+
+// ---------------------------------------------------------------- header
+
+#[test]
+fn high_water_is_the_greatest() {
+    let dir = tempdir();
+    for hws in [[40, 12, 25], [5, 12, 90], [20, 60, 20]] {
+        let mut specs = parts();
+        for (s, hw) in specs.iter_mut().zip(hws) {
+            s.high_water = hw;
+        }
+        let f = files(dir.path(), &specs);
+        let r = run(MERGE, &[&f[2], &f[0], &f[1]], None);
+        r.ok();
+        let got = batches(&r.stdout);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].high_water, *hws.iter().max().unwrap(), "{hws:?}");
+    }
+}
+
+#[test]
+fn schemas_are_united() {
+    let dir = tempdir();
+    let specs = [
+        Spec::new(0, 2)
+            .schemas(vec![kv_schema("t")])
+            .events(inserts("t", &[1, 2])),
+        Spec::new(2, 4)
+            .schemas(vec![kv_schema("u"), kv_schema("t")])
+            .events(inserts("u", &[3, 4])),
+        Spec::new(4, 6)
+            .schemas(vec![kv_schema("w")])
+            .events(inserts("w", &[5, 6])),
+    ];
+    let f = files(dir.path(), &specs);
+    let r = run(MERGE, &[&f[1], &f[2], &f[0]], None);
+    r.ok();
+    let got = batches(&r.stdout);
+    assert_eq!(got.len(), 1);
+    let mut tables: Vec<String> = got[0]
+        .schemas
+        .as_ref()
+        .expect("merged batch has schemas")
+        .iter()
+        .map(|s| s.table.clone())
+        .collect();
+    tables.sort();
+    assert_eq!(tables, vec!["t", "u", "w"], "each table's schema once");
+    let mut events = inserts("t", &[1, 2]);
+    events.extend(inserts("u", &[3, 4]));
+    events.extend(inserts("w", &[5, 6]));
+    let expected = Batch {
+        schemas: got[0].schemas.clone(),
+        ..Spec::new(0, 6).events(events).batch()
+    };
+    assert_batches(&[expected], &got);
+}
+
+#[test]
+fn batches_without_schemas_merge_with_batches_whose_schemas_cover_them() {
+    let dir = tempdir();
+    let specs = [
+        Spec::new(0, 2)
+            .schemas(vec![kv_schema("t")])
+            .events(inserts("t", &[1, 2])),
+        Spec::new(2, 4).events(inserts("t", &[3, 4])),
+    ];
+    let f = files(dir.path(), &specs);
+    let r = run(MERGE, &[&f[0], &f[1]], None);
+    r.ok();
+    let expected = Spec::new(0, 4)
+        .schemas(vec![kv_schema("t")])
+        .events(inserts("t", &[1, 2, 3, 4]));
+    assert_batches(&[expected.batch()], &batches(&r.stdout));
+
+    // A table no schema describes cannot go into a batch that has schemas.
+    let specs = [
+        Spec::new(0, 2)
+            .schemas(vec![kv_schema("t")])
+            .events(inserts("t", &[1, 2])),
+        Spec::new(2, 4).events(inserts("u", &[3, 4])),
+    ];
+    let f = files(dir.path(), &specs);
+    let r = run(MERGE, &[&f[0], &f[1]], None);
+    r.expect_code(1).stdout_empty().stderr_has("\"u\"");
+}
+
+#[test]
+fn differing_schemas_of_one_table_are_an_error() {
+    let dir = tempdir();
+    let other_t = schema(
+        "t",
+        &[("id", "INTEGER", false), ("v", "BLOB", true)],
+        &["id"],
+    );
+    let specs = [
+        Spec::new(0, 2)
+            .schemas(vec![kv_schema("t")])
+            .events(inserts("t", &[1, 2])),
+        Spec::new(2, 4)
+            .schemas(vec![other_t])
+            .events(inserts("t", &[3, 4])),
+    ];
+    let f = files(dir.path(), &specs);
+    let r = run(MERGE, &[&f[0], &f[1]], None);
+    r.expect_code(1).stdout_empty().stderr_has("schema");
+    // Also when they come as one stream.
+    let r = run(MERGE, &[], Some(&stream(&specs)));
+    r.expect_code(1).stdout_empty().stderr_has("schema");
+}
+
+// ---------------------------------------------------------------- --output
+
+#[test]
+fn output_file_is_written_atomically() {
+    let dir = tempdir();
+    let f = files(dir.path(), &parts());
+    let out = dir.path().join("merged.jsonl");
+    let out_s = out.to_str().unwrap();
+    for flag in ["--output", "-o"] {
+        let _ = std::fs::remove_file(&out);
+        let r = run(MERGE, &[flag, out_s, &f[2], &f[1], &f[0]], None);
+        r.ok().stdout_empty();
+        let content = std::fs::read(&out).expect("output file written");
+        assert_eq!(content, merged_parts().to_jsonl());
+        assert_eq!(
+            list(dir.path()),
+            vec!["merged.jsonl", "part0.jsonl", "part1.jsonl", "part2.jsonl"],
+            "no temporary files left"
+        );
+    }
+    // Relative to the working folder.
+    let r = run_in(
+        MERGE,
+        &["--output", "rel.jsonl", "part0.jsonl", "part1.jsonl"],
+        None,
+        Some(dir.path()),
+    );
+    r.ok();
+    let got = batches(&std::fs::read(dir.path().join("rel.jsonl")).unwrap());
+    let [a, b, _] = parts();
+    let mut events = a.events.clone();
+    events.extend(b.events.clone());
+    let expected = Spec::new(0, 12)
+        .high_water(40)
+        .schemas(vec![kv_schema("t")])
+        .events(events);
+    assert_batches(&[expected.batch()], &got);
+}
+
+#[test]
+fn output_file_is_not_created_on_error() {
+    let dir = tempdir();
+    let [a, _, c] = parts();
+    let f = files(dir.path(), &[a, c]);
+    let out = dir.path().join("merged.jsonl");
+    let r = run(
+        MERGE,
+        &["--output", out.to_str().unwrap(), &f[0], &f[1]],
+        None,
+    );
+    r.expect_code(1).stdout_empty().stderr_has("gap");
+    assert!(!out.exists(), "no output file on error");
+    assert_eq!(list(dir.path()), vec!["part0.jsonl", "part1.jsonl"]);
+
+    // An existing file is left as it was.
+    std::fs::write(&out, "old").unwrap();
+    let r = run(
+        MERGE,
+        &["--output", out.to_str().unwrap(), &f[0], &f[1]],
+        None,
+    );
+    r.expect_code(1);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "old");
+    assert_eq!(
+        list(dir.path()),
+        vec!["merged.jsonl", "part0.jsonl", "part1.jsonl"]
+    );
+
+    // A truncated input: nothing written either.
+    let _ = std::fs::remove_file(&out);
+    let [a, b, _] = parts();
+    let cut = format!("{}{}{}", a.jsonl(), b.header_line(), b.event_lines());
+    let r = run(MERGE, &["--output", out.to_str().unwrap()], Some(&cut));
+    r.expect_code(1).stderr_has("commit");
+    assert!(!out.exists());
+}
+
+#[test]
+fn output_file_gets_ordinary_permissions() {
+    let dir = tempdir();
+    files(dir.path(), &parts());
+    let code = run_with_umask_022(
+        MERGE,
+        &["--output", "m.jsonl", "part0.jsonl", "part1.jsonl"],
+        dir.path(),
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(mode(&dir.path().join("m.jsonl")), 0o644);
+}
+
+// ---------------------------------------------------------------- formats
+
+#[test]
+fn json_output_format() {
+    let dir = tempdir();
+    let f = files(dir.path(), &parts());
+    let r = run(
+        MERGE,
+        &["--output-format", "json", &f[1], &f[0], &f[2]],
+        None,
+    );
+    r.ok();
+    assert_batches(&[merged_parts()], &json_batches(&r.stdout));
+    assert_eq!(r.stdout, merged_parts().to_json(), "canonical JSON text");
+
+    let out = dir.path().join("m.json");
+    let r = run(
+        MERGE,
+        &[
+            "--output-format",
+            "json",
+            "--output",
+            out.to_str().unwrap(),
+            &f[0],
+            &f[1],
+            &f[2],
+        ],
+        None,
+    );
+    r.ok().stdout_empty();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_batches(&[merged_parts()], &[Batch::from_json(&text).unwrap()]);
+}
+
+#[test]
+fn stdin_stream_of_several_batches_is_merged() {
+    let r = run(MERGE, &[], Some(&stream(&parts())));
+    r.ok();
+    assert_batches(&[merged_parts()], &batches(&r.stdout));
+    let r = run(MERGE, &["-"], Some(&stream(&parts())));
+    r.ok();
+    assert_batches(&[merged_parts()], &batches(&r.stdout));
+}
+
+#[test]
+fn stdin_and_files_together() {
+    let dir = tempdir();
+    let [a, b, c] = parts();
+    let f = files(dir.path(), &[a, c]);
+    let r = run(MERGE, &[&f[1], "-", &f[0]], Some(&b.jsonl()));
+    r.ok();
+    assert_batches(&[merged_parts()], &batches(&r.stdout));
+}
+
+#[test]
+fn json_batch_input_is_accepted() {
+    let dir = tempdir();
+    let [a, b, c] = parts();
+    // All JSON, one document per file.
+    let fa = write(dir.path(), "a.json", &a.json());
+    let fb = write(dir.path(), "b.json", &b.json());
+    let fc = write(dir.path(), "c.json", &c.json());
+    let r = run(MERGE, &[&fc, &fa, &fb], None);
+    r.ok();
+    assert_batches(&[merged_parts()], &batches(&r.stdout));
+    // JSON and JSONL mixed.
+    let fb_l = write(dir.path(), "b.jsonl", &b.jsonl());
+    let r = run(MERGE, &[&fb_l, &fc, &fa], None);
+    r.ok();
+    assert_batches(&[merged_parts()], &batches(&r.stdout));
+    // Several JSON documents on standard input, one a line.
+    let docs: String = [&a, &b, &c].iter().map(|s| s.json()).collect();
+    let r = run(MERGE, &[], Some(&docs));
+    r.ok();
+    assert_batches(&[merged_parts()], &batches(&r.stdout));
+}
+
+#[test]
+fn pretty_printed_json_batch_input_is_accepted() {
+    let [a, b, c] = parts();
+    let dir = tempdir();
+    let v: J = serde_json::from_str(&a.json()).unwrap();
+    let fa = write(
+        dir.path(),
+        "a.json",
+        &serde_json::to_string_pretty(&v).unwrap(),
+    );
+    let r = run(MERGE, &[&fa], None);
+    r.ok();
+    assert_batches(&[a.batch()], &batches(&r.stdout));
+    let pretty: String = [&a, &b, &c]
+        .iter()
+        .map(|s| {
+            let v: J = serde_json::from_str(&s.json()).unwrap();
+            serde_json::to_string_pretty(&v).unwrap() + "\n"
+        })
+        .collect();
+    let r = run(MERGE, &[], Some(&pretty));
+    r.ok();
+    assert_batches(&[merged_parts()], &batches(&r.stdout));
+}
+
+// ---------------------------------------------------------------- bad input
+
+#[test]
+fn bad_input_names_file_and_line() {
+    let dir = tempdir();
+    let [a, b, _] = parts();
+    // Line 3 of b: an update without a before image.
+    let bad = b
+        .clone()
+        .events(vec![ins(6, "t", row(6, "x")), json_event_without_before(9)]);
+    let fa = write(dir.path(), "a.jsonl", &a.jsonl());
+    let fb = write(dir.path(), "b.jsonl", &bad.jsonl());
+    let r = run(MERGE, &[&fa, &fb], None);
+    r.expect_code(1).stdout_empty();
+    assert!(names_line(&r.stderr, &fb, 3), "{}", r.stderr);
+
+    // A snapshot is not a batch stream.
+    let fs = write(dir.path(), "s.json", &snapshot_json(&[kv_schema("t")], 0));
+    run(MERGE, &[&fs], None).expect_code(1).stdout_empty();
+
+    // No batch at all.
+    run(MERGE, &[], Some("")).expect_code(1).stdout_empty();
+}
+
+fn json_event_without_before(seq: u128) -> J {
+    serde_json::json!({"sequence": seq.to_string(), "table": "t", "operation": "update", "after": row(9, "y")})
+}
+
+// ---------------------------------------------------------------- common options
+
+#[test]
+fn help_and_version() {
+    check_help_and_version(MERGE);
+    let help = run(MERGE, &["--help"], None).stdout_str();
+    assert!(help.contains("--output"), "--help does not list --output");
+}
+
+#[test]
+fn input_limits() {
+    check_limits(MERGE, &[], &stream(&parts()));
+}
+
+#[test]
+fn usage_errors() {
+    run(MERGE, &["--bogus"], Some(&stream(&parts())))
+        .expect_code(2)
+        .stdout_empty();
+    run(MERGE, &["--output-format", "yaml"], Some(&stream(&parts())))
+        .expect_code(2)
+        .stdout_empty();
+}
+
+#[test]
+fn closed_downstream_pipe_ends_quietly() {
+    let dir = tempdir();
+    let f = write(dir.path(), "big.jsonl", &big_batch(60_000, true));
+    let (code, stderr) = run_into_closed_pipe(MERGE, &[], &f);
+    assert_eq!(stderr, "", "stderr should be empty");
+    assert_eq!(code, Some(0), "pipeline status (merge's, with pipefail)");
+}
