@@ -145,9 +145,14 @@ fn next_row(
     Ok(Some((k, row)))
 }
 
-/// Merge-join one table's rows from both sides, one row of each held at a time.
+/// Rows of one source table in key order, pushed to a callback that returns
+/// false to stop early.
+pub type RowFeed<'a> = dyn FnMut(&mut dyn FnMut(Row) -> Result<bool>) -> Result<()> + 'a;
+
+/// Merge-join one table: source rows arrive through `feed`, target rows are
+/// pulled from the projection; one row of each side is held at a time.
 fn compare_table(
-    src: &Connection,
+    feed: &mut RowFeed<'_>,
     tgt: Option<&Connection>,
     s: &Schema,
     findings: &mut Findings<'_>,
@@ -160,14 +165,15 @@ fn compare_table(
     };
     let key = s.key_indices();
     let sql = select_in_key_order(s);
-    let mut sst = src.prepare(&sql).map_err(db_err("cannot read a table"))?;
-    let mut srows = sst.query([]).map_err(db_err("cannot read a table"))?;
     let mut tst = match tgt {
-        Some(c) => Some(c.prepare(&sql).map_err(db_err("cannot read a table"))?),
+        Some(c) => Some(
+            c.prepare(&sql)
+                .map_err(db_err("cannot read a target table"))?,
+        ),
         None => None,
     };
     let mut trows = match tst.as_mut() {
-        Some(st) => Some(st.query([]).map_err(db_err("cannot read a table"))?),
+        Some(st) => Some(st.query([]).map_err(db_err("cannot read a target table"))?),
         None => None,
     };
     let pull = |trows: &mut Option<rusqlite::Rows<'_>>| -> Result<Option<(Vec<Value>, Row)>> {
@@ -176,144 +182,177 @@ fn compare_table(
             None => Ok(None),
         }
     };
-    let mut a = next_row(&mut srows, s, &key)?;
     let mut b = pull(&mut trows)?;
-    loop {
-        match (a.take(), b.take()) {
-            (None, None) => break,
-            (Some((k, row)), None) => {
-                t.compared += 1;
-                t.missing += 1;
-                findings.row("missing", &s.table, &k, Some(&row), None)?;
-                a = next_row(&mut srows, s, &key)?;
-            }
-            (None, Some((tk, trow))) => {
-                t.extra += 1;
-                findings.row("extra", &s.table, &tk, None, Some(&trow))?;
-                b = pull(&mut trows)?;
-            }
-            (Some((k, row)), Some((tk, trow))) => match key_cmp(&k, &tk) {
-                Ordering::Less => {
-                    t.compared += 1;
+    feed(&mut |row: Row| {
+        let k: Vec<Value> = key.iter().map(|&i| row[i].clone()).collect();
+        t.compared += 1;
+        *seen += 1;
+        if *seen % 65536 == 0 {
+            progress(*seen);
+        }
+        loop {
+            match b.take() {
+                None => {
                     t.missing += 1;
                     findings.row("missing", &s.table, &k, Some(&row), None)?;
-                    a = next_row(&mut srows, s, &key)?;
-                    b = Some((tk, trow));
+                    return Ok(true);
                 }
-                Ordering::Greater => {
-                    t.extra += 1;
-                    findings.row("extra", &s.table, &tk, None, Some(&trow))?;
-                    a = Some((k, row));
-                    b = pull(&mut trows)?;
-                }
-                Ordering::Equal => {
-                    t.compared += 1;
-                    if !same_row(&row, &trow) {
-                        t.different += 1;
-                        findings.row("different", &s.table, &k, Some(&row), Some(&trow))?;
+                Some((tk, trow)) => match key_cmp(&k, &tk) {
+                    Ordering::Less => {
+                        t.missing += 1;
+                        findings.row("missing", &s.table, &k, Some(&row), None)?;
+                        b = Some((tk, trow));
+                        return Ok(true);
                     }
-                    a = next_row(&mut srows, s, &key)?;
-                    b = pull(&mut trows)?;
-                }
-            },
-        }
-        if a.is_some() {
-            *seen += 1;
-            if *seen % 65536 == 0 {
-                progress(*seen);
+                    Ordering::Greater => {
+                        t.extra += 1;
+                        findings.row("extra", &s.table, &tk, None, Some(&trow))?;
+                        b = pull(&mut trows)?;
+                    }
+                    Ordering::Equal => {
+                        if !same_row(&row, &trow) {
+                            t.different += 1;
+                            findings.row("different", &s.table, &k, Some(&row), Some(&trow))?;
+                        }
+                        b = pull(&mut trows)?;
+                        return Ok(true);
+                    }
+                },
             }
         }
+    })?;
+    while let Some((tk, trow)) = b.take() {
+        t.extra += 1;
+        findings.row("extra", &s.table, &tk, None, Some(&trow))?;
+        b = pull(&mut trows)?;
     }
     Ok(t)
 }
 
-/// Compare a SQLite source with a SQLite projection. Returns the report; the
+/// Where the audit's source rows come from.
+pub enum AuditSource<'a> {
+    Sqlite(&'a Path),
+    Postgres(&'a crate::source::postgres::PgSource),
+}
+
+/// Compare a source with a SQLite projection. Returns the report; the
 /// findings are written to `out` as they are found.
-pub fn audit_sqlite(
-    source: &Path,
+pub fn audit(
+    source: AuditSource<'_>,
     target: &Path,
     tables: &[String],
     format: AuditFormat,
     out: &mut dyn Write,
     progress: &mut dyn FnMut(u64),
 ) -> Result<AuditReport> {
-    let src = open_existing(source).map_err(|e| e.in_file(&source.display().to_string()))?;
     let tgt = open_existing(target).map_err(|e| e.in_file(&target.display().to_string()))?;
-    src.execute_batch("BEGIN")
-        .map_err(db_err("cannot begin a read transaction"))?;
     tgt.execute_batch("BEGIN")
         .map_err(db_err("cannot begin a read transaction"))?;
-    let mut report = AuditReport::default();
-    let installed = table_exists(&src, "_mooncdc_meta")?;
-    let schemas: Vec<Schema> = if installed {
-        let cur = crate::source::sqlite::current_tables(&src)?;
-        report.source_cursor = Some(Cursor::new(
-            crate::source::sqlite::identity(&src)?,
-            crate::source::sqlite::high_water(&src)?,
-        ));
-        cur.into_values().map(|t| t.schema).collect()
-    } else {
-        user_tables(&src)?
-            .iter()
-            .filter_map(|t| table_schema(&src, t).ok())
-            .collect()
-    };
-    let schemas: Vec<Schema> = if tables.is_empty() {
-        schemas
-    } else {
-        tables
-            .iter()
-            .map(|t| {
-                schemas
-                    .iter()
-                    .find(|s| &s.table == t)
-                    .cloned()
-                    .ok_or_else(|| Error::usage(format!("table {t:?} is not in the source")))
-            })
-            .collect::<Result<_>>()?
-    };
-    report.target_cursor = if table_exists(&tgt, "_mooncdc_cursor")? {
-        crate::target::sqlite::stored_cursor(&tgt)?
-    } else {
-        None
+    let mut report = AuditReport {
+        target_cursor: if table_exists(&tgt, "_mooncdc_cursor")? {
+            crate::target::sqlite::stored_cursor(&tgt)?
+        } else {
+            None
+        },
+        ..Default::default()
     };
     let mut findings = Findings { out, format };
     let mut seen = 0u64;
-    for s in &schemas {
-        let target_schema = if table_exists(&tgt, &s.table)? {
-            let ts = table_schema(&tgt, &s.table)?;
-            let names = |sc: &Schema| {
-                sc.columns
+    match source {
+        AuditSource::Sqlite(path) => {
+            let src = open_existing(path).map_err(|e| e.in_file(&path.display().to_string()))?;
+            src.execute_batch("BEGIN")
+                .map_err(db_err("cannot begin a read transaction"))?;
+            let installed = table_exists(&src, "_mooncdc_meta")?;
+            let schemas: Vec<Schema> = if installed {
+                let cur = crate::source::sqlite::current_tables(&src)?;
+                report.source_cursor = Some(Cursor::new(
+                    crate::source::sqlite::identity(&src)?,
+                    crate::source::sqlite::high_water(&src)?,
+                ));
+                cur.into_values().map(|t| t.schema).collect()
+            } else {
+                user_tables(&src)?
                     .iter()
-                    .map(|c| c.name.clone())
-                    .collect::<Vec<_>>()
+                    .filter_map(|t| table_schema(&src, t).ok())
+                    .collect()
             };
-            if names(&ts) != names(s) || ts.key != s.key {
-                return Err(Error::state(format!(
-                    "table {:?} has columns {:?} in the source but {:?} in the target",
-                    s.table,
-                    names(s),
-                    names(&ts)
-                )));
+            for s in choose(schemas, tables)? {
+                let tgt_opt = target_table(&tgt, &s)?.then_some(&tgt);
+                let mut feed = |f: &mut dyn FnMut(Row) -> Result<bool>| -> Result<()> {
+                    let sql = select_in_key_order(&s);
+                    let mut st = src
+                        .prepare(&sql)
+                        .map_err(db_err("cannot read a source table"))?;
+                    let mut rows = st.query([]).map_err(db_err("cannot read a source table"))?;
+                    let key = s.key_indices();
+                    while let Some((_, row)) = next_row(&mut rows, &s, &key)? {
+                        if !f(row)? {
+                            break;
+                        }
+                    }
+                    Ok(())
+                };
+                let t = compare_table(&mut feed, tgt_opt, &s, &mut findings, &mut seen, progress)?;
+                report.tables.push(t);
             }
-            Some(s.clone())
-        } else {
-            None
-        };
-        let t = compare_table(
-            &src,
-            target_schema.as_ref().map(|_| &tgt),
-            s,
-            &mut findings,
-            &mut seen,
-            progress,
-        )?;
-        report.tables.push(t);
+            let _ = src.execute_batch("COMMIT");
+        }
+        AuditSource::Postgres(pg) => {
+            let src = crate::source::postgres::AuditSource::open(pg, tables)?;
+            report.source_cursor = Some(Cursor::new(src.identity.clone(), src.high_water));
+            for i in 0..src.tables.len() {
+                let s = src.tables[i].0.clone();
+                let tgt_opt = target_table(&tgt, &s)?.then_some(&tgt);
+                let mut feed = |f: &mut dyn FnMut(Row) -> Result<bool>| src.rows(i, f);
+                let t = compare_table(&mut feed, tgt_opt, &s, &mut findings, &mut seen, progress)?;
+                report.tables.push(t);
+            }
+        }
     }
     progress(seen);
-    let _ = src.execute_batch("COMMIT");
     let _ = tgt.execute_batch("COMMIT");
     Ok(report)
+}
+
+/// The schemas to audit: all, or the named ones.
+fn choose(schemas: Vec<Schema>, tables: &[String]) -> Result<Vec<Schema>> {
+    if tables.is_empty() {
+        return Ok(schemas);
+    }
+    tables
+        .iter()
+        .map(|t| {
+            schemas
+                .iter()
+                .find(|s| &s.table == t)
+                .cloned()
+                .ok_or_else(|| Error::usage(format!("table {t:?} is not in the source")))
+        })
+        .collect()
+}
+
+/// Whether the target has the table; an error when it has it with other columns.
+fn target_table(tgt: &Connection, s: &Schema) -> Result<bool> {
+    if !table_exists(tgt, &s.table)? {
+        return Ok(false);
+    }
+    let ts = table_schema(tgt, &s.table)?;
+    let names = |sc: &Schema| {
+        sc.columns
+            .iter()
+            .map(|c| c.name.clone())
+            .collect::<Vec<_>>()
+    };
+    if names(&ts) != names(s) || ts.key != s.key {
+        return Err(Error::state(format!(
+            "table {:?} has columns {:?} in the source but {:?} in the target",
+            s.table,
+            names(s),
+            names(&ts)
+        )));
+    }
+    Ok(true)
 }
 
 /// Write the summary: per-table counts, both cursors, the verdict.

@@ -1,9 +1,11 @@
 //! mooncdc-audit: compare a source with a target; exit 0 equal, 1 different, 2 trouble.
 
 use clap::Parser;
-use mooncdc::audit::{audit_sqlite, write_summary, AuditFormat};
+use mooncdc::audit::{audit, write_summary, AuditFormat, AuditSource};
 use mooncdc::cli::args::{AuditArgs, AuditFormatArg};
-use mooncdc::cli::{self, url, Progress};
+use mooncdc::cli::url::{self, Endpoint};
+use mooncdc::cli::{self, Progress};
+use mooncdc::source::postgres::PgSource;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -12,7 +14,15 @@ fn main() -> ExitCode {
 }
 
 fn run(a: AuditArgs) -> anyhow::Result<ExitCode> {
-    let source = url::parse(&a.source)?.sqlite_path("source")?.clone();
+    let source = url::parse(&a.source)?;
+    let pg = match &source {
+        Endpoint::Postgres(u) => Some(PgSource::new(u, Some(&a.pg.slot), Some(&a.pg.publication))?),
+        _ => None,
+    };
+    let source = match &pg {
+        Some(p) => AuditSource::Postgres(p),
+        None => AuditSource::Sqlite(source.sqlite_path("source")?),
+    };
     let target = url::parse(&a.target)?.sqlite_path("target")?.clone();
     let format = match a.format {
         AuditFormatArg::Text => AuditFormat::Text,
@@ -20,7 +30,7 @@ fn run(a: AuditArgs) -> anyhow::Result<ExitCode> {
     };
     let mut out = cli::stdout();
     let mut progress = Progress::new("rows", a.quiet);
-    let report = audit_sqlite(&source, &target, &a.tables, format, &mut out, &mut |n| {
+    let report = audit(source, &target, &a.tables, format, &mut out, &mut |n| {
         progress.update(n)
     })?;
     progress.done();

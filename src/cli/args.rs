@@ -115,10 +115,21 @@ pub struct AfterArgs {
     pub after_file: Option<PathBuf>,
 }
 
+/// PostgreSQL source options.
+#[derive(Debug, Clone, Args)]
+pub struct PgArgs {
+    /// PostgreSQL: the replication slot
+    #[arg(long, value_name = "NAME", default_value = "mooncdc_main")]
+    pub slot: String,
+    /// PostgreSQL: the publication
+    #[arg(long, value_name = "NAME", default_value = "mooncdc_main")]
+    pub publication: String,
+}
+
 /// Options of `read`, the default subcommand.
 #[derive(Debug, Clone, Args)]
 pub struct ReadArgs {
-    /// The source database URL (sqlite:PATH)
+    /// The source database URL (sqlite:PATH or postgres://…)
     #[arg(long, value_name = "URL")]
     pub source: Option<String>,
     #[command(flatten)]
@@ -138,6 +149,8 @@ pub struct ReadArgs {
     /// With --follow: acknowledge up to the cursor this target durably holds
     #[arg(long, value_name = "URL", requires = "follow")]
     pub ack_from_target: Option<String>,
+    #[command(flatten)]
+    pub pg: PgArgs,
 }
 
 /// Install, check and read change capture.
@@ -162,30 +175,38 @@ pub struct CaptureArgs {
 pub enum CaptureCommand {
     /// Install capture: change log, metadata and triggers (default: every user table)
     Init {
-        /// The source database URL (sqlite:PATH)
+        /// The source database URL (sqlite:PATH or postgres://…)
         #[arg(long, value_name = "URL")]
         source: String,
-        /// Capture only this table (repeatable)
+        /// Capture only this table (repeatable; PostgreSQL: schema.table)
         #[arg(long = "table", value_name = "NAME")]
         tables: Vec<String>,
+        #[command(flatten)]
+        pg: PgArgs,
     },
     /// Check that capture is installed and current; exit 1 on drift
     Verify {
         /// The source database URL
         #[arg(long, value_name = "URL")]
         source: String,
+        #[command(flatten)]
+        pg: PgArgs,
     },
     /// Rebuild capture for the current version and schema, keeping unacknowledged changes
     Upgrade {
         /// The source database URL
         #[arg(long, value_name = "URL")]
         source: String,
+        #[command(flatten)]
+        pg: PgArgs,
     },
     /// Print identity, acknowledged position, high water and backlog
     Status {
         /// The source database URL
         #[arg(long, value_name = "URL")]
         source: String,
+        #[command(flatten)]
+        pg: PgArgs,
     },
     /// Acknowledge (and discard) changes through a position
     Ack {
@@ -201,6 +222,8 @@ pub enum CaptureCommand {
         /// Acknowledge through this cursor (JSON)
         #[arg(long, value_name = "JSON", group = "position")]
         cursor: Option<String>,
+        #[command(flatten)]
+        pg: PgArgs,
     },
     /// Write one batch stream of the changes after a cursor (the default)
     Read(ReadArgs),
@@ -211,7 +234,7 @@ pub enum CaptureCommand {
 #[derive(Debug, Parser)]
 #[command(name = "mooncdc-snapshot", version)]
 pub struct SnapshotArgs {
-    /// The source database URL (sqlite:PATH)
+    /// The source database URL (sqlite:PATH or postgres://…)
     #[arg(long, value_name = "URL")]
     pub source: String,
     /// Only this table (repeatable; default: every captured table)
@@ -226,6 +249,11 @@ pub struct SnapshotArgs {
     /// No progress on standard error
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    #[command(flatten)]
+    pub pg: PgArgs,
+    /// PostgreSQL: how long to wait for open transactions when creating the snapshot's slot, in seconds
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub slot_timeout: u64,
 }
 
 /// What to do when a target's stored row contradicts an event.
@@ -320,6 +348,8 @@ pub struct AuditArgs {
     /// No progress on standard error
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    #[command(flatten)]
+    pub pg: PgArgs,
 }
 
 /// Every tool's command definition, by binary name.

@@ -5,4 +5,5 @@
 //! discards changes only when told (`ack`) and never beyond its high water; a
 //! snapshot's cursor hands over exactly to `read`.
 
+pub mod postgres;
 pub mod sqlite;

@@ -32,11 +32,7 @@ use crate::sqlite_util::{
 };
 use crate::wire::batch::{write_commit_line, write_event_line, write_header_line};
 use crate::wire::model::write_schema;
-use crate::wire::snapshot::{
-    write_snapshot_commit_line, write_snapshot_header_line, write_snapshot_json_open,
-    write_snapshot_json_table_open, write_snapshot_row_line,
-};
-use crate::wire::value::write_row;
+use crate::wire::snapshot::SnapshotWriter;
 use crate::wire::{Commit, Cursor, Event, Header, Operation, Schema, Sequence};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::collections::{BTreeMap, HashMap};
@@ -797,16 +793,8 @@ pub fn snapshot(
     }
     let cursor = Cursor::new(id, hw);
     let schemas: Vec<Schema> = chosen.iter().map(|t| t.schema.clone()).collect();
-    let mut line = Vec::with_capacity(1024);
-    if json {
-        write_snapshot_json_open(&mut line, &cursor);
-    } else {
-        write_snapshot_header_line(&mut line, &cursor, &schemas);
-    }
-    out.write_all(&line).map_err(io_out)?;
-    let mut count = 0u64;
-    for (ti, tv) in chosen.iter().enumerate() {
-        let s = &tv.schema;
+    let mut w = SnapshotWriter::begin(out, json, &cursor, &schemas).map_err(io_out)?;
+    for s in &schemas {
         let cols: Vec<String> = s.columns.iter().map(|c| quote_ident(&c.name)).collect();
         let sql = format!(
             "SELECT {} FROM {} ORDER BY {}",
@@ -816,47 +804,18 @@ pub fn snapshot(
         );
         let mut st = tx.prepare(&sql).map_err(db_err("cannot read a table"))?;
         let mut rows = st.query([]).map_err(db_err("cannot read a table"))?;
-        line.clear();
-        if json {
-            if ti > 0 {
-                line.push(b',');
-            }
-            write_snapshot_json_table_open(&mut line, s);
-        }
-        let mut first = true;
+        w.table(s).map_err(io_out)?;
         while let Some(r) = rows.next().map_err(db_err("cannot read a table"))? {
-            let row = row_values(r, 0, s.columns.len())
-                .map_err(|e| Error::data(format!("table {:?}, row {}: {e}", s.table, count + 1)))?;
-            if json {
-                if !first {
-                    line.push(b',');
-                }
-                write_row(&mut line, &row);
-            } else {
-                write_snapshot_row_line(&mut line, &s.table, &row);
-            }
-            first = false;
-            count += 1;
-            if line.len() > 1 << 16 {
-                out.write_all(&line).map_err(io_out)?;
-                line.clear();
-            }
-            if count % 65536 == 0 {
-                progress(count);
+            let row = row_values(r, 0, s.columns.len()).map_err(|e| {
+                Error::data(format!("table {:?}, row {}: {e}", s.table, w.count() + 1))
+            })?;
+            w.row(&row).map_err(io_out)?;
+            if w.count() % 65536 == 0 {
+                progress(w.count());
             }
         }
-        if json {
-            line.extend_from_slice(b"]}");
-        }
-        out.write_all(&line).map_err(io_out)?;
     }
-    line.clear();
-    if json {
-        line.extend_from_slice(b"]}\n");
-    } else {
-        write_snapshot_commit_line(&mut line, count);
-    }
-    out.write_all(&line).map_err(io_out)?;
+    let count = w.finish().map_err(io_out)?;
     tx.commit()
         .map_err(db_err("cannot end the read transaction"))?;
     progress(count);

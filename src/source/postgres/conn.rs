@@ -1,0 +1,521 @@
+//! PostgreSQL connection settings: a libpq URL or `key=value` string, plus
+//! the usual environment variables (`PGHOST`, `PGPORT`, `PGUSER`,
+//! `PGPASSWORD`, `PGDATABASE`). TLS per `sslmode`: `disable`, `require`
+//! (encrypted, certificate not checked), `verify-ca` (chain checked),
+//! `verify-full` (chain and host name). The default is `verify-full`, except
+//! for a loopback host or a Unix socket, where it is `disable`. Roots come
+//! from `sslrootcert`, else the Mozilla bundle (webpki-roots). Passwords are
+//! never printed: `Debug` and every message leave them out.
+
+use crate::error::{Error, Result};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SslMode {
+    Disable,
+    Require,
+    VerifyCa,
+    VerifyFull,
+}
+
+/// Parsed connection settings.
+#[derive(Clone)]
+pub struct PgConn {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    password: Option<String>,
+    pub dbname: String,
+    pub sslmode: SslMode,
+    pub sslrootcert: Option<PathBuf>,
+    pub connect_timeout: Duration,
+    pub keepalives_idle: Duration,
+    pub application_name: String,
+}
+
+impl std::fmt::Debug for PgConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.display())
+    }
+}
+
+fn percent_decode(s: &str) -> Result<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let h = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| Error::usage("bad percent-escape in the PostgreSQL URL"))?;
+            out.push(h);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out)
+        .map_err(|_| Error::usage("the PostgreSQL URL is not UTF-8 after decoding"))
+}
+
+/// Split a `key=value key='quoted value'` string.
+fn key_values(s: &str) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            return Ok(out);
+        }
+        let mut key = String::new();
+        while let Some(&c) = chars.peek() {
+            if c == '=' || c.is_whitespace() {
+                break;
+            }
+            key.push(c);
+            chars.next();
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if chars.next() != Some('=') {
+            return Err(Error::usage(format!(
+                "connection option {key:?} has no value"
+            )));
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut val = String::new();
+        if chars.peek() == Some(&'\'') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    None => {
+                        return Err(Error::usage(
+                            "unterminated quoted value in the connection string",
+                        ))
+                    }
+                    Some('\\') => {
+                        if let Some(c) = chars.next() {
+                            val.push(c)
+                        }
+                    }
+                    Some('\'') => break,
+                    Some(c) => val.push(c),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c.is_whitespace() {
+                    break;
+                }
+                if c == '\\' {
+                    chars.next();
+                    if let Some(c) = chars.next() {
+                        val.push(c);
+                    }
+                    continue;
+                }
+                val.push(c);
+                chars.next();
+            }
+        }
+        out.push((key, val));
+    }
+}
+
+fn is_loopback(host: &str) -> bool {
+    host.starts_with('/') || host == "localhost" || host == "::1" || host.starts_with("127.")
+}
+
+impl PgConn {
+    /// Parse a libpq URL (`postgres://user:pass@host:port/db?sslmode=…`) or a
+    /// `key=value` string.
+    pub fn parse(s: &str) -> Result<PgConn> {
+        let mut kv: Vec<(String, String)> = Vec::new();
+        if let Some(rest) = s
+            .strip_prefix("postgres://")
+            .or_else(|| s.strip_prefix("postgresql://"))
+        {
+            let (main, query) = match rest.split_once('?') {
+                Some((m, q)) => (m, Some(q)),
+                None => (rest, None),
+            };
+            let (authority, path) = match main.split_once('/') {
+                Some((a, p)) => (a, Some(p)),
+                None => (main, None),
+            };
+            let (userinfo, hostport) = match authority.rsplit_once('@') {
+                Some((u, h)) => (Some(u), h),
+                None => (None, authority),
+            };
+            if let Some(u) = userinfo {
+                match u.split_once(':') {
+                    Some((user, pw)) => {
+                        kv.push(("user".into(), percent_decode(user)?));
+                        kv.push(("password".into(), percent_decode(pw)?));
+                    }
+                    None => kv.push(("user".into(), percent_decode(u)?)),
+                }
+            }
+            if !hostport.is_empty() {
+                let (h, p) = if let Some(rest) = hostport.strip_prefix('[') {
+                    match rest.split_once(']') {
+                        Some((h, p)) => (h.to_string(), p.strip_prefix(':').map(str::to_string)),
+                        None => {
+                            return Err(Error::usage(
+                                "unterminated [IPv6] host in the PostgreSQL URL",
+                            ))
+                        }
+                    }
+                } else {
+                    match hostport.rsplit_once(':') {
+                        Some((h, p)) => (h.to_string(), Some(p.to_string())),
+                        None => (hostport.to_string(), None),
+                    }
+                };
+                if !h.is_empty() {
+                    kv.push(("host".into(), percent_decode(&h)?));
+                }
+                if let Some(p) = p {
+                    kv.push(("port".into(), p));
+                }
+            }
+            if let Some(p) = path.filter(|p| !p.is_empty()) {
+                kv.push(("dbname".into(), percent_decode(p)?));
+            }
+            if let Some(q) = query {
+                for pair in q.split('&').filter(|p| !p.is_empty()) {
+                    let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                    kv.push((percent_decode(k)?, percent_decode(v)?));
+                }
+            }
+        } else {
+            kv = key_values(s)?;
+        }
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let mut host = env("PGHOST").unwrap_or_else(|| "localhost".into());
+        let mut port: u16 = env("PGPORT").and_then(|p| p.parse().ok()).unwrap_or(5432);
+        let mut user = env("PGUSER")
+            .or_else(|| env("USER"))
+            .unwrap_or_else(|| "postgres".into());
+        let mut password = env("PGPASSWORD");
+        let mut dbname: Option<String> = env("PGDATABASE");
+        let mut sslmode: Option<SslMode> = None;
+        let mut sslrootcert = None;
+        let mut connect_timeout = Duration::from_secs(10);
+        let mut keepalives_idle = Duration::from_secs(30);
+        let mut application_name = "mooncdc".to_string();
+        for (k, v) in kv {
+            match k.as_str() {
+                "host" => host = v,
+                "hostaddr" => host = v,
+                "port" => {
+                    port = v
+                        .parse()
+                        .map_err(|_| Error::usage(format!("port {v:?} is not a number")))?
+                }
+                "user" => user = v,
+                "password" => password = Some(v),
+                "dbname" => dbname = Some(v),
+                "sslmode" => {
+                    sslmode = Some(match v.as_str() {
+                        "disable" => SslMode::Disable,
+                        "require" => SslMode::Require,
+                        "verify-ca" => SslMode::VerifyCa,
+                        "verify-full" => SslMode::VerifyFull,
+                        "allow" | "prefer" => {
+                            return Err(Error::usage(format!(
+                                "sslmode={v} may fall back to plaintext silently; choose disable, require, verify-ca or verify-full"
+                            )))
+                        }
+                        _ => return Err(Error::usage(format!("unknown sslmode {v:?}"))),
+                    })
+                }
+                "sslrootcert" => sslrootcert = Some(PathBuf::from(v)),
+                "connect_timeout" => {
+                    let n: u64 = v
+                        .parse()
+                        .map_err(|_| Error::usage(format!("connect_timeout {v:?} is not a number of seconds")))?;
+                    connect_timeout = Duration::from_secs(n.max(1));
+                }
+                "keepalives_idle" => {
+                    let n: u64 = v
+                        .parse()
+                        .map_err(|_| Error::usage(format!("keepalives_idle {v:?} is not a number of seconds")))?;
+                    keepalives_idle = Duration::from_secs(n.max(1));
+                }
+                "application_name" => application_name = v,
+                // Options MoonCDC sets itself or that have no meaning here.
+                "keepalives" | "keepalives_interval" | "keepalives_count" | "options" | "target_session_attrs"
+                | "sslcompression" | "gssencmode" | "channel_binding" | "replication" | "client_encoding" => {}
+                other => return Err(Error::usage(format!("unknown PostgreSQL connection option {other:?}"))),
+            }
+        }
+        let dbname = dbname.unwrap_or_else(|| user.clone());
+        let sslmode = sslmode.unwrap_or(if is_loopback(&host) {
+            SslMode::Disable
+        } else {
+            SslMode::VerifyFull
+        });
+        Ok(PgConn {
+            host,
+            port,
+            user,
+            password,
+            dbname,
+            sslmode,
+            sslrootcert,
+            connect_timeout,
+            keepalives_idle,
+            application_name,
+        })
+    }
+
+    /// For messages: never includes the password.
+    pub fn display(&self) -> String {
+        format!(
+            "postgres://{}@{}:{}/{}",
+            self.user, self.host, self.port, self.dbname
+        )
+    }
+
+    /// Settings every session starts with, so text values come out in one form.
+    pub const SESSION_OPTIONS: &'static str =
+        "-c extra_float_digits=3 -c DateStyle=ISO,YMD -c TimeZone=UTC -c bytea_output=hex -c IntervalStyle=postgres -c client_encoding=UTF8";
+
+    /// A tokio-postgres configuration.
+    pub fn tokio_config(&self, role: &str) -> tokio_postgres::Config {
+        let mut c = tokio_postgres::Config::new();
+        c.host(&self.host)
+            .port(self.port)
+            .user(&self.user)
+            .dbname(&self.dbname)
+            .connect_timeout(self.connect_timeout)
+            .keepalives(true)
+            .keepalives_idle(self.keepalives_idle)
+            .application_name(format!("{} {role}", self.application_name))
+            .options(Self::SESSION_OPTIONS);
+        if let Some(p) = &self.password {
+            c.password(p);
+        }
+        c.ssl_mode(if self.sslmode == SslMode::Disable {
+            tokio_postgres::config::SslMode::Disable
+        } else {
+            tokio_postgres::config::SslMode::Require
+        });
+        c
+    }
+
+    /// A replication-stream configuration.
+    pub fn replication_config(
+        &self,
+        slot: &str,
+        publication: &str,
+    ) -> pgwire_replication::ReplicationConfig {
+        use pgwire_replication::{ReplicationConfig, TlsConfig};
+        let tls = match self.sslmode {
+            SslMode::Disable => TlsConfig::disabled(),
+            SslMode::Require => TlsConfig::require(),
+            SslMode::VerifyCa => TlsConfig::verify_ca(self.sslrootcert.clone()),
+            SslMode::VerifyFull => TlsConfig::verify_full(self.sslrootcert.clone())
+                .with_sni_hostname(self.host.clone()),
+        };
+        ReplicationConfig::new(
+            self.host.clone(),
+            self.user.clone(),
+            self.password.clone().unwrap_or_default(),
+            self.dbname.clone(),
+            slot,
+            publication,
+        )
+        .with_port(self.port)
+        .with_tls(tls)
+        .with_options(Self::SESSION_OPTIONS)
+        .with_application_name(format!("{} stream", self.application_name))
+        .with_status_interval(Duration::from_secs(1))
+        .with_wakeup_interval(Duration::from_millis(500))
+    }
+
+    /// The TLS connector for tokio-postgres, per `sslmode`.
+    pub fn tls(&self) -> Result<tokio_postgres_rustls::MakeRustlsConnect> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut roots = rustls::RootCertStore::empty();
+        match &self.sslrootcert {
+            Some(p) => {
+                let pem = std::fs::read(p).map_err(|e| {
+                    Error::io("cannot read sslrootcert", e).in_file(&p.display().to_string())
+                })?;
+                let mut rd = std::io::Cursor::new(pem);
+                for cert in rustls_pemfile_certs(&mut rd)? {
+                    roots.add(cert).map_err(|e| {
+                        Error::usage(format!(
+                            "sslrootcert holds a certificate rustls refuses: {e}"
+                        ))
+                    })?;
+                }
+            }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::usage(format!("TLS setup failed: {e}")))?;
+        let roots = Arc::new(roots);
+        let config = match self.sslmode {
+            SslMode::Disable | SslMode::VerifyFull => {
+                builder.with_root_certificates(roots).with_no_client_auth()
+            }
+            SslMode::Require => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCert(provider)))
+                .with_no_client_auth(),
+            SslMode::VerifyCa => {
+                let inner =
+                    rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider)
+                        .build()
+                        .map_err(|e| Error::usage(format!("TLS setup failed: {e}")))?;
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(ChainOnly(inner)))
+                    .with_no_client_auth()
+            }
+        };
+        Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+    }
+}
+
+/// PEM certificates from a reader (a minimal parser: BEGIN/END CERTIFICATE blocks).
+fn rustls_pemfile_certs(rd: &mut std::io::Cursor<Vec<u8>>) -> Result<Vec<CertificateDer<'static>>> {
+    use rustls::pki_types::pem::PemObject;
+    let data = rd.get_ref().clone();
+    CertificateDer::pem_slice_iter(&data)
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| Error::usage(format!("sslrootcert is not PEM certificates: {e}")))
+}
+
+/// `sslmode=require`: encrypt, but accept any certificate (as libpq does).
+#[derive(Debug)]
+struct AnyCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(m, c, d, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// `sslmode=verify-ca`: the chain must lead to a trusted root; the name is not checked.
+#[derive(Debug)]
+struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
+
+impl ServerCertVerifier for ChainOnly {
+    fn verify_server_cert(
+        &self,
+        end: &CertificateDer<'_>,
+        inter: &[CertificateDer<'_>],
+        name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        match self.0.verify_server_cert(end, inter, name, ocsp, now) {
+            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
+            | Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+    fn verify_tls12_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(m, c, d)
+    }
+    fn verify_tls13_signature(
+        &self,
+        m: &[u8],
+        c: &CertificateDer<'_>,
+        d: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(m, c, d)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_url_and_key_values() {
+        let c = PgConn::parse(
+            "postgres://app:s%40cret@db.example:6543/shop?sslmode=verify-ca&connect_timeout=3",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.host.as_str(), c.port, c.user.as_str(), c.dbname.as_str()),
+            ("db.example", 6543, "app", "shop")
+        );
+        assert_eq!(c.password.as_deref(), Some("s@cret"));
+        assert_eq!(c.sslmode, SslMode::VerifyCa);
+        assert!(!format!("{c:?}").contains("cret"));
+        let k =
+            PgConn::parse("host=127.0.0.1 port=5433 user=u password='a b\\'c' dbname=d").unwrap();
+        assert_eq!(k.password.as_deref(), Some("a b'c"));
+        assert_eq!(
+            k.sslmode,
+            SslMode::Disable,
+            "loopback defaults to plaintext"
+        );
+        let r = PgConn::parse("host=db.example user=u dbname=d").unwrap();
+        assert_eq!(
+            r.sslmode,
+            SslMode::VerifyFull,
+            "remote defaults to verify-full"
+        );
+        assert!(PgConn::parse("host=x sslmode=prefer").is_err());
+        assert!(PgConn::parse("host=x bogus=1").is_err());
+        let v6 = PgConn::parse("postgresql://u@[::1]:5000/d").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 5000));
+    }
+}

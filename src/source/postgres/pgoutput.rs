@@ -1,0 +1,452 @@
+//! A decoder for the `pgoutput` logical replication messages (protocol
+//! version 1), as PostgreSQL documents them under "Logical Replication
+//! Message Formats". Every read is checked: a short, oversized or unknown
+//! message is an error, never a panic.
+
+use std::fmt;
+
+/// One column of a Relation message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelColumn {
+    pub key: bool,
+    pub name: String,
+    pub type_oid: u32,
+    pub type_modifier: i32,
+}
+
+/// A table's description, sent before its first row change in a session and
+/// again when it changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relation {
+    pub oid: u32,
+    pub namespace: String,
+    pub name: String,
+    pub replica_identity: u8,
+    pub columns: Vec<RelColumn>,
+}
+
+/// One value of a tuple.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cell {
+    Null,
+    /// An unchanged TOASTed value that the server did not send.
+    Unchanged,
+    Text(Vec<u8>),
+    Binary(Vec<u8>),
+}
+
+pub type Tuple = Vec<Cell>;
+
+/// A decoded message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    Begin {
+        final_lsn: u64,
+        timestamp: i64,
+        xid: u32,
+    },
+    Commit {
+        flags: u8,
+        commit_lsn: u64,
+        end_lsn: u64,
+        timestamp: i64,
+    },
+    Origin {
+        lsn: u64,
+        name: String,
+    },
+    Relation(Relation),
+    Type {
+        oid: u32,
+        namespace: String,
+        name: String,
+    },
+    Insert {
+        relation: u32,
+        new: Tuple,
+    },
+    /// `old` is the key (`K`) or the whole old row (`O`), when sent.
+    Update {
+        relation: u32,
+        old: Option<(u8, Tuple)>,
+        new: Tuple,
+    },
+    Delete {
+        relation: u32,
+        old: (u8, Tuple),
+    },
+    Truncate {
+        options: u8,
+        relations: Vec<u32>,
+    },
+    Message {
+        flags: u8,
+        lsn: u64,
+        prefix: String,
+        content: Vec<u8>,
+    },
+}
+
+/// Why a message could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError(pub String);
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "malformed pgoutput message: {}", self.0)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Most columns a table can have in PostgreSQL.
+const MAX_COLUMNS: usize = 1664;
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], DecodeError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| {
+                DecodeError(format!(
+                    "{what} needs {n} bytes at offset {} but the message has {}",
+                    self.pos,
+                    self.buf.len()
+                ))
+            })?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+    fn u8(&mut self, what: &str) -> Result<u8, DecodeError> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u16(&mut self, what: &str) -> Result<u16, DecodeError> {
+        let b = self.take(2, what)?;
+        Ok(u16::from_be_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, DecodeError> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64, DecodeError> {
+        let b = self.take(8, what)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_be_bytes(a))
+    }
+    fn string(&mut self, what: &str) -> Result<String, DecodeError> {
+        let rest = &self.buf[self.pos..];
+        let n = rest
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or_else(|| DecodeError(format!("{what} is not NUL-terminated")))?;
+        let s = std::str::from_utf8(&rest[..n])
+            .map_err(|_| DecodeError(format!("{what} is not valid UTF-8")))?
+            .to_string();
+        self.pos += n + 1;
+        Ok(s)
+    }
+    fn done(&self, what: &str) -> Result<(), DecodeError> {
+        if self.pos == self.buf.len() {
+            Ok(())
+        } else {
+            Err(DecodeError(format!(
+                "{what} has {} unexpected trailing bytes",
+                self.buf.len() - self.pos
+            )))
+        }
+    }
+    fn tuple(&mut self) -> Result<Tuple, DecodeError> {
+        let n = self.u16("tuple column count")? as usize;
+        if n > MAX_COLUMNS {
+            return Err(DecodeError(format!(
+                "tuple has {n} columns, more than PostgreSQL allows"
+            )));
+        }
+        let mut cells = Vec::with_capacity(n);
+        for i in 0..n {
+            let kind = self.u8("tuple column kind")?;
+            cells.push(match kind {
+                b'n' => Cell::Null,
+                b'u' => Cell::Unchanged,
+                b't' | b'b' => {
+                    let len = self.u32("tuple value length")? as usize;
+                    let v = self.take(len, "tuple value")?.to_vec();
+                    if kind == b't' {
+                        Cell::Text(v)
+                    } else {
+                        Cell::Binary(v)
+                    }
+                }
+                other => {
+                    return Err(DecodeError(format!(
+                        "column {} has unknown kind byte 0x{other:02x}",
+                        i + 1
+                    )))
+                }
+            });
+        }
+        Ok(cells)
+    }
+}
+
+/// Decode one message.
+pub fn decode(buf: &[u8]) -> Result<Message, DecodeError> {
+    let mut r = Reader { buf, pos: 0 };
+    let tag = r.u8("message tag")?;
+    let m = match tag {
+        b'B' => Message::Begin {
+            final_lsn: r.u64("Begin final LSN")?,
+            timestamp: r.u64("Begin timestamp")? as i64,
+            xid: r.u32("Begin xid")?,
+        },
+        b'C' => Message::Commit {
+            flags: r.u8("Commit flags")?,
+            commit_lsn: r.u64("Commit LSN")?,
+            end_lsn: r.u64("Commit end LSN")?,
+            timestamp: r.u64("Commit timestamp")? as i64,
+        },
+        b'O' => Message::Origin {
+            lsn: r.u64("Origin LSN")?,
+            name: r.string("Origin name")?,
+        },
+        b'R' => {
+            let oid = r.u32("Relation id")?;
+            let namespace = r.string("Relation namespace")?;
+            let name = r.string("Relation name")?;
+            let replica_identity = r.u8("Relation replica identity")?;
+            let n = r.u16("Relation column count")? as usize;
+            if n > MAX_COLUMNS {
+                return Err(DecodeError(format!(
+                    "Relation has {n} columns, more than PostgreSQL allows"
+                )));
+            }
+            let mut columns = Vec::with_capacity(n);
+            for _ in 0..n {
+                let flags = r.u8("Relation column flags")?;
+                columns.push(RelColumn {
+                    key: flags & 1 == 1,
+                    name: r.string("Relation column name")?,
+                    type_oid: r.u32("Relation column type")?,
+                    type_modifier: r.u32("Relation column type modifier")? as i32,
+                });
+            }
+            Message::Relation(Relation {
+                oid,
+                namespace,
+                name,
+                replica_identity,
+                columns,
+            })
+        }
+        b'Y' => Message::Type {
+            oid: r.u32("Type id")?,
+            namespace: r.string("Type namespace")?,
+            name: r.string("Type name")?,
+        },
+        b'I' => {
+            let relation = r.u32("Insert relation id")?;
+            match r.u8("Insert tuple marker")? {
+                b'N' => {}
+                other => {
+                    return Err(DecodeError(format!(
+                        "Insert expects 'N', got 0x{other:02x}"
+                    )))
+                }
+            }
+            Message::Insert {
+                relation,
+                new: r.tuple()?,
+            }
+        }
+        b'U' => {
+            let relation = r.u32("Update relation id")?;
+            let mut marker = r.u8("Update tuple marker")?;
+            let old = if marker == b'K' || marker == b'O' {
+                let kind = marker;
+                let t = r.tuple()?;
+                marker = r.u8("Update new tuple marker")?;
+                Some((kind, t))
+            } else {
+                None
+            };
+            if marker != b'N' {
+                return Err(DecodeError(format!(
+                    "Update expects 'N', got 0x{marker:02x}"
+                )));
+            }
+            Message::Update {
+                relation,
+                old,
+                new: r.tuple()?,
+            }
+        }
+        b'D' => {
+            let relation = r.u32("Delete relation id")?;
+            let kind = r.u8("Delete tuple marker")?;
+            if kind != b'K' && kind != b'O' {
+                return Err(DecodeError(format!(
+                    "Delete expects 'K' or 'O', got 0x{kind:02x}"
+                )));
+            }
+            Message::Delete {
+                relation,
+                old: (kind, r.tuple()?),
+            }
+        }
+        b'T' => {
+            let n = r.u32("Truncate relation count")? as usize;
+            let options = r.u8("Truncate options")?;
+            if n > buf.len() / 4 {
+                return Err(DecodeError(format!(
+                    "Truncate claims {n} relations in {} bytes",
+                    buf.len()
+                )));
+            }
+            let mut relations = Vec::with_capacity(n);
+            for _ in 0..n {
+                relations.push(r.u32("Truncate relation id")?);
+            }
+            Message::Truncate { options, relations }
+        }
+        b'M' => {
+            let flags = r.u8("Message flags")?;
+            let lsn = r.u64("Message LSN")?;
+            let prefix = r.string("Message prefix")?;
+            let len = r.u32("Message length")? as usize;
+            let content = r.take(len, "Message content")?.to_vec();
+            Message::Message {
+                flags,
+                lsn,
+                prefix,
+                content,
+            }
+        }
+        other => return Err(DecodeError(format!("unknown message tag 0x{other:02x}"))),
+    };
+    r.done("message")?;
+    Ok(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tuple(cells: &[Option<&[u8]>]) -> Vec<u8> {
+        let mut b = (cells.len() as u16).to_be_bytes().to_vec();
+        for c in cells {
+            match c {
+                None => b.push(b'n'),
+                Some(v) => {
+                    b.push(b't');
+                    b.extend((v.len() as u32).to_be_bytes());
+                    b.extend(*v);
+                }
+            }
+        }
+        b
+    }
+
+    #[test]
+    fn decodes_relation_and_changes() {
+        let mut r = vec![b'R'];
+        r.extend(16384u32.to_be_bytes());
+        r.extend(b"public\0items\0");
+        r.push(b'f');
+        r.extend(2u16.to_be_bytes());
+        r.push(1);
+        r.extend(b"id\0");
+        r.extend(20u32.to_be_bytes());
+        r.extend((-1i32).to_be_bytes());
+        r.push(0);
+        r.extend(b"name\0");
+        r.extend(25u32.to_be_bytes());
+        r.extend((-1i32).to_be_bytes());
+        let Message::Relation(rel) = decode(&r).unwrap() else {
+            panic!()
+        };
+        assert_eq!(rel.name, "items");
+        assert_eq!(rel.columns.len(), 2);
+        assert!(rel.columns[0].key && !rel.columns[1].key);
+
+        let mut u = vec![b'U'];
+        u.extend(16384u32.to_be_bytes());
+        u.push(b'O');
+        u.extend(tuple(&[Some(b"1"), Some(b"a")]));
+        u.push(b'N');
+        u.extend(tuple(&[Some(b"1"), None]));
+        assert_eq!(
+            decode(&u).unwrap(),
+            Message::Update {
+                relation: 16384,
+                old: Some((
+                    b'O',
+                    vec![Cell::Text(b"1".to_vec()), Cell::Text(b"a".to_vec())]
+                )),
+                new: vec![Cell::Text(b"1".to_vec()), Cell::Null],
+            }
+        );
+    }
+
+    #[test]
+    fn refuses_bad_framing_without_panicking() {
+        // Every truncation of a valid message is an error.
+        let mut i = vec![b'I'];
+        i.extend(7u32.to_be_bytes());
+        i.push(b'N');
+        i.extend(tuple(&[Some(b"42"), None]));
+        assert!(decode(&i).is_ok());
+        for n in 0..i.len() {
+            assert!(decode(&i[..n]).is_err(), "prefix of {n} bytes");
+        }
+        // Trailing bytes, unknown tags, bad lengths and kinds.
+        let mut t = i.clone();
+        t.push(0);
+        assert!(decode(&t).is_err());
+        assert!(decode(b"Z").is_err());
+        let mut bad_len = vec![b'I'];
+        bad_len.extend(7u32.to_be_bytes());
+        bad_len.push(b'N');
+        bad_len.extend(1u16.to_be_bytes());
+        bad_len.push(b't');
+        bad_len.extend(u32::MAX.to_be_bytes());
+        assert!(decode(&bad_len).is_err());
+        let mut bad_kind = vec![b'D'];
+        bad_kind.extend(7u32.to_be_bytes());
+        bad_kind.push(b'O');
+        bad_kind.extend(1u16.to_be_bytes());
+        bad_kind.push(b'x');
+        assert!(decode(&bad_kind).is_err());
+        let mut huge = vec![b'T'];
+        huge.extend(u32::MAX.to_be_bytes());
+        huge.push(0);
+        assert!(decode(&huge).is_err());
+        assert!(decode(b"R\0\0\0\x01public").is_err(), "unterminated string");
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        let mut x: u64 = 0x1234_5678_9abc_def1;
+        for _ in 0..20000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 40) as usize;
+            let tags = b"BCORYIUDTM";
+            let mut b = vec![tags[(x % 10) as usize]];
+            let mut y = x;
+            for _ in 0..len {
+                y = y.wrapping_mul(6364136223846793005).wrapping_add(1);
+                b.push((y >> 56) as u8);
+            }
+            let _ = decode(&b);
+        }
+    }
+}
