@@ -153,7 +153,7 @@ pub type RowFeed<'a> = dyn FnMut(&mut dyn FnMut(Row) -> Result<bool>) -> Result<
 /// pulled from the projection; one row of each side is held at a time.
 fn compare_table(
     feed: &mut RowFeed<'_>,
-    tgt: Option<&Connection>,
+    pull_row: &mut dyn FnMut() -> Result<Option<Row>>,
     s: &Schema,
     findings: &mut Findings<'_>,
     seen: &mut u64,
@@ -164,25 +164,10 @@ fn compare_table(
         ..Default::default()
     };
     let key = s.key_indices();
-    let sql = select_in_key_order(s);
-    let mut tst = match tgt {
-        Some(c) => Some(
-            c.prepare(&sql)
-                .map_err(db_err("cannot read a target table"))?,
-        ),
-        None => None,
+    let mut pull = || -> Result<Option<(Vec<Value>, Row)>> {
+        Ok(pull_row()?.map(|row| (key.iter().map(|&i| row[i].clone()).collect(), row)))
     };
-    let mut trows = match tst.as_mut() {
-        Some(st) => Some(st.query([]).map_err(db_err("cannot read a target table"))?),
-        None => None,
-    };
-    let pull = |trows: &mut Option<rusqlite::Rows<'_>>| -> Result<Option<(Vec<Value>, Row)>> {
-        match trows {
-            Some(r) => next_row(r, s, &key),
-            None => Ok(None),
-        }
-    };
-    let mut b = pull(&mut trows)?;
+    let mut b = pull()?;
     feed(&mut |row: Row| {
         let k: Vec<Value> = key.iter().map(|&i| row[i].clone()).collect();
         t.compared += 1;
@@ -207,14 +192,14 @@ fn compare_table(
                     Ordering::Greater => {
                         t.extra += 1;
                         findings.row("extra", &s.table, &tk, None, Some(&trow))?;
-                        b = pull(&mut trows)?;
+                        b = pull()?;
                     }
                     Ordering::Equal => {
                         if !same_row(&row, &trow) {
                             t.different += 1;
                             findings.row("different", &s.table, &k, Some(&row), Some(&trow))?;
                         }
-                        b = pull(&mut trows)?;
+                        b = pull()?;
                         return Ok(true);
                     }
                 },
@@ -224,9 +209,49 @@ fn compare_table(
     while let Some((tk, trow)) = b.take() {
         t.extra += 1;
         findings.row("extra", &s.table, &tk, None, Some(&trow))?;
-        b = pull(&mut trows)?;
+        b = pull()?;
     }
     Ok(t)
+}
+
+/// Where the audit's target rows come from.
+pub enum AuditTarget<'a> {
+    Sqlite(&'a Path),
+    ClickHouse(&'a crate::target::clickhouse::ClickHouse),
+}
+
+enum OpenTarget<'a> {
+    Sqlite(Connection),
+    ClickHouse(&'a crate::target::clickhouse::ClickHouse),
+}
+
+impl OpenTarget<'_> {
+    /// Run `f` with a puller over the target's rows of `s` in key order.
+    fn with_rows<T>(
+        &self,
+        s: &Schema,
+        source: &str,
+        f: impl FnOnce(&mut dyn FnMut() -> Result<Option<Row>>) -> Result<T>,
+    ) -> Result<T> {
+        match self {
+            OpenTarget::Sqlite(tgt) => {
+                if !target_table(tgt, s)? {
+                    return f(&mut || Ok(None));
+                }
+                let sql = select_in_key_order(s);
+                let mut st = tgt
+                    .prepare(&sql)
+                    .map_err(db_err("cannot read a target table"))?;
+                let mut rows = st.query([]).map_err(db_err("cannot read a target table"))?;
+                let key = s.key_indices();
+                f(&mut || Ok(next_row(&mut rows, s, &key)?.map(|(_, r)| r)))
+            }
+            OpenTarget::ClickHouse(ch) => match ch.current_rows(s, source)? {
+                None => f(&mut || Ok(None)),
+                Some(mut rows) => f(&mut || rows.next_row()),
+            },
+        }
+    }
 }
 
 /// Where the audit's source rows come from.
@@ -239,20 +264,28 @@ pub enum AuditSource<'a> {
 /// findings are written to `out` as they are found.
 pub fn audit(
     source: AuditSource<'_>,
-    target: &Path,
+    target: AuditTarget<'_>,
     tables: &[String],
     format: AuditFormat,
     out: &mut dyn Write,
     progress: &mut dyn FnMut(u64),
 ) -> Result<AuditReport> {
-    let tgt = open_existing(target).map_err(|e| e.in_file(&target.display().to_string()))?;
-    tgt.execute_batch("BEGIN")
-        .map_err(db_err("cannot begin a read transaction"))?;
+    let tgt = match target {
+        AuditTarget::Sqlite(path) => {
+            let c = open_existing(path).map_err(|e| e.in_file(&path.display().to_string()))?;
+            c.execute_batch("BEGIN")
+                .map_err(db_err("cannot begin a read transaction"))?;
+            OpenTarget::Sqlite(c)
+        }
+        AuditTarget::ClickHouse(ch) => OpenTarget::ClickHouse(ch),
+    };
     let mut report = AuditReport {
-        target_cursor: if table_exists(&tgt, "_mooncdc_cursor")? {
-            crate::target::sqlite::stored_cursor(&tgt)?
-        } else {
-            None
+        target_cursor: match &tgt {
+            OpenTarget::Sqlite(c) if table_exists(c, "_mooncdc_cursor")? => {
+                crate::target::sqlite::stored_cursor(c)?
+            }
+            OpenTarget::Sqlite(_) => None,
+            OpenTarget::ClickHouse(ch) => ch.cursor()?,
         },
         ..Default::default()
     };
@@ -277,8 +310,11 @@ pub fn audit(
                     .filter_map(|t| table_schema(&src, t).ok())
                     .collect()
             };
+            let source_id = report
+                .source_cursor
+                .as_ref()
+                .map_or(String::new(), |c| c.source.clone());
             for s in choose(schemas, tables)? {
-                let tgt_opt = target_table(&tgt, &s)?.then_some(&tgt);
                 let mut feed = |f: &mut dyn FnMut(Row) -> Result<bool>| -> Result<()> {
                     let sql = select_in_key_order(&s);
                     let mut st = src
@@ -293,7 +329,9 @@ pub fn audit(
                     }
                     Ok(())
                 };
-                let t = compare_table(&mut feed, tgt_opt, &s, &mut findings, &mut seen, progress)?;
+                let t = tgt.with_rows(&s, &source_id, |pull| {
+                    compare_table(&mut feed, pull, &s, &mut findings, &mut seen, progress)
+                })?;
                 report.tables.push(t);
             }
             let _ = src.execute_batch("COMMIT");
@@ -303,15 +341,18 @@ pub fn audit(
             report.source_cursor = Some(Cursor::new(src.identity.clone(), src.high_water));
             for i in 0..src.tables.len() {
                 let s = src.tables[i].0.clone();
-                let tgt_opt = target_table(&tgt, &s)?.then_some(&tgt);
                 let mut feed = |f: &mut dyn FnMut(Row) -> Result<bool>| src.rows(i, f);
-                let t = compare_table(&mut feed, tgt_opt, &s, &mut findings, &mut seen, progress)?;
+                let t = tgt.with_rows(&s, &src.identity, |pull| {
+                    compare_table(&mut feed, pull, &s, &mut findings, &mut seen, progress)
+                })?;
                 report.tables.push(t);
             }
         }
     }
     progress(seen);
-    let _ = tgt.execute_batch("COMMIT");
+    if let OpenTarget::Sqlite(c) = &tgt {
+        let _ = c.execute_batch("COMMIT");
+    }
     Ok(report)
 }
 

@@ -2,10 +2,17 @@
 
 use clap::Parser;
 use mooncdc::cli::args::{ApplyArgs, ApplyCommand, EngineArg, OnConflictArg};
+use mooncdc::cli::url::Endpoint;
 use mooncdc::cli::{self, url, Input, Progress};
 use mooncdc::error::Error;
+use mooncdc::target::clickhouse::{ChConfig, ClickHouse, Engine};
 use mooncdc::target::sqlite::{read_cursor, ApplyStats, OnConflict, SqliteTarget};
 use std::process::ExitCode;
+
+enum Target {
+    Sqlite(SqliteTarget),
+    ClickHouse(ClickHouse),
+}
 
 fn main() -> ExitCode {
     let args = ApplyArgs::parse();
@@ -18,11 +25,18 @@ fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         source_identity,
     }) = a.command
     {
-        let path = url::parse(&target)?.sqlite_path("target")?.clone();
-        let c = if path.exists() {
-            read_cursor(&path)?
-        } else {
-            None
+        let c = match url::parse(&target)? {
+            Endpoint::ClickHouse(u) => {
+                ClickHouse::connect(ChConfig::parse(&u)?, Engine::Replacing)?.cursor()?
+            }
+            other => {
+                let path = other.sqlite_path("target")?.clone();
+                if path.exists() {
+                    read_cursor(&path)?
+                } else {
+                    None
+                }
+            }
         };
         return Ok(match c {
             Some(c) if source_identity.as_ref().is_none_or(|id| *id == c.source) => {
@@ -46,8 +60,8 @@ fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
     let target = a
         .target
         .ok_or_else(|| Error::usage("--target is required (e.g. --target sqlite:proj.db)"))?;
-    let path = url::parse(&target)?.sqlite_path("target")?.clone();
-    if a.engine == EngineArg::History {
+    let endpoint = url::parse(&target)?;
+    if a.engine == EngineArg::History && !matches!(endpoint, Endpoint::ClickHouse(_)) {
         return Err(Error::usage(
             "--engine history is for ClickHouse targets; a SQLite target holds the current state",
         )
@@ -58,9 +72,21 @@ fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         OnConflictArg::Overwrite => OnConflict::Overwrite,
     };
     let limits = cli::limits(&a.limits)?;
-    let mut t = SqliteTarget::open(&path)?;
+    let mut t = match &endpoint {
+        Endpoint::ClickHouse(u) => {
+            let engine = match a.engine {
+                EngineArg::Replacing => Engine::Replacing,
+                EngineArg::History => Engine::History,
+            };
+            Target::ClickHouse(ClickHouse::connect(ChConfig::parse(u)?, engine)?)
+        }
+        other => Target::Sqlite(SqliteTarget::open(other.sqlite_path("target")?)?),
+    };
     let mut total = ApplyStats {
-        cursor: t.cursor()?,
+        cursor: match &t {
+            Target::Sqlite(s) => s.cursor()?,
+            Target::ClickHouse(c) => c.cursor()?,
+        },
         ..Default::default()
     };
     let mut progress = Progress::new("events", a.quiet);
@@ -68,9 +94,19 @@ fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         for p in cli::input_paths(&a.files) {
             let base = total.applied;
             let mut tick = |s: &ApplyStats| progress.update(base + s.applied);
-            let s = match cli::open_input(p, limits)? {
-                Input::Batches(mut r) => t.apply_stream(&mut r, on_conflict, &mut tick)?,
-                Input::Snapshot(mut r) => t.apply_snapshot(&mut r, on_conflict, &mut tick)?,
+            let s = match (cli::open_input(p, limits)?, &mut t) {
+                (Input::Batches(mut r), Target::Sqlite(t)) => {
+                    t.apply_stream(&mut r, on_conflict, &mut tick)?
+                }
+                (Input::Snapshot(mut r), Target::Sqlite(t)) => {
+                    t.apply_snapshot(&mut r, on_conflict, &mut tick)?
+                }
+                (Input::Batches(mut r), Target::ClickHouse(t)) => {
+                    t.apply_stream(&mut r, &mut tick)?
+                }
+                (Input::Snapshot(mut r), Target::ClickHouse(t)) => {
+                    t.apply_snapshot(&mut r, &mut tick)?
+                }
             };
             total.batches += s.batches;
             total.applied += s.applied;

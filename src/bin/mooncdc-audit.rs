@@ -1,11 +1,12 @@
 //! mooncdc-audit: compare a source with a target; exit 0 equal, 1 different, 2 trouble.
 
 use clap::Parser;
-use mooncdc::audit::{audit, write_summary, AuditFormat, AuditSource};
+use mooncdc::audit::{audit, write_summary, AuditFormat, AuditSource, AuditTarget};
 use mooncdc::cli::args::{AuditArgs, AuditFormatArg};
 use mooncdc::cli::url::{self, Endpoint};
 use mooncdc::cli::{self, Progress};
 use mooncdc::source::postgres::PgSource;
+use mooncdc::target::clickhouse::{ChConfig, ClickHouse, Engine};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -23,14 +24,24 @@ fn run(a: AuditArgs) -> anyhow::Result<ExitCode> {
         Some(p) => AuditSource::Postgres(p),
         None => AuditSource::Sqlite(source.sqlite_path("source")?),
     };
-    let target = url::parse(&a.target)?.sqlite_path("target")?.clone();
+    let target_endpoint = url::parse(&a.target)?;
+    let ch = match &target_endpoint {
+        Endpoint::ClickHouse(u) => {
+            Some(ClickHouse::connect(ChConfig::parse(u)?, Engine::Replacing)?)
+        }
+        _ => None,
+    };
+    let target = match &ch {
+        Some(c) => AuditTarget::ClickHouse(c),
+        None => AuditTarget::Sqlite(target_endpoint.sqlite_path("target")?),
+    };
     let format = match a.format {
         AuditFormatArg::Text => AuditFormat::Text,
         AuditFormatArg::Jsonl => AuditFormat::Jsonl,
     };
     let mut out = cli::stdout();
     let mut progress = Progress::new("rows", a.quiet);
-    let report = audit(source, &target, &a.tables, format, &mut out, &mut |n| {
+    let report = audit(source, target, &a.tables, format, &mut out, &mut |n| {
         progress.update(n)
     })?;
     progress.done();

@@ -8,5 +8,6 @@
 //! existing key, or an update/delete whose `before` differs from the stored row,
 //! fails. A failed batch changes nothing.
 
+pub mod clickhouse;
 pub mod memory;
 pub mod sqlite;

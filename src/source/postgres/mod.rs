@@ -1220,23 +1220,24 @@ impl AuditSource {
         })
     }
 
-    /// Call `f` with each row of the table in key order.
+    /// Call `f` with each row of the table in key order. Each row is fetched
+    /// in its own `block_on`, so `f` runs outside the async runtime (it may
+    /// itself do blocking I/O, such as reading a ClickHouse reply).
     pub fn rows(&self, i: usize, f: &mut dyn FnMut(Row) -> Result<bool>) -> Result<()> {
         let (schema, classes) = &self.tables[i];
-        self.rt.block_on(async {
-            let sql = select_in_key_order(schema, classes);
-            let stream = self
-                .client
+        let sql = select_in_key_order(schema, classes);
+        let stream = self.rt.block_on(async {
+            self.client
                 .copy_out(&format!("COPY ({sql}) TO STDOUT"))
                 .await
-                .map_err(pg_err("cannot copy a table"))?;
-            let mut rows = CopyRows::new(Box::pin(stream), classes.clone(), schema.table.clone());
-            while let Some(r) = rows.next().await? {
-                if !f(r)? {
-                    break;
-                }
+                .map_err(pg_err("cannot copy a table"))
+        })?;
+        let mut rows = CopyRows::new(Box::pin(stream), classes.clone(), schema.table.clone());
+        while let Some(r) = self.rt.block_on(rows.next())? {
+            if !f(r)? {
+                break;
             }
-            Ok(())
-        })
+        }
+        Ok(())
     }
 }
