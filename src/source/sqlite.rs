@@ -338,6 +338,12 @@ pub fn verify(path: &Path) -> Result<Vec<String>> {
         .collect::<std::result::Result<_, _>>()
         .map_err(db_err("cannot read triggers"))?;
     for (name, tv) in current_tables(&conn)? {
+        if !crate::sqlite_util::table_exists(&conn, &name)? {
+            drift.push(format!(
+                "table {name:?} no longer exists (dropped or renamed; run upgrade to stop capturing it)"
+            ));
+            continue;
+        }
         match table_schema(&conn, &name) {
             Ok(now) if now != tv.schema => drift.push(format!(
                 "table {name:?} changed since capture was installed (columns or key differ; run upgrade)"
@@ -392,6 +398,19 @@ pub fn upgrade(path: &Path) -> Result<Vec<String>> {
             .map_err(db_err("cannot drop a trigger"))?;
     }
     for (name, tv) in current_tables(&tx)? {
+        if !crate::sqlite_util::table_exists(&tx, &name)? {
+            // Dropped (or renamed): stop capturing it. Its logged changes
+            // still decode with their version.
+            tx.execute(
+                &format!("UPDATE {TABLES} SET current = 0 WHERE tid = ?1"),
+                [tv.tid],
+            )
+            .map_err(db_err("cannot retire a table version"))?;
+            actions.push(format!(
+                "table {name:?} no longer exists: no longer captured (capture a renamed table with init --table)"
+            ));
+            continue;
+        }
         let now = table_schema(&tx, &name)?;
         if now == tv.schema {
             drop_triggers(&tx, tv.tid)?;
@@ -407,9 +426,16 @@ pub fn upgrade(path: &Path) -> Result<Vec<String>> {
             )
             .map_err(db_err("cannot retire a table version"))?;
             let nv = install_version(&tx, now)?;
+            let synced = log_added_columns(&tx, &tv.schema, &nv)?;
             actions.push(format!(
-                "table {name:?}: schema changed, now captured as version {} (earlier changes keep version {})",
-                nv.tid, tv.tid
+                "table {name:?}: schema changed, now captured as version {} (earlier changes keep version {}){}",
+                nv.tid,
+                tv.tid,
+                if synced > 0 {
+                    format!("; {synced} rows logged with their values in the added columns")
+                } else {
+                    String::new()
+                }
             ));
         }
     }
@@ -417,6 +443,70 @@ pub fn upgrade(path: &Path) -> Result<Vec<String>> {
     tx.commit().map_err(db_err("cannot commit"))?;
     actions.push("triggers rebuilt".into());
     Ok(actions)
+}
+
+/// SQLite lets a non-INTEGER primary key of a rowid table hold NULL; such a
+/// row cannot be identified, so it is refused where it is read.
+fn null_key(s: &Schema, row: &[crate::wire::Value]) -> std::result::Result<(), String> {
+    for (k, i) in s.key.iter().zip(s.key_indices()) {
+        if row[i].is_null() {
+            return Err(format!(
+                "primary key column {k:?} is NULL (SQLite allows that in rowid tables; MoonCDC cannot identify such a row: make the column NOT NULL)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// After columns were added to a table, log for every row whose added columns
+/// are not all NULL an update from "added columns NULL" to the row as it is:
+/// a projection adds the columns empty, and these updates give them the values
+/// the source has (defaults, and whatever was written between the ALTER and
+/// the upgrade, which the old triggers could not see). Returns the rows logged.
+fn log_added_columns(conn: &Connection, old: &Schema, new: &TableVersion) -> Result<u64> {
+    let names_old: Vec<&str> = old.columns.iter().map(|c| c.name.as_str()).collect();
+    let cols = &new.schema.columns;
+    let added: Vec<usize> = (0..cols.len())
+        .filter(|&i| !names_old.contains(&cols[i].name.as_str()))
+        .collect();
+    // Only pure additions can be expressed this way (columns kept in place).
+    let kept_in_place = cols
+        .iter()
+        .take(names_old.len())
+        .map(|c| c.name.as_str())
+        .eq(names_old.iter().copied());
+    if added.is_empty() || !kept_in_place {
+        return Ok(0);
+    }
+    let n = cols.len();
+    let quoted: Vec<String> = cols.iter().map(|c| quote_ident(&c.name)).collect();
+    let nonnull: Vec<String> = added
+        .iter()
+        .map(|&i| format!("{} IS NOT NULL", quote_ident(&cols[i].name)))
+        .collect();
+    let before: Vec<String> = (0..n)
+        .map(|i| {
+            if added.contains(&i) {
+                "NULL".to_string()
+            } else {
+                quoted[i].clone()
+            }
+        })
+        .collect();
+    let logcols: Vec<String> = (0..2 * n).map(|i| format!("v{i}")).collect();
+    let sql = format!(
+        "INSERT INTO {LOG}(tid, op, {}) SELECT {}, 2, {}, {} FROM {} WHERE {}",
+        logcols.join(", "),
+        new.tid,
+        before.join(", "),
+        quoted.join(", "),
+        quote_ident(&new.schema.table),
+        nonnull.join(" OR ")
+    );
+    let rows = conn
+        .execute(&sql, [])
+        .map_err(db_err("cannot log the added columns' values"))?;
+    Ok(rows as u64)
 }
 
 pub fn status(path: &Path) -> Result<Status> {
@@ -657,6 +747,9 @@ pub fn read_in(
                     )))
                 }
             };
+            for img in [&before, &after].into_iter().flatten() {
+                null_key(&tv.schema, img).map_err(located)?;
+            }
             let e = Event {
                 sequence: seq,
                 table: tv.schema.table.clone(),
@@ -806,9 +899,11 @@ pub fn snapshot(
         let mut rows = st.query([]).map_err(db_err("cannot read a table"))?;
         w.table(s).map_err(io_out)?;
         while let Some(r) = rows.next().map_err(db_err("cannot read a table"))? {
-            let row = row_values(r, 0, s.columns.len()).map_err(|e| {
-                Error::data(format!("table {:?}, row {}: {e}", s.table, w.count() + 1))
-            })?;
+            let row = row_values(r, 0, s.columns.len())
+                .and_then(|row| null_key(s, &row).map(|_| row))
+                .map_err(|e| {
+                    Error::data(format!("table {:?}, row {}: {e}", s.table, w.count() + 1))
+                })?;
             w.row(&row).map_err(io_out)?;
             if w.count() % 65536 == 0 {
                 progress(w.count());

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod sqlite;
+
 use assert_cmd::Command;
 use mooncdc::wire::{Batch, BatchStreamReader, Item, Limits};
 use serde_json::{json, Value as J};

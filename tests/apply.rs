@@ -1,0 +1,622 @@
+//! mooncdc-apply end to end on a SQLite projection, through the real binaries
+//! (CLI.md "mooncdc-apply"; DESIGN §9 targets, §11 errors): replays are
+//! no-ops, gaps and other sources are refused, divergence fails the whole
+//! batch, the stored cursor, snapshots only into targets without a cursor,
+//! exact TEXT binding, and SIGKILL at random points losing and duplicating
+//! nothing (checked against a model, `mooncdc-audit` and `sqldiff`).
+
+mod common;
+
+use common::sqlite::*;
+use common::{batches, int, kv_schema, row, Spec};
+use mooncdc::wire::Event;
+use rusqlite::params;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A source with table `t(id INTEGER PRIMARY KEY, v TEXT)` under capture.
+fn kv_source() -> (Dbs, String) {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+    let id = db.init(&[]);
+    (db, id)
+}
+
+fn cursor_json(source: &str, seq: u128) -> String {
+    format!(r#"{{"source":"{source}","sequence":"{seq}"}}"#)
+}
+
+#[test]
+fn replaying_a_stream_is_a_no_op_and_an_overlap_applies_only_the_rest() {
+    let (db, id) = kv_source();
+    for i in 1..=30 {
+        db.src_sql(&format!("INSERT INTO t VALUES ({i}, 'v{i}')"));
+        if i % 3 == 0 {
+            db.src_sql(&format!("UPDATE t SET v = 'u{i}' WHERE id = {}", i / 3));
+        }
+    }
+    let (raw, _) = db.capture_ok(&[]);
+    let split = exec(SPLIT, &["--max-events", "7"], Some(&raw));
+    expect(&split, 0, "split");
+    let b = batches(&split.stdout);
+    assert!(b.len() > 3);
+    let n = events(&b).len() as u64;
+    assert_eq!(n, 40);
+    let file = db.path_str("stream.jsonl");
+    std::fs::write(&file, &split.stdout).unwrap();
+
+    let r = exec(APPLY, &["--target", &db.proj_url(), &file], None);
+    expect(&r, 0, "first apply");
+    let s1 = Summary::parse(&r.stderr);
+    assert_eq!(
+        (s1.batches, s1.applied, s1.skipped),
+        (b.len() as u64, n, 0),
+        "{s1:?}"
+    );
+    let held = dump(&db.proj_conn(), "t");
+    let cur = db.target_cursor().unwrap();
+    assert_eq!(cur.sequence(), 40);
+
+    // The same stream again: nothing applied, every event skipped.
+    let r = exec(APPLY, &["--target", &db.proj_url(), &file], None);
+    expect(&r, 0, "replay");
+    let s2 = Summary::parse(&r.stderr);
+    assert_eq!(
+        (s2.applied, s2.skipped),
+        (0, n),
+        "replay should skip every event: {s2:?}"
+    );
+    assert_eq!(s2.cursor.as_ref(), Some(&cur));
+    assert_rows_eq("t", &held, &dump(&db.proj_conn(), "t"));
+    assert_eq!(db.target_cursor().unwrap(), cur);
+
+    // An overlapping batch (from 25, past the held 40) applies only what is new.
+    db.src_sql("INSERT INTO t VALUES (100, 'new'); UPDATE t SET v = 'newer' WHERE id = 1;");
+    let (raw, b) = db.capture_ok(&["--after", &cursor_json(&id, 25)]);
+    assert_eq!(events(&b).len(), 17);
+    let s3 = db.apply_ok(&raw);
+    assert_eq!((s3.applied, s3.skipped), (2, 15), "{s3:?}");
+    assert_eq!(db.target_cursor().unwrap().sequence(), 42);
+    db.audit_equal();
+    db.assert_same_rows(&["t"]);
+}
+
+#[test]
+fn a_gap_is_refused_and_the_cursor_is_unchanged() {
+    let (db, id) = kv_source();
+    db.src_sql("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')");
+    db.catch_up();
+    let held = dump(&db.proj_conn(), "t");
+    db.src_sql("INSERT INTO t VALUES (4, 'd'), (5, 'e'), (6, 'f')");
+    let (raw, _) = db.capture_ok(&["--after", &cursor_json(&id, 4)]);
+    let r = db.apply(&raw, &[]);
+    expect(&r, 1, "apply of a batch starting after the target's cursor");
+    assert!(
+        r.stderr.contains("gap") && r.stderr.contains('4') && r.stderr.contains('3'),
+        "the message should say gap, with both positions: {}",
+        r.stderr
+    );
+    assert_eq!(db.target_cursor().unwrap().sequence(), 3);
+    assert_rows_eq("t", &held, &dump(&db.proj_conn(), "t"));
+    // From the held cursor it applies.
+    db.catch_up();
+    db.audit_equal();
+}
+
+#[test]
+fn a_batch_of_another_source_is_refused() {
+    let (db, _) = kv_source();
+    db.src_sql("INSERT INTO t VALUES (1, 'a')");
+    db.catch_up();
+    let cur = db.target_cursor().unwrap();
+    let held = dump(&db.proj_conn(), "t");
+    // A second database with the same table has its own identity.
+    let other = db.path("other.db");
+    let c = open(&other);
+    c.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+        .unwrap();
+    let ou = format!("sqlite:{}", other.display());
+    expect(
+        &exec(CAPTURE, &["init", "--source", &ou], None),
+        0,
+        "init other",
+    );
+    c.execute_batch("INSERT INTO t VALUES (2, 'other')")
+        .unwrap();
+    let r = exec(CAPTURE, &["--source", &ou], None);
+    expect(&r, 0, "capture other");
+    let r = db.apply(&r.stdout, &[]);
+    expect(&r, 1, "apply of another source's batch");
+    assert!(
+        r.stderr.contains(&cur.source),
+        "the message should name the sources: {}",
+        r.stderr
+    );
+    assert_eq!(db.target_cursor().unwrap(), cur);
+    assert_rows_eq("t", &held, &dump(&db.proj_conn(), "t"));
+}
+
+#[test]
+fn divergence_fails_the_whole_batch_and_overwrite_forces_it() {
+    let (db, _) = kv_source();
+    db.src_sql("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')");
+    db.catch_up();
+    db.proj_sql("UPDATE t SET v = 'tampered' WHERE id = 2");
+    let held = dump(&db.proj_conn(), "t");
+    // One source transaction, one batch: insert 4, update 2 (before image "b"), insert 5.
+    db.src_sql(
+        "BEGIN; INSERT INTO t VALUES (4, 'd'); UPDATE t SET v = 'b2' WHERE id = 2; INSERT INTO t VALUES (5, 'e'); COMMIT;",
+    );
+    let after = db.target_cursor().unwrap().to_json();
+    let (raw, b) = db.capture_ok(&["--after", &after]);
+    assert_eq!((b.len(), b[0].events.len()), (1, 3));
+    let r = db.apply(&raw, &[]);
+    expect(&r, 1, "apply of an update whose before image differs");
+    assert!(
+        r.stderr.contains("event 5") && r.stderr.contains("diverges") && r.stderr.contains("\"t\""),
+        "the message should name the event, the table and the divergence: {}",
+        r.stderr
+    );
+    assert_eq!(
+        db.target_cursor().unwrap().sequence(),
+        3,
+        "cursor must not move"
+    );
+    assert_rows_eq("t", &held, &dump(&db.proj_conn(), "t"));
+
+    let r = db.apply(&raw, &["--on-conflict", "overwrite"]);
+    expect(&r, 0, "apply --on-conflict overwrite");
+    assert_eq!(db.target_cursor().unwrap().sequence(), 6);
+    db.audit_equal();
+    db.assert_same_rows(&["t"]);
+
+    // A delete of a row the projection lost.
+    db.proj_sql("DELETE FROM t WHERE id = 3");
+    let held = dump(&db.proj_conn(), "t");
+    db.src_sql("BEGIN; INSERT INTO t VALUES (7, 'g'); DELETE FROM t WHERE id = 3; COMMIT;");
+    let (raw, _) = db.capture_ok(&["--after", &db.target_cursor().unwrap().to_json()]);
+    let r = db.apply(&raw, &[]);
+    expect(&r, 1, "apply of a delete of a missing row");
+    assert!(r.stderr.contains("event 8"), "{}", r.stderr);
+    assert_eq!(db.target_cursor().unwrap().sequence(), 6);
+    assert_rows_eq("t", &held, &dump(&db.proj_conn(), "t"));
+    expect(
+        &db.apply(&raw, &["--on-conflict", "overwrite"]),
+        0,
+        "overwrite",
+    );
+    db.audit_equal();
+
+    // An insert of a key the projection already holds.
+    db.proj_sql("INSERT INTO t VALUES (9, 'extra')");
+    let held = dump(&db.proj_conn(), "t");
+    db.src_sql("INSERT INTO t VALUES (9, 'nine')");
+    let (raw, _) = db.capture_ok(&["--after", &db.target_cursor().unwrap().to_json()]);
+    let r = db.apply(&raw, &[]);
+    expect(&r, 1, "apply of an insert of a held key");
+    assert!(
+        r.stderr.contains("event 9") && r.stderr.contains("already holds"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(db.target_cursor().unwrap().sequence(), 8);
+    assert_rows_eq("t", &held, &dump(&db.proj_conn(), "t"));
+    expect(
+        &db.apply(&raw, &["--on-conflict", "overwrite"]),
+        0,
+        "overwrite",
+    );
+    db.audit_equal();
+    db.assert_same_rows(&["t"]);
+}
+
+#[test]
+fn cursor_prints_the_stored_cursor_and_exits_1_when_none() {
+    let (db, id) = kv_source();
+    let url = db.proj_url();
+    let r = exec(APPLY, &["cursor", "--target", &url], None);
+    expect(&r, 1, "cursor of a target that does not exist");
+    assert!(r.stdout.is_empty());
+    assert!(r.stderr.contains("no cursor"), "{}", r.stderr);
+    assert!(
+        !db.proj.exists(),
+        "asking for the cursor must not create the database"
+    );
+    // A database without a cursor.
+    open(&db.proj).execute_batch("CREATE TABLE x(a)").unwrap();
+    expect(
+        &exec(APPLY, &["cursor", "--target", &url], None),
+        1,
+        "cursor of a plain database",
+    );
+
+    db.src_sql("INSERT INTO t VALUES (1, 'a')");
+    let (_, s) = db.catch_up();
+    let r = exec(APPLY, &["cursor", "--target", &url], None);
+    expect(&r, 0, "cursor");
+    let printed = r.stdout_str();
+    let c = mooncdc::wire::Cursor::parse_json(printed.trim()).unwrap();
+    assert_eq!(Some(&c), s.cursor.as_ref());
+    assert_eq!((c.source.as_str(), c.sequence()), (id.as_str(), 1));
+    assert_eq!(printed, format!("{}\n", cursor_json(&id, 1)));
+    let r = exec(
+        APPLY,
+        &["cursor", "--target", &url, "--source-identity", &id],
+        None,
+    );
+    expect(&r, 0, "cursor --source-identity (same)");
+    let r = exec(
+        APPLY,
+        &[
+            "cursor",
+            "--target",
+            &url,
+            "--source-identity",
+            "sqlite:someone-else",
+        ],
+        None,
+    );
+    expect(&r, 1, "cursor --source-identity (other)");
+    expect(
+        &exec(APPLY, &["cursor"], None),
+        2,
+        "cursor without --target",
+    );
+}
+
+#[test]
+fn a_snapshot_into_a_target_with_a_cursor_is_refused() {
+    let (db, _) = kv_source();
+    db.src_sql("INSERT INTO t VALUES (1, 'a'), (2, 'b')");
+    let snap = exec(SNAPSHOT, &["--source", &db.src_url()], None);
+    expect(&snap, 0, "snapshot");
+    let s = db.apply_ok(&snap.stdout);
+    assert_eq!(s.applied, 2);
+    let cur = db.target_cursor().unwrap();
+    db.src_sql("INSERT INTO t VALUES (3, 'c')");
+    let held = dump(&db.proj_conn(), "t");
+    for input in [
+        snap.stdout.clone(),
+        exec(SNAPSHOT, &["--source", &db.src_url()], None).stdout,
+    ] {
+        let r = db.apply(&input, &[]);
+        expect(&r, 1, "snapshot into a target with a cursor");
+        assert!(r.stderr.contains("already holds"), "{}", r.stderr);
+        assert_eq!(db.target_cursor().unwrap(), cur);
+        assert_rows_eq("t", &held, &dump(&db.proj_conn(), "t"));
+    }
+    // Even with --on-conflict overwrite.
+    let r = db.apply(&snap.stdout, &["--on-conflict", "overwrite"]);
+    expect(&r, 1, "snapshot with overwrite into a target with a cursor");
+    db.catch_up();
+    db.audit_equal();
+}
+
+#[test]
+fn text_is_bound_so_a_leading_bom_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let proj = dir.path().join("p.db");
+    let url = format!("sqlite:{}", proj.display());
+    let spec = Spec::new(0, 4).schemas(vec![kv_schema("t")]).events(vec![
+        common::ins(1, "t", row(1, "\u{FEFF}x")),
+        common::ins(2, "t", json!([int(2), ["text-utf8", "efbbbf79"]])),
+        common::ins(3, "t", row(3, "\u{FEFF}")),
+        common::upd(4, "t", row(1, "\u{FEFF}x"), row(1, "\u{FEFF}\u{FEFF}z")),
+    ]);
+    let r = exec(APPLY, &["--target", &url], Some(spec.jsonl().as_bytes()));
+    expect(&r, 0, "apply");
+    // The escaped form, in a JSON batch document.
+    let doc = format!(
+        r#"{{"format":"mooncdc.batch.v1","start":{0},"end":{1},"high_water":"5","events":[{{"sequence":"5","table":"t","operation":"insert","after":[["integer","4"],["text","\ufeffw"]]}}]}}"#,
+        cursor_json(common::SRC, 4),
+        cursor_json(common::SRC, 5)
+    );
+    let r = exec(APPLY, &["--target", &url], Some(doc.as_bytes()));
+    expect(&r, 0, "apply JSON");
+    let got: Vec<(i64, String, String)> = open(&proj)
+        .prepare("SELECT id, typeof(v), hex(v) FROM t ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let want: Vec<(i64, String, String)> = [
+        (1, "EFBBBFEFBBBF7A"),
+        (2, "EFBBBF79"),
+        (3, "EFBBBF"),
+        (4, "EFBBBF77"),
+    ]
+    .iter()
+    .map(|(i, h)| (*i, "text".to_string(), h.to_string()))
+    .collect();
+    assert_eq!(want, got);
+}
+
+// ---------------------------------------------------------------- SIGKILL
+
+/// Make at least `n` changes on `items` and `tags` in transactions of up to
+/// 500 statements; returns how many.
+fn churn(db: &Dbs, n: usize, rng: &mut Rng) -> usize {
+    let mut c = db.src_conn();
+    let mut next_id: i64 = 1;
+    let mut done = 0;
+    while done < n {
+        let tx = c.transaction().unwrap();
+        for _ in 0..500 {
+            let live = next_id.max(2) as u64;
+            done += match rng.below(10) {
+                0..=4 => {
+                    next_id += 1;
+                    tx.execute(
+                        "INSERT INTO items VALUES (?1, ?2, ?3, ?4, ?5)",
+                        params![next_id, rng.text(), rng.real(), rng.blob(), rng.any()],
+                    )
+                    .unwrap()
+                }
+                5 | 6 => tx
+                    .execute(
+                        "UPDATE items SET name = ?2, price = ?3, note = ?4 WHERE id = ?1",
+                        params![1 + rng.below(live) as i64, rng.text(), rng.real(), rng.any()],
+                    )
+                    .unwrap(),
+                7 => tx
+                    .execute("DELETE FROM items WHERE id = ?1", [1 + rng.below(live) as i64])
+                    .unwrap(),
+                8 => tx
+                    .execute(
+                        "INSERT INTO tags VALUES (?1, ?2, ?3) ON CONFLICT(item, tag) DO UPDATE SET n = excluded.n",
+                        params![rng.below(300) as i64, format!("tag{}", rng.below(5)), rng.any()],
+                    )
+                    .unwrap(),
+                _ => tx
+                    .execute("DELETE FROM tags WHERE item = ?1", [rng.below(300) as i64])
+                    .unwrap(),
+            };
+            if done >= n {
+                break;
+            }
+        }
+        tx.commit().unwrap();
+    }
+    done
+}
+
+/// The cursor sequence stored in a projection, if any (read directly).
+fn stored_sequence(path: &std::path::Path) -> Option<u128> {
+    if !path.exists() {
+        return None;
+    }
+    let c = open(path);
+    c.query_row("SELECT sequence FROM _mooncdc_cursor", [], |r| {
+        r.get::<_, String>(0)
+    })
+    .ok()
+    .map(|s| s.parse().unwrap())
+}
+
+/// The projection holds exactly the state after the events through `through`.
+#[track_caller]
+fn assert_state_at(
+    proj: &std::path::Path,
+    evs: &[Event],
+    keys: &BTreeMap<String, Vec<usize>>,
+    through: u128,
+) {
+    let held: Vec<Event> = evs
+        .iter()
+        .filter(|e| e.sequence <= through)
+        .cloned()
+        .collect();
+    let want = model(&held, keys);
+    let c = open(proj);
+    for (table, key) in keys {
+        let exists: bool = c
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)
+            .unwrap_or(false);
+        let got = if exists {
+            rows_by_key(&c, table, key)
+        } else {
+            BTreeMap::new()
+        };
+        let empty = BTreeMap::new();
+        let w = want.get(table).unwrap_or(&empty);
+        if &got != w {
+            let missing = w.keys().filter(|k| !got.contains_key(*k)).count();
+            let extra = got.keys().filter(|k| !w.contains_key(*k)).count();
+            let differ = w
+                .iter()
+                .filter(|(k, v)| got.get(*k).is_some_and(|g| g != *v))
+                .count();
+            panic!(
+                "after a kill at cursor {through}, table {table:?} is not the state through {through}: \
+                 {missing} rows missing, {extra} extra, {differ} different ({} expected, {} held)",
+                w.len(),
+                got.len()
+            );
+        }
+    }
+}
+
+#[test]
+fn sigkill_at_random_points_loses_and_duplicates_nothing() {
+    let db = Dbs::new();
+    db.src_sql(
+        "CREATE TABLE items(id INTEGER PRIMARY KEY, name TEXT, price REAL, data BLOB, note);
+         CREATE TABLE tags(item INTEGER, tag TEXT, n, PRIMARY KEY (item, tag));",
+    );
+    db.init(&[]);
+    let total = churn(&db, 50_000, &mut Rng::new(0x5164_1111));
+    let (raw, _) = db.capture_ok(&[]);
+    let split = exec(SPLIT, &["--max-events", "500"], Some(&raw));
+    expect(&split, 0, "split");
+    let stream = db.path_str("stream.jsonl");
+    std::fs::write(&stream, &split.stdout).unwrap();
+    let b = batches(&split.stdout);
+    let evs = events(&b);
+    assert_eq!(evs.len(), total);
+    let ends: Vec<u128> = b.iter().map(|x| x.end.sequence()).collect();
+    let last = *ends.last().unwrap();
+    let mut keys = BTreeMap::new();
+    keys.insert("items".to_string(), vec![0]);
+    keys.insert("tags".to_string(), vec![0, 1]);
+
+    let spawn_with = |proj: &std::path::Path, input: &str| {
+        Command::new(bin(APPLY))
+            .args(["--target", &format!("sqlite:{}", proj.display()), input])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let spawn = |proj: &std::path::Path| spawn_with(proj, &stream);
+    // A full run first, to know how long an apply takes.
+    let t0 = Instant::now();
+    let full = spawn(&db.proj).wait_with_output().unwrap();
+    let full_time = t0.elapsed();
+    assert!(
+        full.status.success(),
+        "{}",
+        String::from_utf8_lossy(&full.stderr)
+    );
+    db.audit_equal();
+
+    let mut rng = Rng::new(seed("sigkill"));
+    let check_killed = |proj: &std::path::Path, what: &str| -> u128 {
+        let held = stored_sequence(proj);
+        if let Some(h) = held {
+            assert!(
+                h == 0 || ends.contains(&h),
+                "{what}: the cursor {h} is not at a batch boundary"
+            );
+        }
+        let h = held.unwrap_or(0);
+        assert_state_at(proj, &evs, &keys, h);
+        h
+    };
+    let finish = |proj: &std::path::Path, held: u128| {
+        let out = spawn(proj).wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "re-run after a kill failed: {stderr}");
+        let s = Summary::parse(&stderr);
+        let before = evs.iter().filter(|e| e.sequence <= held).count() as u64;
+        assert_eq!(
+            (s.skipped, s.applied),
+            (before, total as u64 - before),
+            "the re-run should skip exactly what was held at {held} and apply the rest"
+        );
+        assert_eq!(stored_sequence(proj), Some(last));
+    };
+    let mut outcomes = Vec::new();
+    for i in 0..4 {
+        let proj = db.path(&format!("proj{i}.db"));
+        let frac = (5 + rng.below(90)) as f64 / 100.0;
+        let delay = full_time.mul_f64(frac);
+        let mut child = spawn(&proj);
+        std::thread::sleep(delay);
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        let held = check_killed(&proj, &format!("kill after {delay:?}"));
+        outcomes.push((delay, held));
+        finish(&proj, held);
+        let a = exec(
+            AUDIT,
+            &[
+                "--source",
+                &db.src_url(),
+                "--target",
+                &format!("sqlite:{}", proj.display()),
+            ],
+            None,
+        );
+        expect(&a, 0, "audit after kill and re-run");
+        for t in ["items", "tags"] {
+            let d = sqldiff(&db.src, &proj, t);
+            assert!(
+                d.trim().is_empty(),
+                "sqldiff {t} after kill at {held}:\n{d}"
+            );
+        }
+    }
+    // Several kills of the same target, each at a later point, then a complete run.
+    let proj = db.path("chain.db");
+    let mut prev = 0;
+    for k in 1..=3 {
+        let mut child = spawn(&proj);
+        std::thread::sleep(full_time.mul_f64(0.15 + 0.05 * rng.below(4) as f64));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let held = check_killed(&proj, &format!("chained kill {k}"));
+        assert!(
+            held >= prev,
+            "the cursor went backwards: {prev} then {held}"
+        );
+        outcomes.push((Duration::ZERO, held));
+        prev = held;
+    }
+    finish(&proj, prev);
+    let a = exec(
+        AUDIT,
+        &[
+            "--source",
+            &db.src_url(),
+            "--target",
+            &format!("sqlite:{}", proj.display()),
+        ],
+        None,
+    );
+    expect(&a, 0, "audit after chained kills");
+    for t in ["items", "tags"] {
+        let d = sqldiff(&db.src, &proj, t);
+        assert!(d.trim().is_empty(), "sqldiff {t} after chained kills:\n{d}");
+    }
+
+    // A snapshot loads in one transaction: killed anywhere, all of it or nothing.
+    let snap = db.path_str("snap.jsonl");
+    expect(
+        &exec(SNAPSHOT, &["--source", &db.src_url(), "-o", &snap], None),
+        0,
+        "snapshot",
+    );
+    let proj = db.path("snapproj.db");
+    let t0 = Instant::now();
+    let mut child = spawn_with(&proj, &snap);
+    std::thread::sleep(full_time.mul_f64((5 + rng.below(40)) as f64 / 100.0));
+    child.kill().unwrap();
+    let killed_after = t0.elapsed();
+    child.wait().unwrap();
+    let held = stored_sequence(&proj);
+    assert!(
+        held.is_none() || held == Some(last),
+        "a killed snapshot load left cursor {held:?}"
+    );
+    assert_state_at(&proj, &evs, &keys, held.unwrap_or(0));
+    if held.is_none() {
+        let out = spawn_with(&proj, &snap).wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let a = exec(
+        AUDIT,
+        &[
+            "--source",
+            &db.src_url(),
+            "--target",
+            &format!("sqlite:{}", proj.display()),
+        ],
+        None,
+    );
+    expect(&a, 0, "audit after a killed snapshot load");
+    eprintln!(
+        "full apply {full_time:?}; kills (delay, held cursor): {outcomes:?}; snapshot load killed after {killed_after:?} holding {held:?}"
+    );
+}

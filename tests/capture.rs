@@ -1,0 +1,1327 @@
+//! mooncdc-capture end to end on SQLite sources, through the real binaries
+//! (CLI.md "mooncdc-capture"; DESIGN §2 values, §3 positions, §4 events and
+//! schemas, §10 acknowledgement, §11 errors). Each test has its own folder
+//! with a source `src.db` and a projection `proj.db`; what capture writes is
+//! parsed with `mooncdc::wire::BatchStreamReader` and checked as structures,
+//! and projections are compared with the source bit for bit through rusqlite.
+
+mod common;
+
+use common::sqlite::*;
+use mooncdc::wire::{Operation, Value};
+use rusqlite::params;
+use rusqlite::types::Value as S;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+// ---------------------------------------------------------------- values
+
+/// Insert the rows `(id, r, t, b, i, u)` into table `v`.
+fn insert_v(db: &Dbs, rows: &[(i64, [S; 5])]) {
+    let mut c = db.src_conn();
+    let tx = c.transaction().unwrap();
+    for (id, [r, t, b, i, u]) in rows {
+        tx.execute(
+            "INSERT INTO v VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![id, r, t, b, i, u],
+        )
+        .unwrap();
+    }
+    tx.commit().unwrap();
+}
+
+#[test]
+fn every_value_class_survives_capture_apply_audit_bit_exactly() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE v(id INTEGER PRIMARY KEY, r REAL, t TEXT, b BLOB, i INTEGER, u)");
+    db.init(&[]);
+    let mut rng = Rng::new(0x5EED_0001);
+    let max_sub = f64::from_bits(0x000f_ffff_ffff_ffff);
+    let random_blob: Vec<u8> = (0..64).map(|_| rng.next() as u8).collect();
+    let fixed: Vec<(i64, [S; 5])> = vec![
+        (
+            1,
+            [
+                S::Real(0.0),
+                S::Text(String::new()),
+                S::Blob(vec![]),
+                S::Integer(0),
+                S::Real(-0.0),
+            ],
+        ),
+        (
+            2,
+            [
+                S::Real(-0.0),
+                S::Text("\u{FEFF}x".into()),
+                S::Blob(vec![0x00, 0xff]),
+                S::Integer(i64::MAX),
+                S::Real(1e300),
+            ],
+        ),
+        (
+            3,
+            [
+                S::Real(1e300),
+                S::Text("a\0b".into()),
+                S::Blob(random_blob.clone()),
+                S::Integer(i64::MIN),
+                S::Real(5e-324),
+            ],
+        ),
+        (
+            4,
+            [
+                S::Real(5e-324),
+                S::Text("😀𝄞\u{10FFFF}".into()),
+                S::Null,
+                S::Integer(-1),
+                S::Real(max_sub),
+            ],
+        ),
+        (
+            5,
+            [
+                S::Real(f64::MAX),
+                S::Text("\u{FEFF}".into()),
+                S::Blob(vec![0]),
+                S::Null,
+                S::Integer(i64::MIN),
+            ],
+        ),
+        (
+            6,
+            [
+                S::Real(-f64::MIN_POSITIVE),
+                S::Text("\0".into()),
+                S::Blob(vec![0xef, 0xbb, 0xbf]),
+                S::Integer(i64::MAX),
+                S::Text("\u{FEFF}\0😀".into()),
+            ],
+        ),
+        (
+            7,
+            [
+                S::Real(-1e-310),
+                S::Text("O'Brien \"q\" \\".into()),
+                S::Blob(vec![]),
+                S::Real(1.0),
+                S::Blob(vec![]),
+            ],
+        ),
+        (
+            8,
+            [
+                S::Real(-9_223_372_036_854_775_808.0),
+                S::Null,
+                S::Text("text in a BLOB column".into()),
+                S::Text("12".into()),
+                S::Text(String::new()),
+            ],
+        ),
+        (
+            9,
+            [
+                S::Real(9_223_372_036_854_775_808.0),
+                S::Integer(5),
+                S::Integer(7),
+                S::Real(2.5),
+                S::Null,
+            ],
+        ),
+        (
+            10,
+            [
+                S::Real(0.1),
+                S::Real(0.5),
+                S::Real(-0.0),
+                S::Integer(i64::MIN),
+                S::Real(1.0),
+            ],
+        ),
+    ];
+    insert_v(&db, &fixed);
+    // Many REALs from random bit patterns (every exponent, subnormals, both
+    // signs), random TEXT and BLOBs, and mixed classes in the untyped column.
+    let random: Vec<(i64, [S; 5])> = (100..1100)
+        .map(|id| {
+            (
+                id,
+                [
+                    S::Real(rng.real()),
+                    S::Text(rng.text()),
+                    S::Blob(rng.blob()),
+                    S::Integer(rng.next() as i64),
+                    if id % 2 == 0 {
+                        S::Real(rng.real())
+                    } else {
+                        rng.any()
+                    },
+                ],
+            )
+        })
+        .collect();
+    insert_v(&db, &random);
+    let mut changes = 0;
+    {
+        let mut c = db.src_conn();
+        let tx = c.transaction().unwrap();
+        for _ in 0..300 {
+            let id = 100 + rng.below(1000) as i64;
+            tx.execute(
+                "UPDATE v SET r = ?2, t = ?3, b = ?4, i = ?5, u = ?6 WHERE id = ?1",
+                params![
+                    id,
+                    rng.real(),
+                    rng.text(),
+                    rng.blob(),
+                    rng.next() as i64,
+                    rng.any()
+                ],
+            )
+            .unwrap();
+        }
+        for _ in 0..100 {
+            let id = 100 + rng.below(1000) as i64;
+            changes += tx.execute("DELETE FROM v WHERE id = ?1", [id]).unwrap();
+        }
+        // Before images holding -0, subnormals and BOM text must match the projection.
+        changes += tx
+            .execute("UPDATE v SET u = -0.0 WHERE id = 3", [])
+            .unwrap();
+        changes += tx
+            .execute(
+                "UPDATE v SET t = t || 'y', u = u WHERE id IN (1, 2, 4, 6)",
+                [],
+            )
+            .unwrap();
+        changes += tx.execute("DELETE FROM v WHERE id = 7", []).unwrap();
+        tx.commit().unwrap();
+    }
+    // Precondition: the source really holds a negative zero in the untyped column.
+    let bits: i64 = db
+        .src_conn()
+        .query_row("SELECT u FROM v WHERE id = 1", [], |r| r.get::<_, f64>(0))
+        .map(|x| x.to_bits() as i64)
+        .unwrap();
+    assert_eq!(
+        bits as u64,
+        (-0.0f64).to_bits(),
+        "the source should hold -0.0"
+    );
+
+    let (raw, b) = db.capture_ok(&[]);
+    let text = String::from_utf8(raw.clone()).unwrap();
+    assert_eq!(b.len(), 1, "one batch expected");
+    let schema = &b[0].schemas.as_ref().expect("capture writes schemas")[0];
+    let cols: Vec<(&str, &str, bool)> = schema
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.decl_type.as_str(), c.nullable))
+        .collect();
+    assert_eq!(
+        cols,
+        vec![
+            ("id", "INTEGER", false),
+            ("r", "REAL", true),
+            ("t", "TEXT", true),
+            ("b", "BLOB", true),
+            ("i", "INTEGER", true),
+            ("u", "", true)
+        ]
+    );
+    assert_eq!(schema.key, vec!["id".to_string()]);
+    let ev = events(&b);
+    assert_eq!(ev.len(), 10 + 1000 + 300 + changes);
+    // REAL zero is +0 on the wire: the insert of row 1 (u = -0.0) and of row 2 (r = -0.0).
+    let first = &ev[0];
+    assert_eq!(first.operation, Operation::Insert);
+    let after = first.after.as_ref().unwrap();
+    assert!(
+        matches!(after[5], Value::Real(x) if x.to_bits() == 0),
+        "-0.0 should be captured as +0, got {:?}",
+        after[5]
+    );
+    let line1 = text
+        .lines()
+        .find(|l| l.contains(r#""sequence":"1","#))
+        .unwrap();
+    assert!(
+        line1.ends_with(r#"["real","0","0"]]}}"#),
+        "the wire should show [\"real\",\"0\",\"0\"] for -0.0:\n{line1}"
+    );
+    assert!(
+        !text.contains(r#"["real","-0""#),
+        "negative zero must not reach the wire:\n{text}"
+    );
+    let line2 = text
+        .lines()
+        .find(|l| l.contains(r#""sequence":"2","#))
+        .unwrap();
+    assert!(
+        line2.contains(r#"["text","\ufeffx"]"#) || line2.contains("[\"text\",\"\u{FEFF}x\"]"),
+        "BOM text: {line2}"
+    );
+    assert!(
+        line2.contains(r#"["real","1681218273811815","946"]"#),
+        "1e300 on the wire: {line2}"
+    );
+    assert!(
+        line2.contains(r#"["integer","9223372036854775807"]"#),
+        "i64::MAX: {line2}"
+    );
+    let line3 = text
+        .lines()
+        .find(|l| l.contains(r#""sequence":"3","#))
+        .unwrap();
+    assert!(line3.contains(r#"["real","1","-1074"]"#), "5e-324: {line3}");
+    assert!(line3.contains(r#"["integer","-9223372036854775808"]"#));
+    assert!(line3.contains(&format!(r#"["blob","{}"]"#, hex::encode(&random_blob))));
+    // Every inserted REAL of the random rows is carried bit for bit.
+    for (e, (id, vals)) in ev[10..1010].iter().zip(&random) {
+        let a = e.after.as_ref().unwrap();
+        assert_eq!(a[0], vi(*id));
+        if let (S::Real(x), Value::Real(y)) = (&vals[0], &a[1]) {
+            let want = if *x == 0.0 { 0 } else { x.to_bits() };
+            assert_eq!(
+                want,
+                y.to_bits(),
+                "REAL of row {id}: {x:e} came back as {y:e}"
+            );
+        }
+    }
+
+    let s = db.apply_ok(&raw);
+    assert_eq!(s.applied, ev.len() as u64);
+    db.audit_equal();
+    db.assert_same_rows(&["v"]);
+    db.sqldiff_clean(&["v"]);
+}
+
+// ---------------------------------------------------------------- the sqlite3 shell
+
+#[test]
+fn writes_made_by_the_sqlite3_shell_are_captured() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE s(id INTEGER PRIMARY KEY, t TEXT, b BLOB, r REAL, u)");
+    db.init(&[]);
+    let r = db.sqlite3(
+        "INSERT INTO s VALUES (1, char(65279)||'x', x'00ff', -0.0, -0.0);
+         INSERT INTO s VALUES (2, 'a'||char(0)||'b', x'', 1e308, 1e308);
+         INSERT INTO s VALUES (3, '😀', NULL, 5e-324, 9223372036854775807);
+         UPDATE s SET u = char(65279)||'x', r = -1e-310 WHERE id = 3;
+         DELETE FROM s WHERE id = 2;
+         INSERT INTO s(id, t) VALUES (4, char(65279));",
+    );
+    expect(&r, 0, "sqlite3");
+    let (raw, b) = db.capture_ok(&[]);
+    let bom_x = "\u{FEFF}x";
+    assert_events(
+        &[
+            e_ins(
+                "s",
+                vec![vi(1), vt(bom_x), vb(&[0, 0xff]), vr(0.0), vr(0.0)],
+            ),
+            e_ins("s", vec![vi(2), vt("a\0b"), vb(&[]), vr(1e308), vr(1e308)]),
+            e_ins("s", vec![vi(3), vt("😀"), VN, vr(5e-324), vi(i64::MAX)]),
+            e_upd(
+                "s",
+                vec![vi(3), vt("😀"), VN, vr(5e-324), vi(i64::MAX)],
+                vec![vi(3), vt("😀"), VN, vr(-1e-310), vt(bom_x)],
+            ),
+            e_del("s", vec![vi(2), vt("a\0b"), vb(&[]), vr(1e308), vr(1e308)]),
+            e_ins("s", vec![vi(4), vt("\u{FEFF}"), VN, VN, VN]),
+        ],
+        &events(&b),
+    );
+    let text = String::from_utf8(raw.clone()).unwrap();
+    let first = text.lines().nth(1).unwrap();
+    assert!(
+        first.contains(r#"["real","0","0"],["real","0","0"]]"#),
+        "-0.0 written by the shell should be [\"real\",\"0\",\"0\"] on the wire:\n{first}"
+    );
+    db.apply_ok(&raw);
+    db.audit_equal();
+    db.assert_same_rows(&["s"]);
+    // The BOM survives into the projection byte for byte.
+    let h: String = db
+        .proj_conn()
+        .query_row("SELECT hex(t) FROM s WHERE id = 1", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(h, "EFBBBF78");
+}
+
+// ---------------------------------------------------------------- rollbacks
+
+#[test]
+fn rolled_back_changes_never_appear() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+    db.init(&[]);
+    {
+        let c = db.src_conn();
+        c.execute_batch(
+            "INSERT INTO t VALUES (1, 'keep1');
+             BEGIN; INSERT INTO t VALUES (2, 'gone'); UPDATE t SET v = 'gone' WHERE id = 1; ROLLBACK;
+             BEGIN;
+               INSERT INTO t VALUES (3, 'keep3');
+               SAVEPOINT sp;
+                 INSERT INTO t VALUES (4, 'gone');
+                 UPDATE t SET v = 'gone' WHERE id = 3;
+                 DELETE FROM t WHERE id = 1;
+               ROLLBACK TO sp;
+               RELEASE sp;
+               INSERT INTO t VALUES (5, 'keep5');
+             COMMIT;
+             SAVEPOINT outer_sp;
+               INSERT INTO t VALUES (6, 'keep6');
+               SAVEPOINT inner_sp;
+                 INSERT INTO t VALUES (7, 'gone');
+               ROLLBACK TO inner_sp;
+             RELEASE outer_sp;",
+        )
+        .unwrap();
+        // A transaction left open when the connection closes rolls back.
+        c.execute_batch("BEGIN; INSERT INTO t VALUES (8, 'gone');")
+            .unwrap();
+    }
+    // The shell: a failing statement inside a committed transaction is undone
+    // (row 11 went in before the duplicate key failed), and a ROLLBACK.
+    let r = db.sqlite3(
+        "BEGIN;
+         INSERT INTO t VALUES (10, 'keep10');
+         INSERT INTO t VALUES (11, 'gone'), (10, 'gone');
+         COMMIT;
+         BEGIN; INSERT INTO t VALUES (12, 'gone'); DELETE FROM t WHERE id = 1; ROLLBACK;",
+    );
+    assert!(
+        r.stderr.contains("UNIQUE"),
+        "the shell should report the failed statement: {}",
+        r.stderr
+    );
+    let (raw, b) = db.capture_ok(&[]);
+    assert_events(
+        &[
+            e_ins("t", vec![vi(1), vt("keep1")]),
+            e_ins("t", vec![vi(3), vt("keep3")]),
+            e_ins("t", vec![vi(5), vt("keep5")]),
+            e_ins("t", vec![vi(6), vt("keep6")]),
+            e_ins("t", vec![vi(10), vt("keep10")]),
+        ],
+        &events(&b),
+    );
+    assert!(
+        !String::from_utf8_lossy(&raw).contains("gone"),
+        "a rolled-back change reached the capture output"
+    );
+    db.apply_ok(&raw);
+    db.audit_equal();
+    db.assert_same_rows(&["t"]);
+}
+
+/// `INSERT OR REPLACE`, `REPLACE INTO` and `UPDATE OR REPLACE` delete the
+/// conflicting rows. SQLite fires delete triggers for those deletions only
+/// when the writing connection has `PRAGMA recursive_triggers = ON`
+/// (docs/SQLITE.md, "Known limits"); with it, every deletion is captured.
+#[test]
+fn rows_deleted_by_replace_are_captured_with_recursive_triggers() {
+    let db = Dbs::new();
+    db.src_sql(
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);
+         CREATE TABLE u(id INTEGER PRIMARY KEY, email TEXT UNIQUE);",
+    );
+    db.init(&[]);
+    db.src_sql(
+        "INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd');
+         INSERT INTO u VALUES (1, 'a@x'), (2, 'b@x');",
+    );
+    db.catch_up();
+    let r = db.sqlite3(
+        "PRAGMA recursive_triggers = ON;
+         INSERT OR REPLACE INTO t VALUES (1, 'a2');
+         REPLACE INTO t VALUES (2, 'b2');
+         UPDATE OR REPLACE t SET id = 4 WHERE id = 3;
+         INSERT OR REPLACE INTO u VALUES (5, 'a@x');",
+    );
+    expect(&r, 0, "sqlite3 REPLACE statements");
+    let after = db.target_cursor().unwrap().to_json();
+    let (raw, b) = db.capture_ok(&["--after", &after]);
+    let r = db.apply(&raw, &[]);
+    if r.code != Some(0) {
+        panic!(
+            "the captured REPLACE changes do not apply to the projection:\n{}\n=== captured events ===\n{}",
+            r.stderr,
+            events(&b).iter().map(describe).collect::<Vec<_>>().join("\n")
+        );
+    }
+    let a = db.audit(&[]);
+    expect(&a, 0, "audit after REPLACE statements");
+}
+
+/// Without recursive triggers, a REPLACE over a primary key reaches the
+/// target as an insert of a key it holds: apply refuses it (exit 1) and
+/// applies nothing of the batch; a REPLACE through another UNIQUE column is
+/// not refused by apply, but the audit finds the difference. Never silent.
+#[test]
+fn replace_without_recursive_triggers_is_refused_or_found_by_audit() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);");
+    db.init(&[]);
+    db.src_sql("INSERT INTO t VALUES (1, 'a');");
+    db.catch_up();
+    let before = db.target_cursor().unwrap();
+    expect(
+        &db.sqlite3("INSERT OR REPLACE INTO t VALUES (1, 'a2');"),
+        0,
+        "sqlite3 REPLACE",
+    );
+    let (raw, _) = db.capture_ok(&["--after", &before.to_json()]);
+    let r = db.apply(&raw, &[]);
+    assert_eq!(r.code, Some(1), "apply must refuse: {}", r.stderr);
+    assert!(r.stderr.contains("already holds"), "message: {}", r.stderr);
+    assert_eq!(db.target_cursor().unwrap(), before, "cursor must not move");
+
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE u(id INTEGER PRIMARY KEY, email TEXT UNIQUE);");
+    db.init(&[]);
+    db.src_sql("INSERT INTO u VALUES (1, 'a@x');");
+    db.catch_up();
+    expect(
+        &db.sqlite3("INSERT OR REPLACE INTO u VALUES (5, 'a@x');"),
+        0,
+        "sqlite3 REPLACE",
+    );
+    db.catch_up();
+    let a = db.audit(&[]);
+    assert_eq!(
+        a.code,
+        Some(1),
+        "audit must find the row REPLACE deleted: {}",
+        String::from_utf8_lossy(&a.stdout)
+    );
+}
+
+// ---------------------------------------------------------------- keys and identifiers
+
+const WEIRD: &str = "we\"ird 'tbl' ü 😀";
+
+#[test]
+fn key_changes_composite_keys_without_rowid_and_odd_identifiers() {
+    let db = Dbs::new();
+    db.src_sql(
+        "CREATE TABLE k(id INTEGER PRIMARY KEY, v TEXT);
+         CREATE TABLE c(a TEXT, b INTEGER, v, PRIMARY KEY (b, a));
+         CREATE TABLE w(k PRIMARY KEY, v) WITHOUT ROWID;
+         CREATE TABLE \"we\"\"ird 'tbl' ü 😀\"(\"col \"\"1\"\"\" TEXT, \"spa ce\" INTEGER, \"ключ\" TEXT, \"a.b\", PRIMARY KEY (\"ключ\", \"spa ce\"));",
+    );
+    db.init(&[]);
+    let v = db.capture_cmd("verify", &[]);
+    expect(&v, 0, "verify with odd identifiers");
+    db.src_sql(
+        "INSERT INTO k VALUES (1, 'one'), (2, 'two'), (3, 'three');
+         INSERT INTO c VALUES ('x', 1, 'c1'), ('y', 1, 'c2'), ('x', 2, 'c3');
+         INSERT INTO w VALUES (1, 'int'), (2.5, 'real'), ('a', 'text'), (x'00', 'blob'), (-3, 'neg');
+         INSERT INTO \"we\"\"ird 'tbl' ü 😀\" VALUES ('q\"1', 1, 'ä', 1.5), ('q2', 2, 'ä', x'ff');",
+    );
+    // Key changes.
+    db.src_sql(
+        "UPDATE k SET id = 100 WHERE id = 1;
+         UPDATE k SET id = id + 1000 WHERE id IN (2, 3);
+         UPDATE c SET b = 3 WHERE a = 'x' AND b = 1;
+         UPDATE c SET a = 'z', v = 'moved' WHERE a = 'y';
+         UPDATE w SET k = x'01' WHERE k = 'a';
+         UPDATE w SET k = 'from int' WHERE k = 1;
+         DELETE FROM w WHERE k = 2.5;
+         UPDATE \"we\"\"ird 'tbl' ü 😀\" SET \"ключ\" = '🔑', \"a.b\" = NULL WHERE \"spa ce\" = 1;
+         DELETE FROM \"we\"\"ird 'tbl' ü 😀\" WHERE \"spa ce\" = 2;",
+    );
+    let (raw, b) = db.capture_ok(&[]);
+    let schemas = b[0].schemas.as_ref().unwrap();
+    let find = |t: &str| {
+        schemas
+            .iter()
+            .find(|s| s.table == t)
+            .unwrap_or_else(|| panic!("no schema for {t:?} in {schemas:?}"))
+    };
+    assert_eq!(find("c").key, vec!["b", "a"]);
+    assert_eq!(find("w").key, vec!["k"]);
+    let ws = find(WEIRD);
+    assert_eq!(
+        ws.columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["col \"1\"", "spa ce", "ключ", "a.b"]
+    );
+    assert_eq!(ws.key, vec!["ключ", "spa ce"]);
+    let ev = events(&b);
+    let got: Vec<String> = ev.iter().map(describe).collect();
+    for want in [
+        e_upd("k", vec![vi(1), vt("one")], vec![vi(100), vt("one")]),
+        e_upd(
+            "c",
+            vec![vt("x"), vi(1), vt("c1")],
+            vec![vt("x"), vi(3), vt("c1")],
+        ),
+        e_upd(
+            "c",
+            vec![vt("y"), vi(1), vt("c2")],
+            vec![vt("z"), vi(1), vt("moved")],
+        ),
+        e_upd("w", vec![vt("a"), vt("text")], vec![vb(&[1]), vt("text")]),
+        e_upd("w", vec![vi(1), vt("int")], vec![vt("from int"), vt("int")]),
+        e_del("w", vec![vr(2.5), vt("real")]),
+        e_upd(
+            WEIRD,
+            vec![vt("q\"1"), vi(1), vt("ä"), vr(1.5)],
+            vec![vt("q\"1"), vi(1), vt("🔑"), VN],
+        ),
+        e_del(WEIRD, vec![vt("q2"), vi(2), vt("ä"), vb(&[0xff])]),
+    ] {
+        assert!(
+            got.contains(&want),
+            "expected event {want}\n=== got ===\n{}",
+            got.join("\n")
+        );
+    }
+    assert_eq!(
+        ev.iter()
+            .filter(|e| e.table == "k" && e.operation == Operation::Update)
+            .count(),
+        3
+    );
+    db.apply_ok(&raw);
+    db.audit_equal();
+    db.assert_same_rows(&["k", "c", "w", WEIRD]);
+    // (sqldiff cannot compare w: the projection is not a WITHOUT ROWID table.)
+    db.sqldiff_clean(&["k", "c"]);
+    // A second round on top of the projection.
+    db.src_sql(
+        "UPDATE k SET id = 7 WHERE id = 100;
+         UPDATE \"we\"\"ird 'tbl' ü 😀\" SET \"spa ce\" = 9 WHERE \"spa ce\" = 1;
+         UPDATE w SET k = 2.5 WHERE k = x'01';",
+    );
+    let (_, s) = db.catch_up();
+    assert_eq!(s.applied, 3);
+    db.audit_equal();
+    db.assert_same_rows(&["k", "c", "w", WEIRD]);
+}
+
+// ---------------------------------------------------------------- compaction
+
+#[test]
+fn compaction_in_the_pipe_gives_the_same_projection() {
+    let db = Dbs::new();
+    db.src_sql(
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT, n);
+         CREATE TABLE kv(k TEXT PRIMARY KEY, v) WITHOUT ROWID;",
+    );
+    db.init(&[]);
+    let mut rng = Rng::new(0xC0);
+    let churn = |rng: &mut Rng| {
+        let mut c = db.src_conn();
+        for _ in 0..20 {
+            let tx = c.transaction().unwrap();
+            for _ in 0..25 {
+                let id = rng.below(30) as i64;
+                match rng.below(7) {
+                    0 | 1 => {
+                        tx.execute(
+                            "INSERT INTO t VALUES (?1, ?2, ?3) ON CONFLICT(id) DO UPDATE SET v = excluded.v, n = excluded.n",
+                            params![id, rng.text(), rng.any()],
+                        )
+                        .unwrap();
+                    }
+                    2 | 3 => {
+                        tx.execute(
+                            "UPDATE t SET v = ?2, n = ?3 WHERE id = ?1",
+                            params![id, rng.text(), rng.any()],
+                        )
+                        .unwrap();
+                    }
+                    4 => {
+                        tx.execute("DELETE FROM t WHERE id = ?1", [id]).unwrap();
+                    }
+                    5 => {
+                        // A key change, unless the new key is taken.
+                        tx.execute(
+                            "UPDATE OR IGNORE t SET id = ?2 WHERE id = ?1",
+                            params![id, 30 + rng.below(30) as i64],
+                        )
+                        .unwrap();
+                    }
+                    _ => {
+                        tx.execute(
+                            "INSERT INTO kv VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+                            params![format!("k{}", rng.below(5)), rng.any()],
+                        )
+                        .unwrap();
+                    }
+                }
+            }
+            tx.commit().unwrap();
+        }
+    };
+    let p2 = db.path("proj2.db");
+    let (src, p1, p2u) = (
+        shell_quote(&db.src_url()),
+        shell_quote(&db.proj_url()),
+        shell_quote(&format!("sqlite:{}", p2.display())),
+    );
+    for round in 0..2 {
+        churn(&mut rng);
+        let after = |p: &str| {
+            if round == 0 {
+                String::new()
+            } else {
+                format!("--after \"$({{apply}} cursor --target {p})\"")
+            }
+        };
+        let plain = pipeline(&format!(
+            "{{capture}} --source {src} {} | {{apply}} --target {p1}",
+            after(&p1)
+        ));
+        expect(&plain, 0, "capture | apply");
+        let compacted = pipeline(&format!(
+            "{{capture}} --source {src} {} | {{compact}} | {{apply}} --target {p2u}",
+            after(&p2u)
+        ));
+        expect(&compacted, 0, "capture | compact | apply");
+        let (s1, s2) = (
+            Summary::parse(&plain.stderr),
+            Summary::parse(&compacted.stderr),
+        );
+        assert!(
+            s2.applied < s1.applied,
+            "compaction should remove events in round {round}: {s1:?} vs {s2:?}"
+        );
+        assert_eq!(
+            s1.cursor, s2.cursor,
+            "both projections end at the same cursor"
+        );
+        let (c1, c2) = (db.proj_conn(), open(&p2));
+        for t in ["t", "kv"] {
+            assert_rows_eq(t, &dump(&c1, t), &dump(&c2, t));
+        }
+        db.audit_equal();
+        db.assert_same_rows(&["t", "kv"]);
+        let a2 = exec(
+            AUDIT,
+            &[
+                "--source",
+                &db.src_url(),
+                "--target",
+                &format!("sqlite:{}", p2.display()),
+            ],
+            None,
+        );
+        expect(&a2, 0, "audit of the compacted projection");
+    }
+}
+
+// ---------------------------------------------------------------- acknowledgement
+
+#[test]
+fn ack_discards_changes_and_guards_positions() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+    let id = db.init(&[]);
+    for i in 1..=10 {
+        db.src_sql(&format!("INSERT INTO t VALUES ({i}, 'v{i}')"));
+    }
+    let st = db.status();
+    assert_eq!(
+        (st.acknowledged, st.high_water, st.backlog),
+        (0, 10, 10),
+        "{st:?}"
+    );
+    assert_eq!(st.identity, id);
+    assert_eq!(st.tables, "t");
+
+    let r = db.capture_cmd("ack", &["--through", "4"]);
+    expect(&r, 0, "ack --through 4");
+    let st = db.status();
+    assert_eq!(
+        (st.acknowledged, st.high_water, st.backlog),
+        (4, 10, 6),
+        "{st:?}"
+    );
+    let (lo, n): (i64, i64) = db
+        .src_conn()
+        .query_row("SELECT min(seq), count(*) FROM _mooncdc_log", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((lo, n), (5, 6), "acknowledged changes should be deleted");
+
+    // The default start is the acknowledged position.
+    let (_, b) = db.capture_ok(&[]);
+    assert_eq!(b[0].start.sequence(), 4);
+    assert_eq!(
+        events(&b).iter().map(|e| e.sequence).collect::<Vec<_>>(),
+        (5..=10).collect::<Vec<u128>>()
+    );
+    let (_, b) = db.capture_ok(&["--after", &format!(r#"{{"source":"{id}","sequence":"4"}}"#)]);
+    assert_eq!(events(&b).len(), 6);
+    let f = db.path_str("after.json");
+    std::fs::write(&f, format!(r#"{{"source":"{id}","sequence":"7"}}"#)).unwrap();
+    let (_, b) = db.capture_ok(&["--after-file", &f]);
+    assert_eq!((b[0].start.sequence(), events(&b).len()), (7, 3));
+
+    // A stale cursor is refused: those changes are gone.
+    let r = db.capture(&["--after", &format!(r#"{{"source":"{id}","sequence":"2"}}"#)]);
+    expect(&r, 1, "read with a stale cursor");
+    assert!(
+        r.stderr.contains("acknowledged") && r.stderr.contains('4'),
+        "the message should say the cursor is before the acknowledged position: {}",
+        r.stderr
+    );
+    assert!(!String::from_utf8_lossy(&r.stdout).contains("\"commit\""));
+
+    // Beyond the high water: refused, nothing changes.
+    let r = db.capture_cmd("ack", &["--through", "11"]);
+    expect(&r, 1, "ack beyond the high water");
+    assert!(r.stderr.contains("high water"), "{}", r.stderr);
+    let r = db.capture(&[
+        "--after",
+        &format!(r#"{{"source":"{id}","sequence":"11"}}"#),
+    ]);
+    expect(&r, 1, "read beyond the high water");
+    assert_eq!(db.status().acknowledged, 4);
+
+    // Backwards: a no-op.
+    let r = db.capture_cmd("ack", &["--through", "2"]);
+    expect(&r, 0, "ack backwards");
+    let st = db.status();
+    assert_eq!((st.acknowledged, st.backlog), (4, 6), "{st:?}");
+
+    // Another source's cursor: refused by ack and by read.
+    let other = r#"{"source":"sqlite:00000000-0000-4000-8000-000000000000","sequence":"5"}"#;
+    let r = db.capture_cmd("ack", &["--cursor", other]);
+    expect(&r, 1, "ack of another source's cursor");
+    assert!(r.stderr.contains("source"), "{}", r.stderr);
+    let r = db.capture(&["--after", other]);
+    expect(&r, 1, "read after another source's cursor");
+    assert!(r.stderr.contains("source"), "{}", r.stderr);
+    assert!(
+        r.stdout.is_empty(),
+        "nothing may be written: {:?}",
+        r.stdout_str()
+    );
+    assert_eq!(db.status().acknowledged, 4);
+
+    // What the projection durably holds can be acknowledged (cursor file, cursor JSON).
+    db.catch_up();
+    let cur = db.target_cursor().unwrap();
+    assert_eq!(cur.sequence(), 10);
+    let f = db.path_str("cursor.json");
+    std::fs::write(&f, cur.to_json()).unwrap();
+    let r = db.capture_cmd("ack", &["--cursor-file", &f]);
+    expect(&r, 0, "ack --cursor-file");
+    let st = db.status();
+    assert_eq!((st.acknowledged, st.backlog), (10, 0), "{st:?}");
+    let r = db.capture_cmd("ack", &["--cursor", &cur.to_json()]);
+    expect(&r, 0, "ack again (no-op)");
+    let (_, b) = db.capture_ok(&[]);
+    assert_eq!(
+        (
+            b[0].start.sequence(),
+            b[0].end.sequence(),
+            b[0].events.len()
+        ),
+        (10, 10, 0)
+    );
+    // Usage: a position is required.
+    let r = db.capture_cmd("ack", &[]);
+    expect(&r, 2, "ack without a position");
+}
+
+// ---------------------------------------------------------------- schema drift
+
+#[test]
+fn add_column_is_drift_and_upgrade_keeps_old_changes_readable() {
+    let db = Dbs::new();
+    db.src_sql(
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT); CREATE TABLE o(id INTEGER PRIMARY KEY)",
+    );
+    db.init(&[]);
+    db.src_sql("INSERT INTO t VALUES (1, 'a1'); INSERT INTO t VALUES (2, 'a2');");
+    db.catch_up();
+    expect(&db.capture_cmd("ack", &["--through", "1"]), 0, "ack");
+    db.src_sql("UPDATE t SET a = 'a2x' WHERE id = 2; INSERT INTO o VALUES (1);");
+    db.src_sql("ALTER TABLE t ADD COLUMN b TEXT");
+    let r = db.capture_cmd("verify", &[]);
+    expect(&r, 1, "verify after ALTER TABLE ADD COLUMN");
+    assert!(
+        r.stderr.contains("\"t\""),
+        "verify should name table t: {}",
+        r.stderr
+    );
+    assert!(
+        !r.stderr.contains("\"o\""),
+        "table o did not change: {}",
+        r.stderr
+    );
+    let r = db.capture_cmd("upgrade", &[]);
+    expect(&r, 0, "upgrade");
+    let r = db.capture_cmd("verify", &[]);
+    expect(&r, 0, "verify after upgrade");
+    db.src_sql(
+        "INSERT INTO t VALUES (3, 'a3', 'b3');
+         UPDATE t SET b = 'b1' WHERE id = 1;
+         INSERT INTO o VALUES (2);",
+    );
+    // The stream across the upgrade: old-width changes in a batch with the old
+    // schema, then a new header with the new schema.
+    let (raw, b) = db.capture_ok(&[]);
+    assert_eq!(
+        b.len(),
+        2,
+        "the stream should split at the schema change:\n{}",
+        String::from_utf8_lossy(&raw)
+    );
+    assert_contiguous(&b);
+    assert_eq!(b[0].start.sequence(), 1);
+    assert_eq!(b[1].end.sequence(), db.status().high_water);
+    let width = |bi: usize| {
+        b[bi]
+            .schemas
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|s| s.table == "t")
+            .map(|s| s.columns.len())
+    };
+    assert_eq!((width(0), width(1)), (Some(2), Some(3)));
+    assert_events(
+        &[
+            e_ins("t", vec![vi(2), vt("a2")]),
+            e_upd("t", vec![vi(2), vt("a2")], vec![vi(2), vt("a2x")]),
+            e_ins("o", vec![vi(1)]),
+        ],
+        &b[0].events,
+    );
+    assert_events(
+        &[
+            e_ins("t", vec![vi(3), vt("a3"), vt("b3")]),
+            e_upd(
+                "t",
+                vec![vi(1), vt("a1"), VN],
+                vec![vi(1), vt("a1"), vt("b1")],
+            ),
+            e_ins("o", vec![vi(2)]),
+        ],
+        &b[1].events,
+    );
+    // The projection (holding 1..2 with two columns) takes the rest and the new column.
+    let s = db.apply_ok(&raw);
+    assert_eq!((s.applied, s.skipped), (5, 1), "{s:?}");
+    let cols: Vec<String> = db
+        .proj_conn()
+        .prepare("SELECT name FROM pragma_table_info('t')")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(cols, vec!["id", "a", "b"]);
+    db.audit_equal();
+    db.assert_same_rows(&["t", "o"]);
+}
+
+/// A column added with a DEFAULT gives every existing row a value without any
+/// row change; after `upgrade` and apply, the projection must hold it too.
+#[test]
+fn add_column_with_a_default_reaches_the_projection() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT)");
+    db.init(&[]);
+    db.src_sql("INSERT INTO t VALUES (1, 'a1'), (2, 'a2');");
+    db.catch_up();
+    db.src_sql("ALTER TABLE t ADD COLUMN b TEXT NOT NULL DEFAULT 'dflt'");
+    expect(&db.capture_cmd("upgrade", &[]), 0, "upgrade");
+    db.src_sql("INSERT INTO t VALUES (3, 'a3', 'b3');");
+    db.catch_up();
+    let r = db.audit(&[]);
+    expect(
+        &r,
+        0,
+        "audit after ADD COLUMN ... DEFAULT, upgrade and apply",
+    );
+    db.assert_same_rows(&["t"]);
+}
+
+/// `verify` reports a dropped table and says "run upgrade"; upgrade must then
+/// stop capturing it, keeping its earlier changes readable.
+#[test]
+fn a_dropped_table_is_retired_by_upgrade() {
+    let db = Dbs::new();
+    db.src_sql(
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); CREATE TABLE u(id INTEGER PRIMARY KEY)",
+    );
+    db.init(&[]);
+    db.src_sql("INSERT INTO t VALUES (1, 'a'); INSERT INTO u VALUES (1);");
+    db.src_sql("DROP TABLE t");
+    let r = db.capture_cmd("verify", &[]);
+    expect(&r, 1, "verify after DROP TABLE");
+    assert!(r.stderr.contains("\"t\""), "{}", r.stderr);
+    let r = db.capture_cmd("upgrade", &[]);
+    expect(&r, 0, "upgrade after DROP TABLE");
+    expect(&db.capture_cmd("verify", &[]), 0, "verify after upgrade");
+    expect(
+        &exec(SNAPSHOT, &["--source", &db.src_url()], None),
+        0,
+        "snapshot after upgrade",
+    );
+    let (_, b) = db.capture_ok(&[]);
+    assert_events(
+        &[e_ins("t", vec![vi(1), vt("a")]), e_ins("u", vec![vi(1)])],
+        &events(&b),
+    );
+}
+
+#[test]
+fn a_tampered_trigger_is_drift_and_upgrade_repairs_it() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+    db.init(&[]);
+    expect(&db.capture_cmd("verify", &[]), 0, "verify after init");
+    let trig = |op: &str| -> String {
+        db.src_conn()
+            .query_row(
+                "SELECT name FROM sqlite_schema WHERE type = 'trigger' AND name LIKE '\\_mooncdc\\_%' ESCAPE '\\' AND name LIKE ?1",
+                [format!("%{op}")],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    let upd = trig("upd");
+    let r = db.sqlite3(&format!("DROP TRIGGER \"{upd}\";"));
+    expect(&r, 0, "drop trigger");
+    let r = db.capture_cmd("verify", &[]);
+    expect(&r, 1, "verify with a dropped trigger");
+    assert!(
+        r.stderr.contains(&upd),
+        "verify should name the trigger: {}",
+        r.stderr
+    );
+    expect(&db.capture_cmd("upgrade", &[]), 0, "upgrade");
+    expect(&db.capture_cmd("verify", &[]), 0, "verify after upgrade");
+
+    // A trigger replaced by one that does something else.
+    let ins = trig("ins");
+    let r = db.sqlite3(&format!(
+        "DROP TRIGGER \"{ins}\"; CREATE TRIGGER \"{ins}\" AFTER INSERT ON t BEGIN SELECT 1; END;"
+    ));
+    expect(&r, 0, "replace trigger");
+    let r = db.capture_cmd("verify", &[]);
+    expect(&r, 1, "verify with an altered trigger");
+    assert!(r.stderr.contains(&ins), "{}", r.stderr);
+    expect(&db.capture_cmd("upgrade", &[]), 0, "upgrade");
+    expect(&db.capture_cmd("verify", &[]), 0, "verify after upgrade");
+
+    // Capture works again for every operation.
+    db.src_sql("INSERT INTO t VALUES (1, 'x'); UPDATE t SET v = 'y'; DELETE FROM t;");
+    let (_, b) = db.capture_ok(&[]);
+    assert_events(
+        &[
+            e_ins("t", vec![vi(1), vt("x")]),
+            e_upd("t", vec![vi(1), vt("x")], vec![vi(1), vt("y")]),
+            e_del("t", vec![vi(1), vt("y")]),
+        ],
+        &events(&b),
+    );
+}
+
+// ---------------------------------------------------------------- init
+
+#[test]
+fn init_refuses_tables_without_a_key_and_table_selects() {
+    let db = Dbs::new();
+    db.src_sql(
+        "CREATE TABLE a(id INTEGER PRIMARY KEY, v TEXT);
+         CREATE TABLE nokey(x, y);
+         CREATE TABLE c(id INTEGER PRIMARY KEY, v TEXT);",
+    );
+    let url = db.src_url();
+    let r = exec(CAPTURE, &["init", "--source", &url], None);
+    expect(&r, 1, "init with a table without a primary key");
+    assert!(
+        r.stderr.contains("nokey") && r.stderr.contains("primary key"),
+        "the message should name the table and the missing primary key: {}",
+        r.stderr
+    );
+    // Nothing was installed.
+    let r = db.capture_cmd("status", &[]);
+    expect(&r, 1, "status after a failed init");
+    assert!(r.stderr.contains("not installed"), "{}", r.stderr);
+    let r = exec(
+        CAPTURE,
+        &["init", "--source", &url, "--table", "nokey"],
+        None,
+    );
+    expect(&r, 1, "init --table nokey");
+    assert!(r.stderr.contains("primary key"), "{}", r.stderr);
+    let r = exec(
+        CAPTURE,
+        &["init", "--source", &url, "--table", "missing"],
+        None,
+    );
+    expect(&r, 1, "init of a table that does not exist");
+    assert!(r.stderr.contains("missing"), "{}", r.stderr);
+    let r = exec(
+        CAPTURE,
+        &["init", "--source", &url, "--table", "_mooncdc_log"],
+        None,
+    );
+    expect(&r, 2, "init of a MoonCDC table");
+
+    let id = db.init(&["a"]);
+    assert_eq!(db.status().tables, "a");
+    db.src_sql("INSERT INTO a VALUES (1, 'a'); INSERT INTO c VALUES (1, 'c'); INSERT INTO nokey VALUES (1, 2);");
+    let (_, b) = db.capture_ok(&[]);
+    assert_events(&[e_ins("a", vec![vi(1), vt("a")])], &events(&b));
+    // Adding a table later keeps the identity.
+    assert_eq!(db.init(&["c"]), id);
+    assert_eq!(db.status().tables, "a, c");
+    db.src_sql("INSERT INTO c VALUES (2, 'c2');");
+    let (_, b) = db.capture_ok(&[]);
+    assert_events(
+        &[
+            e_ins("a", vec![vi(1), vt("a")]),
+            e_ins("c", vec![vi(2), vt("c2")]),
+        ],
+        &events(&b),
+    );
+    let names: Vec<String> = b[0]
+        .schemas
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|s| s.table.clone())
+        .collect();
+    assert_eq!(names, vec!["a", "c"]);
+}
+
+// ---------------------------------------------------------------- values capture cannot carry
+
+#[test]
+fn text_that_is_not_utf8_fails_the_read_without_a_commit() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+    db.init(&[]);
+    db.src_sql("INSERT INTO t VALUES (1, 'ok')");
+    let r = db.sqlite3("INSERT INTO t VALUES (2, CAST(x'ff' AS TEXT));");
+    expect(&r, 0, "sqlite3 insert of invalid UTF-8");
+    let r = db.capture(&[]);
+    expect(&r, 1, "read of invalid UTF-8 TEXT");
+    assert!(
+        r.stderr.contains("\"t\"") && r.stderr.contains("change 2") && r.stderr.contains("UTF-8"),
+        "the message should name the table, the sequence and the rule: {}",
+        r.stderr
+    );
+    let out = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        !out.lines().any(|l| l.contains(r#""kind":"commit""#)),
+        "a failed read must not write a commit line:\n{out}"
+    );
+    // The valid change before it can still be read up to it.
+    let (_, b) = db.capture_ok(&["--max-events", "1"]);
+    assert_eq!(b[0].end.sequence(), 1);
+    assert_events(&[e_ins("t", vec![vi(1), vt("ok")])], &events(&b));
+}
+
+#[test]
+fn an_infinite_real_fails_the_read_clearly() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v)");
+    db.init(&[]);
+    let r = db.sqlite3("INSERT INTO t VALUES (1, 1e999);");
+    expect(&r, 0, "sqlite3 insert of Inf");
+    let r = db.capture(&[]);
+    expect(&r, 1, "read of an infinite REAL");
+    assert!(
+        r.stderr.contains("REAL") && r.stderr.contains("\"t\""),
+        "the message should name the table and the rule: {}",
+        r.stderr
+    );
+    assert!(!String::from_utf8_lossy(&r.stdout).contains(r#""kind":"commit""#));
+}
+
+// ---------------------------------------------------------------- follow
+
+/// The complete batches at the start of `bytes` (up to the last commit line).
+fn complete_prefix(bytes: &[u8]) -> &[u8] {
+    let mut end = 0;
+    let mut pos = 0;
+    for line in bytes.split_inclusive(|&b| b == b'\n') {
+        pos += line.len();
+        if line.starts_with(br#"{"kind":"commit""#) && line.ends_with(b"\n") {
+            end = pos;
+        }
+    }
+    &bytes[..end]
+}
+
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn follow_writes_complete_batches_that_apply() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+    db.init(&[]);
+    db.src_sql("INSERT INTO t VALUES (1, 'before follow')");
+    let out = db.path("follow.jsonl");
+    let child = Command::new(bin(CAPTURE))
+        .args(["--source", &db.src_url(), "--follow", "--poll-ms", "50"])
+        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+        .stderr(Stdio::from(
+            std::fs::File::create(db.path("follow.err")).unwrap(),
+        ))
+        .spawn()
+        .unwrap();
+    let mut follow = Kill(child);
+    let mut expected = 1;
+    for round in 0..5 {
+        let mut c = db.src_conn();
+        let tx = c.transaction().unwrap();
+        for i in 0..20 {
+            let id = 10 + round * 100 + i;
+            tx.execute(
+                "INSERT INTO t VALUES (?1, ?2)",
+                params![id, format!("r{round}")],
+            )
+            .unwrap();
+        }
+        tx.execute("UPDATE t SET v = v || '!' WHERE id % 7 = 0", [])
+            .unwrap();
+        expected += 20 + tx.changes() as usize;
+        tx.commit().unwrap();
+        std::thread::sleep(Duration::from_millis(80));
+    }
+    wait_for(20, "follow to write every change", || {
+        let bytes = std::fs::read(&out).unwrap();
+        common::parse_stream(complete_prefix(&bytes))
+            .map(|b| events(&b).len() == expected)
+            .unwrap_or(false)
+    });
+    assert!(
+        follow.0.try_wait().unwrap().is_none(),
+        "follow should keep running"
+    );
+    let _ = follow.0.kill();
+    let _ = follow.0.wait();
+    let bytes = std::fs::read(&out).unwrap();
+    let b = common::batches(&bytes);
+    assert!(
+        b.len() >= 2,
+        "follow should write several batches, got {}",
+        b.len()
+    );
+    assert_contiguous(&b);
+    assert_eq!(b[0].start.sequence(), 0);
+    assert_eq!(b.last().unwrap().end.sequence(), db.status().high_water);
+    let s = db.apply_ok(&bytes);
+    assert_eq!(s.applied as usize, expected);
+    db.audit_equal();
+    // Reading, even following, never acknowledges.
+    assert_eq!(db.status().acknowledged, 0);
+}
+
+/// The sequence of the projection's cursor, read directly (0 when none yet).
+fn proj_sequence(db: &Dbs) -> u128 {
+    if !db.proj.exists() {
+        return 0;
+    }
+    let c = open(&db.proj);
+    c.query_row("SELECT sequence FROM _mooncdc_cursor", [], |r| {
+        r.get::<_, String>(0)
+    })
+    .map(|s| s.parse().unwrap())
+    .unwrap_or(0)
+}
+
+#[test]
+fn follow_acknowledges_only_what_the_target_durably_holds() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+    db.init(&[]);
+    let mut cap = Command::new(bin(CAPTURE))
+        .args([
+            "--source",
+            &db.src_url(),
+            "--follow",
+            "--poll-ms",
+            "50",
+            "--ack-from-target",
+            &db.proj_url(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(
+            std::fs::File::create(db.path("cap.err")).unwrap(),
+        ))
+        .spawn()
+        .unwrap();
+    let pipe = cap.stdout.take().unwrap();
+    let cap = Kill(cap);
+    let apply = Kill(
+        Command::new(bin(APPLY))
+            .args(["--target", &db.proj_url()])
+            .stdin(Stdio::from(pipe))
+            .stderr(Stdio::from(
+                std::fs::File::create(db.path("apply.err")).unwrap(),
+            ))
+            .spawn()
+            .unwrap(),
+    );
+    let check = |db: &Dbs| -> (u128, u128) {
+        let acked = db.status().acknowledged;
+        let held = proj_sequence(db);
+        assert!(
+            acked <= held,
+            "acknowledged {acked} is beyond what the target holds ({held})"
+        );
+        (acked, held)
+    };
+    let mut advanced = Vec::new();
+    for round in 0..4 {
+        db.src_sql(&format!(
+            "INSERT INTO t VALUES ({0}, 'a'), ({1}, 'b'); UPDATE t SET v = 'c' WHERE id = {0};",
+            round * 10,
+            round * 10 + 1
+        ));
+        let hw = db.status().high_water;
+        wait_for(
+            20,
+            "the target to take the changes and follow to acknowledge them",
+            || {
+                let (acked, held) = check(&db);
+                acked == hw && held == hw
+            },
+        );
+        advanced.push(hw);
+    }
+    assert_eq!(advanced, vec![3, 6, 9, 12]);
+    assert_eq!(db.status().backlog, 0);
+    // With the consumer gone nothing more is acknowledged.
+    drop(apply);
+    db.src_sql("INSERT INTO t VALUES (100, 'unconsumed');");
+    std::thread::sleep(Duration::from_millis(300));
+    let (acked, held) = check(&db);
+    assert_eq!((acked, held), (12, 12));
+    assert_eq!(db.status().high_water, 13);
+    drop(cap);
+    let st = db.status();
+    assert_eq!((st.acknowledged, st.backlog), (12, 1), "{st:?}");
+    // The change not consumed is still there to read.
+    let (_, s) = db.catch_up();
+    assert_eq!(s.applied, 1);
+    db.audit_equal();
+}
