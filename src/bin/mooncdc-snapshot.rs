@@ -29,6 +29,7 @@ fn run(a: SnapshotArgs) -> anyhow::Result<ExitCode> {
                 .snapshot(
                     &a.tables,
                     json,
+                    a.jobs,
                     Duration::from_secs(a.slot_timeout.max(1)),
                     w,
                     &mut tick,

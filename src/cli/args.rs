@@ -254,6 +254,9 @@ pub struct SnapshotArgs {
     /// PostgreSQL: how long to wait for open transactions when creating the snapshot's slot, in seconds
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub slot_timeout: u64,
+    /// PostgreSQL: copy up to N tables at once, each session importing the same snapshot
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub jobs: usize,
 }
 
 /// What to do when a target's stored row contradicts an event.

@@ -469,6 +469,29 @@ impl<'a> SnapshotWriter<'a> {
         Ok(())
     }
 
+    /// A row already encoded as its JSON array of values (see [`write_row`]).
+    pub fn raw_row(&mut self, encoded: &[u8]) -> std::io::Result<()> {
+        if self.json {
+            if self.rows_in_table > 0 {
+                self.buf.push(b',');
+            }
+            self.buf.extend_from_slice(encoded);
+        } else {
+            self.buf.extend_from_slice(b"{\"kind\":\"row\",\"table\":");
+            write_json_str(&mut self.buf, &self.table);
+            self.buf.extend_from_slice(b",\"row\":");
+            self.buf.extend_from_slice(encoded);
+            self.buf.extend_from_slice(b"}\n");
+        }
+        self.rows_in_table += 1;
+        self.count += 1;
+        if self.buf.len() >= 1 << 16 {
+            self.out.write_all(&self.buf)?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
     pub fn count(&self) -> u64 {
         self.count
     }

@@ -600,10 +600,12 @@ impl PgSource {
     }
 
     /// Write a snapshot consistent with a cursor that hands over exactly to `read`.
+    #[allow(clippy::too_many_arguments)]
     pub fn snapshot(
         &self,
         tables: &[String],
         json: bool,
+        jobs: usize,
         slot_timeout: Duration,
         out: &mut dyn Write,
         progress: &mut dyn FnMut(u64),
@@ -667,15 +669,7 @@ impl PgSource {
                     lsn_text(consistent)
                 )));
             }
-            let reader = self.client("snapshot reader").await?;
-            reader
-                .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                .await
-                .map_err(pg_err("cannot begin the snapshot transaction"))?;
-            reader
-                .batch_execute(&format!("SET TRANSACTION SNAPSHOT '{}'", snapshot_name.replace('\'', "''")))
-                .await
-                .map_err(pg_err("cannot import the exported snapshot"))?;
+            let reader = self.import_snapshot(&snapshot_name).await?;
             let mut schemas = Vec::new();
             let mut classes = Vec::new();
             for n in &chosen {
@@ -686,20 +680,75 @@ impl PgSource {
             }
             let cursor = Cursor::new(id, sequence(consistent, 0));
             let mut w = SnapshotWriter::begin(out, json, &cursor, &schemas).map_err(io_out)?;
-            for (schema, cls) in schemas.iter().zip(&classes) {
-                w.table(schema).map_err(io_out)?;
-                let sql = select_in_key_order(schema, cls);
-                let stream = reader
-                    .copy_out(&format!("COPY ({sql}) TO STDOUT"))
-                    .await
-                    .map_err(pg_err("cannot copy a table"))?;
-                let mut rows = CopyRows::new(Box::pin(stream), cls.clone(), schema.table.clone());
-                while let Some(row) = rows.next().await? {
-                    w.row(&row).map_err(io_out)?;
-                    if w.count() % 65536 == 0 {
-                        progress(w.count());
+            let jobs = jobs.clamp(1, schemas.len().max(1));
+            if jobs <= 1 {
+                for (schema, cls) in schemas.iter().zip(&classes) {
+                    w.table(schema).map_err(io_out)?;
+                    let mut rows = copy_table(&reader, schema, cls).await?;
+                    while let Some(row) = rows.next().await? {
+                        w.row(&row).map_err(io_out)?;
+                        if w.count() % 65536 == 0 {
+                            progress(w.count());
+                        }
                     }
                 }
+            } else {
+                // Each worker imports the same snapshot and copies its share of
+                // the tables into spools; the output then comes in table order.
+                let mut sessions = vec![reader];
+                for _ in 1..jobs {
+                    sessions.push(self.import_snapshot(&snapshot_name).await?);
+                }
+                let work = sessions.iter().enumerate().map(|(k, sess)| {
+                    let mine: Vec<usize> = (k..schemas.len()).step_by(jobs).collect();
+                    let (schemas, classes) = (&schemas, &classes);
+                    async move {
+                        let mut spools = Vec::new();
+                        for i in mine {
+                            let mut spool = crate::ops::spool::Spool::new(4 << 20);
+                            let mut rows = copy_table(sess, &schemas[i], &classes[i]).await?;
+                            let mut line = Vec::with_capacity(256);
+                            while let Some(row) = rows.next().await? {
+                                line.clear();
+                                crate::wire::value::write_row(&mut line, &row);
+                                line.push(b'\n');
+                                spool.push(&line)?;
+                            }
+                            spools.push((i, spool));
+                        }
+                        Ok::<_, Error>(spools)
+                    }
+                });
+                let results = futures_util::future::join_all(work).await;
+                let mut all: Vec<(usize, crate::ops::spool::Spool)> = Vec::new();
+                for r in results {
+                    all.extend(r?);
+                }
+                all.sort_by_key(|(i, _)| *i);
+                for (i, mut spool) in all {
+                    w.table(&schemas[i]).map_err(io_out)?;
+                    let mut rd = spool.drain()?;
+                    let mut line = Vec::new();
+                    loop {
+                        line.clear();
+                        if std::io::BufRead::read_until(&mut rd, b'\n', &mut line).map_err(|e| Error::io("cannot read a spool", e))? == 0 {
+                            break;
+                        }
+                        w.raw_row(&line[..line.len() - 1]).map_err(io_out)?;
+                        if w.count() % 65536 == 0 {
+                            progress(w.count());
+                        }
+                    }
+                }
+                for sess in &sessions[1..] {
+                    let _ = sess.batch_execute("COMMIT").await;
+                }
+                let reader = sessions.swap_remove(0);
+                let count = w.finish().map_err(io_out)?;
+                let _ = reader.batch_execute("COMMIT").await;
+                exporter.abort();
+                progress(count);
+                return Ok(count);
             }
             let count = w.finish().map_err(io_out)?;
             let _ = reader.batch_execute("COMMIT").await;
@@ -708,6 +757,37 @@ impl PgSource {
             Ok(count)
         })
     }
+}
+
+impl PgSource {
+    /// A REPEATABLE READ READ ONLY session that imports an exported snapshot.
+    async fn import_snapshot(&self, name: &str) -> Result<Client> {
+        let c = self.client("snapshot reader").await?;
+        c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(pg_err("cannot begin the snapshot transaction"))?;
+        c.batch_execute(&format!(
+            "SET TRANSACTION SNAPSHOT '{}'",
+            name.replace('\'', "''")
+        ))
+        .await
+        .map_err(pg_err("cannot import the exported snapshot"))?;
+        Ok(c)
+    }
+}
+
+/// A table's rows in key order through COPY.
+async fn copy_table(c: &Client, schema: &Schema, classes: &[Class]) -> Result<CopyRows> {
+    let sql = select_in_key_order(schema, classes);
+    let stream = c
+        .copy_out(&format!("COPY ({sql}) TO STDOUT"))
+        .await
+        .map_err(pg_err("cannot copy a table"))?;
+    Ok(CopyRows::new(
+        Box::pin(stream),
+        classes.to_vec(),
+        schema.table.clone(),
+    ))
 }
 
 /// Acknowledge up to what the target holds, on the live stream's feedback.
