@@ -561,10 +561,18 @@ impl PgSource {
                                     continue;
                                 }
                                 let e = catalog.event(seq, msg)?;
-                                let len = w.event(&e)?;
+                                let len = w.encoded_len(&e) as u64;
+                                // Like SQLite reads: stop before the bytes written
+                                // would exceed the limit (one event at least).
+                                if total > 0 && limits.max_bytes.is_some_and(|m| bytes + len > m) {
+                                    let at = w.position;
+                                    w.finish_batch(at)?;
+                                    return Ok(());
+                                }
+                                w.write_encoded(e.sequence)?;
                                 total += 1;
                                 bytes += len;
-                                if limits.max_events.is_some_and(|m| total >= m) || limits.max_bytes.is_some_and(|m| bytes >= m) {
+                                if limits.max_events.is_some_and(|m| total >= m) {
                                     let at = w.position;
                                     w.finish_batch(at)?;
                                     return Ok(());
@@ -860,14 +868,23 @@ impl<'a> BatchOut<'a> {
         Ok(())
     }
 
-    fn event(&mut self, e: &Event) -> Result<u64> {
-        self.open_batch()?;
+    fn encoded_len(&mut self, e: &Event) -> usize {
         self.line.clear();
         write_event_line(&mut self.line, e);
+        self.line.len()
+    }
+
+    /// Write the event last given to [`encoded_len`](Self::encoded_len).
+    fn write_encoded(&mut self, sequence: Sequence) -> Result<()> {
+        if !self.open {
+            let event = std::mem::take(&mut self.line);
+            self.open_batch()?;
+            self.line = event;
+        }
         self.out.write_all(&self.line).map_err(io_out)?;
         self.count += 1;
-        self.position = e.sequence;
-        Ok(self.line.len() as u64)
+        self.position = sequence;
+        Ok(())
     }
 
     fn finish_batch(&mut self, end: Sequence) -> Result<()> {
