@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test, on a fresh Debian machine: installs what the tests need
-# (sqlite3, sqldiff, PostgreSQL 15 with wal2json from Debian's packages),
+# (sqlite3, sqldiff, PostgreSQL 15 with wal2json, clickhouse-server from
+# Debian's packages),
 # then runs the whole suite. Server tests start and stop their own servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,12 +12,25 @@ command -v sqldiff >/dev/null 2>&1 || need+=(sqlite3-tools)
 # PostgreSQL 15 with wal2json: the server tests start throwaway clusters.
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql-15)
 [ -e /usr/lib/postgresql/15/lib/wal2json.so ] || need+=(postgresql-15-wal2json)
+# ClickHouse 18.16 (Debian's clickhouse-server): the ClickHouse tests start
+# throwaway servers on free ports (tests/common/ch.rs).
+[ -x /usr/sbin/clickhouse-server ] || need+=(clickhouse-server)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]} from Debian's packages"
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
+  # Keep the packages from starting their system services: the tests start
+  # their own servers, and clickhouse-server's postinst fails the install when
+  # it cannot start its service.
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee /usr/sbin/policy-rc.d >/dev/null
+    $sudo chmod +x /usr/sbin/policy-rc.d
+    policy=1
+  fi
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+  [ -z "$policy" ] || $sudo rm -f /usr/sbin/policy-rc.d
 fi
 
 # The example application writes the sample databases some tests use.

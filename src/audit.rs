@@ -36,6 +36,9 @@ pub struct TableAudit {
     pub missing: u64,
     pub extra: u64,
     pub different: u64,
+    /// The target's table has other columns than the source's: its rows were
+    /// not compared.
+    pub schema_differs: Option<String>,
 }
 
 /// The whole audit's result.
@@ -60,6 +63,27 @@ struct Findings<'a> {
 }
 
 impl Findings<'_> {
+    fn schema(&mut self, table: &str, message: &str) -> Result<()> {
+        let mut b = Vec::new();
+        match self.format {
+            AuditFormat::Jsonl => {
+                b.extend_from_slice(b"{\"kind\":\"schema\",\"table\":");
+                write_json_str(&mut b, table);
+                b.extend_from_slice(b",\"message\":");
+                write_json_str(&mut b, message);
+                b.extend_from_slice(b"}\n");
+            }
+            AuditFormat::Text => {
+                b.extend_from_slice(b"schema differs: table ");
+                write_json_str(&mut b, table);
+                b.extend_from_slice(format!(": {message}\n").as_bytes());
+            }
+        }
+        self.out
+            .write_all(&b)
+            .map_err(|e| Error::io("cannot write output", e))
+    }
+
     fn row(
         &mut self,
         kind: &str,
@@ -235,7 +259,7 @@ impl OpenTarget<'_> {
     ) -> Result<T> {
         match self {
             OpenTarget::Sqlite(tgt) => {
-                if !target_table(tgt, s)? {
+                if !table_exists(tgt, &s.table)? {
                     return f(&mut || Ok(None));
                 }
                 let sql = select_in_key_order(s);
@@ -329,6 +353,15 @@ pub fn audit(
                     }
                     Ok(())
                 };
+                if let Some(msg) = tgt.schema_difference(&s)? {
+                    findings.schema(&s.table, &msg)?;
+                    report.tables.push(TableAudit {
+                        table: s.table.clone(),
+                        schema_differs: Some(msg),
+                        ..Default::default()
+                    });
+                    continue;
+                }
                 let t = tgt.with_rows(&s, &source_id, |pull| {
                     compare_table(&mut feed, pull, &s, &mut findings, &mut seen, progress)
                 })?;
@@ -342,6 +375,15 @@ pub fn audit(
             for i in 0..src.tables.len() {
                 let s = src.tables[i].0.clone();
                 let mut feed = |f: &mut dyn FnMut(Row) -> Result<bool>| src.rows(i, f);
+                if let Some(msg) = tgt.schema_difference(&s)? {
+                    findings.schema(&s.table, &msg)?;
+                    report.tables.push(TableAudit {
+                        table: s.table.clone(),
+                        schema_differs: Some(msg),
+                        ..Default::default()
+                    });
+                    continue;
+                }
                 let t = tgt.with_rows(&s, &src.identity, |pull| {
                     compare_table(&mut feed, pull, &s, &mut findings, &mut seen, progress)
                 })?;
@@ -373,27 +415,38 @@ fn choose(schemas: Vec<Schema>, tables: &[String]) -> Result<Vec<Schema>> {
         .collect()
 }
 
-/// Whether the target has the table; an error when it has it with other columns.
-fn target_table(tgt: &Connection, s: &Schema) -> Result<bool> {
-    if !table_exists(tgt, &s.table)? {
-        return Ok(false);
+impl OpenTarget<'_> {
+    /// How the target's table differs in shape from the source's, if it does.
+    fn schema_difference(&self, s: &Schema) -> Result<Option<String>> {
+        let want: Vec<String> = s.columns.iter().map(|c| c.name.clone()).collect();
+        let (have, key) = match self {
+            OpenTarget::Sqlite(tgt) => {
+                if !table_exists(tgt, &s.table)? {
+                    return Ok(None);
+                }
+                let ts = table_schema(tgt, &s.table)?;
+                (
+                    ts.columns
+                        .iter()
+                        .map(|c| c.name.clone())
+                        .collect::<Vec<_>>(),
+                    Some(ts.key),
+                )
+            }
+            OpenTarget::ClickHouse(ch) => match ch.table_columns(s)? {
+                None => return Ok(None),
+                Some(cols) => (cols, None),
+            },
+        };
+        if have != want || key.as_ref().is_some_and(|k| *k != s.key) {
+            return Ok(Some(format!(
+                "the source has columns {want:?} (key {:?}), the target {have:?}{}",
+                s.key,
+                key.map_or(String::new(), |k| format!(" (key {k:?})"))
+            )));
+        }
+        Ok(None)
     }
-    let ts = table_schema(tgt, &s.table)?;
-    let names = |sc: &Schema| {
-        sc.columns
-            .iter()
-            .map(|c| c.name.clone())
-            .collect::<Vec<_>>()
-    };
-    if names(&ts) != names(s) || ts.key != s.key {
-        return Err(Error::state(format!(
-            "table {:?} has columns {:?} in the source but {:?} in the target",
-            s.table,
-            names(s),
-            names(&ts)
-        )));
-    }
-    Ok(true)
 }
 
 /// Write the summary: per-table counts, both cursors, the verdict.
@@ -411,8 +464,8 @@ pub fn write_summary(report: &AuditReport, format: AuditFormat, out: &mut dyn Wr
                 write_json_str(&mut b, &t.table);
                 b.extend_from_slice(
                     format!(
-                        ",\"compared\":\"{}\",\"missing\":\"{}\",\"extra\":\"{}\",\"different\":\"{}\"}}\n",
-                        t.compared, t.missing, t.extra, t.different
+                        ",\"compared\":\"{}\",\"missing\":\"{}\",\"extra\":\"{}\",\"different\":\"{}\",\"columns_differ\":{}}}\n",
+                        t.compared, t.missing, t.extra, t.different, t.schema_differs.is_some()
                     )
                     .as_bytes(),
                 );
@@ -439,9 +492,14 @@ pub fn write_summary(report: &AuditReport, format: AuditFormat, out: &mut dyn Wr
             for t in &report.tables {
                 b.extend_from_slice(b"table ");
                 write_json_str(&mut b, &t.table);
+                let shape = if t.schema_differs.is_some() {
+                    ", columns differ"
+                } else {
+                    ""
+                };
                 b.extend_from_slice(
                     format!(
-                        ": {} rows compared, {} missing, {} extra, {} different\n",
+                        ": {} rows compared, {} missing, {} extra, {} different{shape}\n",
                         t.compared, t.missing, t.extra, t.different
                     )
                     .as_bytes(),

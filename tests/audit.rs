@@ -71,8 +71,8 @@ fn equal_is_exit_0_in_both_formats() {
     assert_eq!(
         l,
         vec![
-            json!({"kind":"table","table":"o","compared":"2","missing":"0","extra":"0","different":"0"}),
-            json!({"kind":"table","table":"t","compared":"8","missing":"0","extra":"0","different":"0"}),
+            json!({"kind":"table","table":"o","compared":"2","missing":"0","extra":"0","different":"0","columns_differ":false}),
+            json!({"kind":"table","table":"t","compared":"8","missing":"0","extra":"0","different":"0","columns_differ":false}),
             json!({"kind":"verdict","equal":true,"source_cursor":cj,"target_cursor":cj,"target_behind":false}),
         ]
     );

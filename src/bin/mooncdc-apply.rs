@@ -90,30 +90,45 @@ fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         ..Default::default()
     };
     let mut progress = Progress::new("events", a.quiet);
+    let (mut snapshots, mut rows) = (0u64, 0u64);
     let result = (|| -> anyhow::Result<()> {
         for p in cli::input_paths(&a.files) {
             let base = total.applied;
             let mut tick = |s: &ApplyStats| progress.update(base + s.applied);
-            let s = match (cli::open_input(p, limits)?, &mut t) {
+            let input = cli::open_input(p, limits)?;
+            let is_snapshot = matches!(input, Input::Snapshot(_));
+            let r = match (input, &mut t) {
                 (Input::Batches(mut r), Target::Sqlite(t)) => {
-                    t.apply_stream(&mut r, on_conflict, &mut tick)?
+                    t.apply_stream(&mut r, on_conflict, &mut tick)
                 }
                 (Input::Snapshot(mut r), Target::Sqlite(t)) => {
-                    t.apply_snapshot(&mut r, on_conflict, &mut tick)?
+                    t.apply_snapshot(&mut r, on_conflict, &mut tick)
                 }
-                (Input::Batches(mut r), Target::ClickHouse(t)) => {
-                    t.apply_stream(&mut r, &mut tick)?
-                }
+                (Input::Batches(mut r), Target::ClickHouse(t)) => t.apply_stream(&mut r, &mut tick),
                 (Input::Snapshot(mut r), Target::ClickHouse(t)) => {
-                    t.apply_snapshot(&mut r, &mut tick)?
+                    t.apply_snapshot(&mut r, &mut tick)
                 }
             };
-            total.batches += s.batches;
-            total.applied += s.applied;
-            total.skipped += s.skipped;
+            // On failure, count what was committed before it.
+            let s = match &r {
+                Ok(s) => s.clone(),
+                Err(_) => match &t {
+                    Target::Sqlite(t) => t.committed().clone(),
+                    Target::ClickHouse(t) => t.committed().clone(),
+                },
+            };
+            if is_snapshot {
+                snapshots += s.batches;
+                rows += s.applied;
+            } else {
+                total.batches += s.batches;
+                total.applied += s.applied;
+                total.skipped += s.skipped;
+            }
             if s.cursor.is_some() {
                 total.cursor = s.cursor;
             }
+            r?;
         }
         Ok(())
     })();
@@ -122,8 +137,13 @@ fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         .cursor
         .as_ref()
         .map_or("none".to_string(), |c| c.to_json());
+    let loaded = if snapshots > 0 {
+        format!("{snapshots} snapshot ({rows} rows loaded), ")
+    } else {
+        String::new()
+    };
     eprintln!(
-        "mooncdc-apply: {} batches, {} events applied, {} skipped as already held, cursor {}",
+        "mooncdc-apply: {loaded}{} batches, {} events applied, {} skipped as already held, cursor {}",
         total.batches, total.applied, total.skipped, cursor
     );
     result?;

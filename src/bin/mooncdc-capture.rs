@@ -82,11 +82,11 @@ fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
                     }
                 }
                 Source::Postgres(src) => {
-                    // Re-running init adds what is missing (replica identity of
-                    // new publication tables, the slot) and changes nothing else.
-                    let (_, tables) = src.init(&[])?;
+                    // Replica identity and the slot, for the tables already
+                    // published; no table is added.
+                    let tables = src.upgrade()?;
                     eprintln!(
-                        "mooncdc-capture: publication tables checked: {}",
+                        "mooncdc-capture: replica identity and slot checked for {}",
                         tables.join(", ")
                     );
                 }
@@ -179,25 +179,30 @@ fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
         max_events: r.max_events,
         max_bytes: r.max_bytes,
     };
-    let target = match &r.ack_from_target {
-        Some(t) => Some(url::parse(t)?.sqlite_path("target")?.clone()),
+    // The target whose durable cursor --follow acknowledges up to.
+    let held: Option<Box<dyn Fn() -> mooncdc::Result<Option<Cursor>>>> = match &r.ack_from_target {
         None => None,
+        Some(t) => match url::parse(t)? {
+            Endpoint::ClickHouse(u) => {
+                let ch = mooncdc::target::clickhouse::ClickHouse::connect(
+                    mooncdc::target::clickhouse::ChConfig::parse(&u)?,
+                    mooncdc::target::clickhouse::Engine::Replacing,
+                )?;
+                Some(Box::new(move || ch.cursor()))
+            }
+            other => {
+                let p = other.sqlite_path("target")?.clone();
+                Some(Box::new(move || {
+                    if p.exists() {
+                        mooncdc::target::sqlite::read_cursor(&p)
+                    } else {
+                        Ok(None)
+                    }
+                }))
+            }
+        },
     };
-    let ack_fn = |p: &std::path::Path| {
-        if p.exists() {
-            mooncdc::target::sqlite::read_cursor(p)
-        } else {
-            Ok(None)
-        }
-    };
-    let ack_closure;
-    let ack: Option<&dyn Fn() -> mooncdc::Result<Option<Cursor>>> = match &target {
-        Some(p) => {
-            ack_closure = move || ack_fn(p);
-            Some(&ack_closure)
-        }
-        None => None,
-    };
+    let ack = held.as_deref();
     let mut out = cli::stdout();
     match src {
         Source::Sqlite(path) => {

@@ -1,7 +1,7 @@
 //! mooncdc-snapshot: write a snapshot that hands over exactly to capture.
 
 use clap::Parser;
-use mooncdc::cli::args::{Format, SnapshotArgs};
+use mooncdc::cli::args::{SnapshotArgs, SnapshotFormat};
 use mooncdc::cli::url::{self, Endpoint};
 use mooncdc::cli::{self, Progress};
 use mooncdc::source::postgres::PgSource;
@@ -15,7 +15,7 @@ fn main() -> ExitCode {
 }
 
 fn run(a: SnapshotArgs) -> anyhow::Result<ExitCode> {
-    let json = a.output_format == Format::Json;
+    let json = a.output_format == SnapshotFormat::Json;
     let mut progress = Progress::new("rows", a.quiet);
     let mut tick = |n| progress.update(n);
     let endpoint = url::parse(&a.source)?;

@@ -14,13 +14,23 @@ pub enum Format {
     Json,
 }
 
+/// Snapshot output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum SnapshotFormat {
+    /// JSON lines (`mooncdc.snapshot-jsonl.v1`): header, rows, commit
+    #[default]
+    Jsonl,
+    /// One JSON document (`mooncdc.snapshot.v1`)
+    Json,
+}
+
 /// Input limits, on every tool that reads JSONL.
 #[derive(Debug, Clone, Args)]
 pub struct LimitArgs {
     /// Refuse a line longer than N bytes (default 64 MiB; a JSON document counts as one line)
     #[arg(long, value_name = "N")]
     pub max_line_bytes: Option<u64>,
-    /// Refuse more than N bytes of input in all
+    /// Refuse an input (each file, or standard input) longer than N bytes
     #[arg(long, value_name = "N")]
     pub max_input_bytes: Option<u64>,
 }
@@ -146,7 +156,7 @@ pub struct ReadArgs {
     /// With --follow: how often to look for new changes, in milliseconds
     #[arg(long, value_name = "N", default_value_t = 1000, requires = "follow")]
     pub poll_ms: u64,
-    /// With --follow: acknowledge up to the cursor this target durably holds
+    /// With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds
     #[arg(long, value_name = "URL", requires = "follow")]
     pub ack_from_target: Option<String>,
     #[command(flatten)]
@@ -241,8 +251,8 @@ pub struct SnapshotArgs {
     #[arg(long = "table", value_name = "NAME")]
     pub tables: Vec<String>,
     /// Output format
-    #[arg(long, value_enum, default_value_t = Format::Jsonl)]
-    pub output_format: Format,
+    #[arg(long, value_enum, default_value_t = SnapshotFormat::Jsonl)]
+    pub output_format: SnapshotFormat,
     /// Write to FILE (atomically) instead of standard output
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -284,11 +294,17 @@ pub enum EngineArg {
 /// Each batch commits with the target's cursor; batches already held are skipped,
 /// a gap or another source fails. Prints a summary line on standard error.
 #[derive(Debug, Parser)]
-#[command(name = "mooncdc-apply", version, args_conflicts_with_subcommands = true, after_help = AFTER_HELP)]
+#[command(
+    name = "mooncdc-apply",
+    version,
+    args_conflicts_with_subcommands = true,
+    after_help = "Input: the files given, or standard input when none (or -): snapshots or batch \
+streams, JSONL or JSON (detected). Exit status: 0 success, 1 bad data or failed operation, 2 usage."
+)]
 pub struct ApplyArgs {
     #[command(subcommand)]
     pub command: Option<ApplyCommand>,
-    /// The target database URL (sqlite:PATH)
+    /// The target database URL (sqlite:PATH or clickhouse://user@host:8123/db)
     #[arg(long, value_name = "URL")]
     pub target: Option<String>,
     /// Table engine (ClickHouse targets)

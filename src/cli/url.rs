@@ -36,8 +36,33 @@ pub fn parse(url: &str) -> Result<Endpoint> {
     )))
 }
 
-/// A URL with any password replaced by `***`.
+/// A URL (or `key=value` connection string) with any password replaced by `***`.
 pub fn redact(url: &str) -> String {
+    if !url.contains("://") && url.contains('=') {
+        // key=value: hide the value of password=…, quoted or not.
+        let mut out = String::new();
+        let mut rest = url;
+        while let Some(i) = rest.find("password") {
+            out.push_str(&rest[..i]);
+            let after = &rest[i + "password".len()..];
+            let trimmed = after.trim_start();
+            if let Some(v) = trimmed.strip_prefix('=') {
+                let v = v.trim_start();
+                let end = if let Some(q) = v.strip_prefix('\'') {
+                    q.find('\'').map_or(v.len(), |j| j + 2)
+                } else {
+                    v.find(char::is_whitespace).unwrap_or(v.len())
+                };
+                out.push_str("password=***");
+                rest = &v[end.min(v.len())..];
+            } else {
+                out.push_str("password");
+                rest = after;
+            }
+        }
+        out.push_str(rest);
+        return out;
+    }
     if let Some((scheme, rest)) = url.split_once("://") {
         if let Some((auth, host)) = rest.split_once('@') {
             if let Some((user, _)) = auth.split_once(':') {

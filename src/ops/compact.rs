@@ -135,10 +135,12 @@ impl Compactor {
                 .collect::<Vec<_>>()
         };
         let key = key_of(e.key_image());
-        let foldable = match (e.operation, &e.after) {
-            (Operation::Update, Some(after)) => same_row(&key, &key_of(after)),
-            _ => true,
-        };
+        // Without a key no two events are known to be on the same row.
+        let foldable = !shape.key.is_empty()
+            && match (e.operation, &e.after) {
+                (Operation::Update, Some(after)) => same_row(&key, &key_of(after)),
+                _ => true,
+            };
         let mut e = Some(e);
         if foldable {
             if let Some(top) = self.stack.last_mut() {

@@ -543,6 +543,7 @@ pub struct ClickHouse {
     pub server_version: String,
     settings: HashSet<String>,
     engine: Engine,
+    committed: ApplyStats,
 }
 
 enum Timeout {
@@ -566,6 +567,7 @@ impl ClickHouse {
             server_version: String::new(),
             settings: HashSet::new(),
             engine,
+            committed: ApplyStats::default(),
         };
         let v = ch.query("SELECT version()", None, Timeout::Connect)?;
         ch.server_version = String::from_utf8_lossy(&v).trim().to_string();
@@ -596,7 +598,8 @@ impl ClickHouse {
             pct_encode(&self.cfg.database),
             pct_encode(sql)
         );
-        if read && self.settings.contains("wait_end_of_query") {
+        if read {
+            // An HTTP interface parameter on every version (not a setting).
             u.push_str("&wait_end_of_query=1");
         }
         let secs = match timeout {
@@ -684,6 +687,11 @@ impl ClickHouse {
         Ok(v)
     }
 
+    /// What the last apply committed (rows and cursor written), also when it then failed.
+    pub fn committed(&self) -> &ApplyStats {
+        &self.committed
+    }
+
     /// The stored cursor, if any.
     pub fn cursor(&self) -> Result<Option<Cursor>> {
         let v = self.query(
@@ -702,10 +710,7 @@ impl ClickHouse {
             .split_once('\t')
             .ok_or_else(|| Error::data("the stored cursor row is malformed"))?;
         let seq = crate::wire::model::parse_sequence(seq).map_err(Error::data)?;
-        Ok(Some(Cursor::new(
-            src.replace("\\t", "\t").replace("\\\\", "\\"),
-            seq,
-        )))
+        Ok(Some(Cursor::new(tsv_unescape(src), seq)))
     }
 
     fn set_cursor(&self, c: &Cursor) -> Result<()> {
@@ -724,28 +729,69 @@ impl ClickHouse {
         Ok(())
     }
 
-    fn columns_of(&self, table: &str) -> Result<Vec<String>> {
+    /// A table's columns as (name, type), in order; empty when it does not exist.
+    fn columns_typed(&self, table: &str) -> Result<Vec<(String, String)>> {
         let v = self.query(
             &format!(
-                "SELECT name FROM system.columns WHERE database = '{}' AND table = '{}' FORMAT TabSeparated",
-                self.cfg.database.replace('\\', "\\\\").replace('\'', "\\'"),
-                table.replace('\\', "\\\\").replace('\'', "\\'")
+                "SELECT name, type FROM system.columns WHERE database = {} AND table = {} FORMAT TabSeparated",
+                sql_string(&self.cfg.database),
+                sql_string(table)
             ),
             None,
             Timeout::Schema,
         )?;
-        Ok(String::from_utf8_lossy(&v)
+        String::from_utf8_lossy(&v)
             .lines()
-            .map(|l| l.replace("\\t", "\t").replace("\\\\", "\\"))
+            .map(|l| {
+                let (n, t) = l
+                    .split_once('\t')
+                    .ok_or_else(|| Error::data("a system.columns row is malformed"))?;
+                Ok((tsv_unescape(n), tsv_unescape(t)))
+            })
+            .collect()
+    }
+
+    fn columns_of(&self, table: &str) -> Result<Vec<String>> {
+        Ok(self
+            .columns_typed(table)?
+            .into_iter()
+            .map(|(n, _)| n)
             .collect())
     }
 
+    /// The engine of an existing table (`None` when it does not exist).
+    fn engine_of(&self, table: &str) -> Result<Option<String>> {
+        let v = self.query(
+            &format!(
+                "SELECT engine FROM system.tables WHERE database = {} AND name = {} FORMAT TabSeparated",
+                sql_string(&self.cfg.database),
+                sql_string(table)
+            ),
+            None,
+            Timeout::Schema,
+        )?;
+        Ok(String::from_utf8_lossy(&v).lines().next().map(tsv_unescape))
+    }
+
     /// Create the table (and view) if missing; add nullable columns the stream
-    /// has and the table lacks; refuse any other difference.
+    /// has and the table lacks; refuse any other difference (names, types,
+    /// engine), before anything is written.
     fn ensure(&self, l: &Layout) -> Result<()> {
         let db = qi(&self.cfg.database);
-        let have = self.columns_of(&l.name)?;
-        let want: Vec<String> = l.schema.columns.iter().map(|c| c.name.clone()).collect();
+        if l.key.is_empty() && self.engine == Engine::Replacing {
+            return Err(Error::data(format!(
+                "table {:?} has no key: the replacing engine needs one (--engine history keeps tables without keys)",
+                l.schema.table
+            )));
+        }
+        if self.engine == Engine::Replacing && l.name.ends_with("__current") {
+            return Err(Error::data(format!(
+                "table {:?} maps to {}, the name of another table's current-state view; rename the source table",
+                l.schema.table, l.name
+            )));
+        }
+        let have = self.columns_typed(&l.name)?;
+        let mut added = false;
         if have.is_empty() {
             let keys: Vec<String> = l.schema.key.iter().map(|k| qi(k)).collect();
             let sql = match self.engine {
@@ -763,25 +809,66 @@ impl ClickHouse {
             };
             self.query(&sql, None, Timeout::Ddl)?;
         } else {
-            let data: Vec<String> = have
-                .iter()
-                .filter(|c| !c.starts_with("_etl_") && !c.starts_with("cdc_"))
-                .cloned()
-                .collect();
-            let engine_ok = match self.engine {
-                Engine::Replacing => have.iter().any(|c| c == "_etl_version"),
-                Engine::History => have.iter().any(|c| c == "cdc_lsn"),
+            let engine = self.engine_of(&l.name)?.unwrap_or_default();
+            let (expected_engine, meta): (&str, &[(&str, &str)]) = match self.engine {
+                Engine::Replacing => (
+                    "ReplacingMergeTree",
+                    &[("_etl_version", "UInt64"), ("_etl_deleted", "UInt8")],
+                ),
+                Engine::History => (
+                    "MergeTree",
+                    &[
+                        ("cdc_operation", "String"),
+                        ("cdc_lsn", "UInt64"),
+                        ("cdc_tx_ordinal", "UInt64"),
+                    ],
+                ),
             };
-            if !engine_ok {
+            let meta_ok = meta
+                .iter()
+                .all(|(n, t)| have.iter().any(|(hn, ht)| hn == n && ht == t));
+            if engine != expected_engine || !meta_ok {
                 return Err(Error::state(format!(
-                    "table {} exists with the other engine; use the --engine it was created with",
-                    l.name
+                    "ClickHouse table {} (engine {engine}) was made with the other engine or not by MoonCDC, not for --engine {}; use the engine it was made with, or another table",
+                    l.name,
+                    match self.engine {
+                        Engine::Replacing => "replacing",
+                        Engine::History => "history",
+                    }
                 )));
             }
-            if data.len() > want.len() || data[..] != want[..data.len()] {
+            let data: Vec<&(String, String)> = have
+                .iter()
+                .filter(|(n, _)| !meta.iter().any(|(m, _)| m == n))
+                .collect();
+            let expected: Vec<(String, String)> = l
+                .schema
+                .columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let t = l.types[i].sql();
+                    (
+                        c.name.clone(),
+                        if l.nullable(i) {
+                            format!("Nullable({t})")
+                        } else {
+                            t
+                        },
+                    )
+                })
+                .collect();
+            let fits = data.len() <= expected.len()
+                && data
+                    .iter()
+                    .zip(&expected)
+                    .all(|(h, e)| h.0 == e.0 && h.1 == e.1);
+            if !fits {
                 return Err(Error::state(format!(
-                    "ClickHouse table {} has columns {:?}, but the stream's schema has {:?}",
-                    l.name, data, want
+                    "ClickHouse table {} has columns {:?}, but the stream's schema needs {:?} (names and types)",
+                    l.name,
+                    data.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>(),
+                    expected.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>()
                 )));
             }
             for (i, c) in l.schema.columns.iter().enumerate().skip(data.len()) {
@@ -801,13 +888,14 @@ impl ClickHouse {
                     None,
                     Timeout::Ddl,
                 )?;
+                added = true;
             }
         }
         if self.engine == Engine::Replacing {
             let cols: Vec<String> = l.schema.columns.iter().map(|c| qi(&c.name)).collect();
             let view = format!("{}__current", l.name);
-            if !have.is_empty() && !want.is_empty() {
-                // Recreate the view when columns were added.
+            if added {
+                // The view names its columns: recreate it with the new ones.
                 self.query(
                     &format!("DROP TABLE IF EXISTS {db}.{}", qi(&view)),
                     None,
@@ -922,6 +1010,7 @@ impl ClickHouse {
             cursor: self.cursor()?,
             ..Default::default()
         };
+        self.committed = stats.clone();
         let mut layouts: HashMap<String, Layout> = HashMap::new();
         let mut bufs: HashMap<String, Vec<u8>> = HashMap::new();
         let mut skip_through = 0u128;
@@ -986,6 +1075,7 @@ impl ClickHouse {
                         stats.cursor = Some(c.end.clone());
                     }
                     stats.batches += 1;
+                    self.committed = stats.clone();
                     progress(&stats);
                 }
             }
@@ -1001,6 +1091,7 @@ impl ClickHouse {
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
         let mut stats = ApplyStats::default();
+        self.committed = stats.clone();
         let mut layouts: HashMap<String, Layout> = HashMap::new();
         let mut bufs: HashMap<String, Vec<u8>> = HashMap::new();
         let mut cursor: Option<Cursor> = None;
@@ -1042,11 +1133,25 @@ impl ClickHouse {
                     self.set_cursor(&c)?;
                     stats.batches += 1;
                     stats.cursor = Some(c);
+                    self.committed = stats.clone();
                     progress(&stats);
                 }
             }
         }
         Ok(stats)
+    }
+
+    /// The data columns of the table a schema maps to; `None` when it does not exist.
+    pub fn table_columns(&self, schema: &Schema) -> Result<Option<Vec<String>>> {
+        let have = self.columns_of(&table_name(&schema.table))?;
+        if have.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(
+            have.into_iter()
+                .filter(|c| !c.starts_with("_etl_") && !c.starts_with("cdc_"))
+                .collect(),
+        ))
     }
 
     /// Rows of a table's current state in key order, for an audit; `None`
@@ -1061,6 +1166,12 @@ impl ClickHouse {
             return Err(Error::usage(
                 "an audit compares current state: audit tables made with --engine replacing",
             ));
+        }
+        if let Some(&i) = l.key.iter().find(|&&i| l.types[i] == ChType::Any) {
+            return Err(Error::state(format!(
+                "table {:?} cannot be audited in key order: its key column {:?} has no type, so ClickHouse holds it as text that sorts differently (give key columns a type)",
+                schema.table, schema.columns[i].name
+            )));
         }
         let cols: Vec<String> = schema.columns.iter().map(|c| qi(&c.name)).collect();
         let keys: Vec<String> = schema.key.iter().map(|k| qi(k)).collect();
@@ -1107,6 +1218,34 @@ impl ChRows {
         }
         Ok(Some(row))
     }
+}
+
+/// A ClickHouse string literal.
+fn sql_string(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// Undo TabSeparated escaping.
+fn tsv_unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('b') => out.push('\u{8}'),
+            Some('f') => out.push('\u{c}'),
+            Some('0') => out.push('\0'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {

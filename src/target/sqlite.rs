@@ -46,6 +46,7 @@ pub struct ApplyStats {
 pub struct SqliteTarget {
     conn: Connection,
     path: PathBuf,
+    committed: ApplyStats,
 }
 
 struct TableSql {
@@ -131,7 +132,13 @@ impl SqliteTarget {
         Ok(SqliteTarget {
             conn,
             path: path.to_path_buf(),
+            committed: ApplyStats::default(),
         })
+    }
+
+    /// What the last apply committed, also when it then failed.
+    pub fn committed(&self) -> &ApplyStats {
+        &self.committed
     }
 
     pub fn path(&self) -> &Path {
@@ -159,13 +166,16 @@ impl SqliteTarget {
             cursor: self.cursor()?,
             ..Default::default()
         };
+        self.committed = stats.clone();
         let mut tables: HashMap<String, TableSql> = HashMap::new();
         let mut skip_through: u128 = 0;
         let mut open = false;
+        let mut parked: Vec<(String, Row, u128)> = Vec::new();
         let result = (|| -> Result<()> {
             while let Some(item) = input.next_item()? {
                 match item {
                     Item::Header(h) => {
+                        parked.clear();
                         self.conn
                             .execute_batch("BEGIN IMMEDIATE")
                             .map_err(db_err("cannot begin a transaction"))?;
@@ -207,13 +217,25 @@ impl SqliteTarget {
                             let s = existing_schema(&self.conn, &e.table)?;
                             tables.insert(e.table.clone(), TableSql::new(s));
                         }
-                        apply_event(&self.conn, &tables[&e.table], &e, on_conflict)?;
+                        match apply_event(&self.conn, &tables[&e.table], &e, on_conflict)? {
+                            Applied::Parked(row) => parked.push((e.table.clone(), row, e.sequence)),
+                            Applied::Done => {
+                                if !parked.is_empty() && e.operation != Operation::Insert {
+                                    retry_parked(&self.conn, &tables, &mut parked)?;
+                                }
+                            }
+                        }
                         stats.applied += 1;
                         if stats.applied % 65536 == 0 {
                             progress(&stats);
                         }
                     }
                     Item::Commit(c) => {
+                        if let Some((table, _, seq)) = parked.first() {
+                            return Err(Error::state(format!(
+                                "event {seq} (update on table {table:?}): its new key is still held by another row at the end of the batch; the target diverges from the source"
+                            )));
+                        }
                         if c.end.sequence() > skip_through || stored_cursor(&self.conn)?.is_none() {
                             set_cursor(&self.conn, &c.end)?;
                             stats.cursor = Some(c.end.clone());
@@ -223,6 +245,7 @@ impl SqliteTarget {
                             .map_err(db_err("cannot commit"))?;
                         open = false;
                         stats.batches += 1;
+                        self.committed = stats.clone();
                         progress(&stats);
                     }
                 }
@@ -246,6 +269,7 @@ impl SqliteTarget {
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
         let mut stats = ApplyStats::default();
+        self.committed = stats.clone();
         let mut tables: HashMap<String, TableSql> = HashMap::new();
         let mut cursor: Option<Cursor> = None;
         let mut open = false;
@@ -291,6 +315,7 @@ impl SqliteTarget {
                         open = false;
                         stats.batches += 1;
                         stats.cursor = Some(c);
+                        self.committed = stats.clone();
                         progress(&stats);
                     }
                 }
@@ -360,6 +385,12 @@ fn column_type(decl: &str, source: &str) -> String {
 /// Create the table if missing; add trailing columns the stream has and the
 /// table lacks; refuse any other difference.
 fn ensure_table(conn: &Connection, s: &Schema, source: &str) -> Result<()> {
+    if s.key.is_empty() {
+        return Err(Error::data(format!(
+            "table {:?} has no key; a SQLite projection identifies rows by their key",
+            s.table
+        )));
+    }
     if s.table.starts_with(RESERVED_PREFIX) {
         return Err(Error::data(format!(
             "table name {:?} is reserved for MoonCDC",
@@ -477,7 +508,21 @@ fn stored_row(conn: &Connection, t: &TableSql, key: &[&Value]) -> Result<Option<
     .map_err(|e| Error::data(format!("stored row of table {:?}: {e}", t.schema.table)))
 }
 
-fn apply_event(conn: &Connection, t: &TableSql, e: &Event, on_conflict: OnConflict) -> Result<()> {
+/// What applying an event did.
+enum Applied {
+    Done,
+    /// A key-changing update whose new key another row still holds (legal
+    /// mid-transaction under a deferred key, e.g. a swap): the old row is gone
+    /// and the new one waits until its key is free.
+    Parked(Row),
+}
+
+fn apply_event(
+    conn: &Connection,
+    t: &TableSql,
+    e: &Event,
+    on_conflict: OnConflict,
+) -> Result<Applied> {
     let diverge = |what: &str| {
         Error::state(format!(
             "event {} ({} on table {:?}): {what}; the target diverges from the source (--on-conflict overwrite forces it)",
@@ -493,14 +538,16 @@ fn apply_event(conn: &Connection, t: &TableSql, e: &Event, on_conflict: OnConfli
             &t.insert,
             e.after.as_ref().expect("insert"),
             Some(e.sequence),
-        ),
+        )
+        .map(|_| Applied::Done),
         (Operation::Insert, OnConflict::Overwrite) => insert_row(
             conn,
             t,
             &t.replace,
             e.after.as_ref().expect("insert"),
             Some(e.sequence),
-        ),
+        )
+        .map(|_| Applied::Done),
         (Operation::Update | Operation::Delete, OnConflict::Error) => {
             let before = e.before.as_ref().expect("before image");
             let key = t.key_of(before);
@@ -520,21 +567,33 @@ fn apply_event(conn: &Connection, t: &TableSql, e: &Event, on_conflict: OnConfli
                         .map_err(db_err("cannot delete a row"))?;
                 }
                 Some(after) => {
+                    let key_changes = t.key_of(after).iter().zip(&key).any(|(a, b)| !a.same(b));
                     let mut st = conn
                         .prepare_cached(&t.update)
                         .map_err(db_err("cannot prepare an update"))?;
                     let binds = after.iter().chain(key.iter().copied()).map(Bind);
-                    st.execute(params_from_iter(binds)).map_err(|err| {
-                        if is_constraint(&err) {
-                            diverge("the new key is already held, or a constraint refuses the row")
-                                .with_source(err)
-                        } else {
-                            Error::database("cannot update a row", err)
+                    match st.execute(params_from_iter(binds)) {
+                        Ok(_) => {}
+                        Err(err)
+                            if is_constraint(&err)
+                                && key_changes
+                                && stored_row(conn, t, &t.key_of(after))?.is_some() =>
+                        {
+                            let mut del = conn
+                                .prepare_cached(&t.delete)
+                                .map_err(db_err("cannot prepare a delete"))?;
+                            del.execute(params_from_iter(key.iter().map(|v| Bind(v))))
+                                .map_err(db_err("cannot delete a row"))?;
+                            return Ok(Applied::Parked(after.clone()));
                         }
-                    })?;
+                        Err(err) if is_constraint(&err) => {
+                            return Err(diverge("a constraint refuses the new row").with_source(err))
+                        }
+                        Err(err) => return Err(Error::database("cannot update a row", err)),
+                    }
                 }
             }
-            Ok(())
+            Ok(Applied::Done)
         }
         (Operation::Update | Operation::Delete, OnConflict::Overwrite) => {
             let before = e.before.as_ref().expect("before image");
@@ -547,7 +606,27 @@ fn apply_event(conn: &Connection, t: &TableSql, e: &Event, on_conflict: OnConfli
             if let Some(after) = &e.after {
                 insert_row(conn, t, &t.replace, after, Some(e.sequence))?;
             }
-            Ok(())
+            Ok(Applied::Done)
         }
     }
+}
+
+/// Insert parked rows whose keys are free now; keep the others.
+fn retry_parked(
+    conn: &Connection,
+    tables: &HashMap<String, TableSql>,
+    parked: &mut Vec<(String, Row, u128)>,
+) -> Result<()> {
+    let mut i = 0;
+    while i < parked.len() {
+        let (table, row, _) = &parked[i];
+        let t = &tables[table];
+        if stored_row(conn, t, &t.key_of(row))?.is_none() {
+            insert_row(conn, t, &t.insert, row, Some(parked[i].2))?;
+            parked.swap_remove(i);
+        } else {
+            i += 1;
+        }
+    }
+    Ok(())
 }

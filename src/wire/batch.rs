@@ -106,6 +106,8 @@ struct Open {
     start: Cursor,
     high_water: Sequence,
     shapes: Option<HashMap<String, TableShape>>,
+    /// Without schemas: each table's width as its first image gave it.
+    widths: HashMap<String, usize>,
     last: Sequence,
     count: u64,
 }
@@ -172,6 +174,7 @@ impl Validator {
             start: h.start.clone(),
             high_water: h.high_water,
             shapes,
+            widths: HashMap::new(),
             last: h.start.sequence(),
             count: 0,
         });
@@ -222,6 +225,29 @@ impl Validator {
                             row.len(),
                             e.table,
                             shape.width
+                        )));
+                    }
+                }
+            }
+        }
+        if open.shapes.is_none() {
+            for (name, img) in [("before", &e.before), ("after", &e.after)] {
+                if let Some(row) = img {
+                    let w = match open.widths.get(&e.table) {
+                        Some(&w) => w,
+                        None => {
+                            open.widths.insert(e.table.clone(), row.len());
+                            row.len()
+                        }
+                    };
+                    if row.len() != w {
+                        return Err(Error::data(format!(
+                            "event {} {} image has {} values but earlier images of table {:?} have {}",
+                            e.sequence,
+                            name,
+                            row.len(),
+                            e.table,
+                            w
                         )));
                     }
                 }

@@ -64,10 +64,26 @@ pub struct Count(pub u64);
 
 impl<'de> Deserialize<'de> for Count {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let Seq(n) = Seq::deserialize(d)?;
-        u64::try_from(n)
-            .map(Count)
-            .map_err(|_| de::Error::custom("count is out of range"))
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Count;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a decimal string count")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Count, E> {
+                let ok = !s.is_empty()
+                    && s.bytes().all(|b| b.is_ascii_digit())
+                    && (s == "0" || !s.starts_with('0'));
+                match s.parse::<u64>() {
+                    Ok(n) if ok => Ok(Count(n)),
+                    _ => Err(E::custom(format!(
+                        "count {:?} is not a canonical unsigned decimal (0|[1-9][0-9]*) within 64 bits",
+                        truncate(s)
+                    ))),
+                }
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
@@ -292,7 +308,9 @@ impl<'de> Deserialize<'de> for Schema {
 }
 
 impl Schema {
-    /// Column names unique, key columns exist and are unique.
+    /// Column names unique, key columns exist and are unique. An empty key
+    /// is a table without a primary key: valid on the wire, refused by the
+    /// targets and tools that need a key to identify rows.
     pub fn check(&self) -> Result<(), String> {
         let mut seen = std::collections::HashSet::new();
         for c in &self.columns {

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod ch;
+pub mod pg;
 pub mod sqlite;
 
 use assert_cmd::Command;

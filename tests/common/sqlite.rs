@@ -417,7 +417,13 @@ impl Summary {
             .unwrap_or_else(|| panic!("summary lacks the cursor: {line}"));
         Summary {
             batches: num_before(" batches"),
-            applied: num_before(" events applied"),
+            // A snapshot's rows count as applied here ("N rows loaded").
+            applied: num_before(" events applied")
+                + if line.contains(" rows loaded") {
+                    num_before(" rows loaded")
+                } else {
+                    0
+                },
             skipped: num_before(" skipped"),
             cursor: if cursor_text == "none" {
                 None

@@ -249,6 +249,22 @@ impl PgSource {
         })
     }
 
+    /// Re-apply what `init` set up, for the tables already published: replica
+    /// identity FULL on each, and the slot if it is missing. Adds no table.
+    pub fn upgrade(&self) -> Result<Vec<String>> {
+        let tables = runtime()?.block_on(async {
+            let c = self.client("upgrade").await?;
+            publication_tables(&c, &self.publication).await
+        })?;
+        if tables.is_empty() {
+            return Err(Error::state(format!(
+                "publication {:?} has no tables (run init --table schema.table)",
+                self.publication
+            )));
+        }
+        Ok(self.init(&tables)?.1)
+    }
+
     /// Differences from a working capture; empty when all is well.
     pub fn verify(&self) -> Result<Vec<String>> {
         runtime()?.block_on(async {
@@ -623,6 +639,16 @@ impl PgSource {
             let main = slot_info(&c, &self.slot)
                 .await?
                 .ok_or_else(|| Error::state(format!("slot {:?} does not exist (run mooncdc-capture init first, so that changes after the snapshot are kept)", self.slot)))?;
+            if main.plugin != "pgoutput" || main.database != self.conn.dbname || main.lost {
+                return Err(Error::state(format!(
+                    "slot {:?} (plugin {:?}, database {:?}{}) cannot continue from a snapshot of {:?}; capture needs a valid pgoutput slot in this database",
+                    self.slot,
+                    main.plugin,
+                    main.database,
+                    if main.lost { ", invalidated" } else { "" },
+                    self.conn.dbname
+                )));
+            }
             let published = publication_tables(&c, &self.publication).await?;
             let chosen: Vec<String> = if tables.is_empty() {
                 published.clone()
@@ -1177,7 +1203,10 @@ pub fn select_in_key_order(s: &Schema, classes: &[Class]) -> String {
                 .position(|c| &c.name == k)
                 .expect("checked schema");
             match classes[i] {
-                Class::Text => format!("{}::text COLLATE \"C\"", quote_ident(k)),
+                // concat() uses the type's output function, so the order is
+                // that of the text on the wire (a cast to text would strip a
+                // char(n)'s padding).
+                Class::Text => format!("concat({}) COLLATE \"C\"", quote_ident(k)),
                 _ => quote_ident(k),
             }
         })

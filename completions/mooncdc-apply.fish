@@ -1,0 +1,43 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_mooncdc_apply_global_optspecs
+    string join \n target= engine= on-conflict= q/quiet max-line-bytes= max-input-bytes= h/help V/version
+end
+
+function __fish_mooncdc_apply_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_mooncdc_apply_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_mooncdc_apply_using_subcommand
+    set -l cmd (__fish_mooncdc_apply_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l target -d 'The target database URL (sqlite:PATH or clickhouse://user@host:8123/db)' -r
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l engine -d 'Table engine (ClickHouse targets)' -r -f -a "replacing\t'Current state (ReplacingMergeTree)'
+history\t'Append-only change history (MergeTree)'"
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l on-conflict -d 'What to do when a stored row contradicts an event\'s image' -r -f -a "error\t'Refuse the batch: the target diverges from the source'
+overwrite\t'Make the row what the event says'"
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l max-line-bytes -d 'Refuse a line longer than N bytes (default 64 MiB; a JSON document counts as one line)' -r
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l max-input-bytes -d 'Refuse an input (each file, or standard input) longer than N bytes' -r
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -s q -l quiet -d 'No progress on standard error'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -s V -l version -d 'Print version'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -a "cursor" -d 'Print the target\'s stored cursor as JSON; exit 1 if it holds none'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cursor" -l target -d 'The target database URL' -r
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cursor" -l source-identity -d 'Exit 1 unless the stored cursor is of this source' -r
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cursor" -s h -l help -d 'Print help'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand help; and not __fish_seen_subcommand_from cursor help" -f -a "cursor" -d 'Print the target\'s stored cursor as JSON; exit 1 if it holds none'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand help; and not __fish_seen_subcommand_from cursor help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -1,0 +1,87 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_mooncdc_capture_global_optspecs
+    string join \n source= after= after-file= max-events= max-bytes= follow poll-ms= ack-from-target= slot= publication= h/help V/version
+end
+
+function __fish_mooncdc_capture_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_mooncdc_capture_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_mooncdc_capture_using_subcommand
+    set -l cmd (__fish_mooncdc_capture_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l source -d 'The source database URL (sqlite:PATH or postgres://…)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l after -d 'Start after this cursor (JSON: {"source":"…","sequence":"…"}); default: the acknowledged position' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l after-file -d 'Start after the cursor in this file' -r -F
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-events -d 'Stop after N events (the batch then ends at the last event written)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-bytes -d 'Stop before the events written exceed B bytes (at least one event is written)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l poll-ms -d 'With --follow: how often to look for new changes, in milliseconds' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l slot -d 'PostgreSQL: the replication slot' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l publication -d 'PostgreSQL: the publication' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l follow -d 'Keep writing batches as changes commit'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -s V -l version -d 'Print version'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "init" -d 'Install capture: change log, metadata and triggers (default: every user table)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "verify" -d 'Check that capture is installed and current; exit 1 on drift'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "upgrade" -d 'Rebuild capture for the current version and schema, keeping unacknowledged changes'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "status" -d 'Print identity, acknowledged position, high water and backlog'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "ack" -d 'Acknowledge (and discard) changes through a position'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "read" -d 'Write one batch stream of the changes after a cursor (the default)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l source -d 'The source database URL (sqlite:PATH or postgres://…)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l table -d 'Capture only this table (repeatable; PostgreSQL: schema.table)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l slot -d 'PostgreSQL: the replication slot' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l publication -d 'PostgreSQL: the publication' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s h -l help -d 'Print help'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l source -d 'The source database URL' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l slot -d 'PostgreSQL: the replication slot' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l publication -d 'PostgreSQL: the publication' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -s h -l help -d 'Print help'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -l source -d 'The source database URL' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -l slot -d 'PostgreSQL: the replication slot' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -l publication -d 'PostgreSQL: the publication' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -s h -l help -d 'Print help'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l source -d 'The source database URL' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l slot -d 'PostgreSQL: the replication slot' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l publication -d 'PostgreSQL: the publication' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -s h -l help -d 'Print help'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -l source -d 'The source database URL' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -l through -d 'Acknowledge through this sequence' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -l cursor-file -d 'Acknowledge through the cursor in this file' -r -F
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -l cursor -d 'Acknowledge through this cursor (JSON)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -l slot -d 'PostgreSQL: the replication slot' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -l publication -d 'PostgreSQL: the publication' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -s h -l help -d 'Print help'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l source -d 'The source database URL (sqlite:PATH or postgres://…)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l after -d 'Start after this cursor (JSON: {"source":"…","sequence":"…"}); default: the acknowledged position' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l after-file -d 'Start after the cursor in this file' -r -F
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-events -d 'Stop after N events (the batch then ends at the last event written)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-bytes -d 'Stop before the events written exceed B bytes (at least one event is written)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l poll-ms -d 'With --follow: how often to look for new changes, in milliseconds' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l slot -d 'PostgreSQL: the replication slot' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l publication -d 'PostgreSQL: the publication' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l follow -d 'Keep writing batches as changes commit'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -s h -l help -d 'Print help'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "init" -d 'Install capture: change log, metadata and triggers (default: every user table)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "verify" -d 'Check that capture is installed and current; exit 1 on drift'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "upgrade" -d 'Rebuild capture for the current version and schema, keeping unacknowledged changes'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "status" -d 'Print identity, acknowledged position, high water and backlog'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "ack" -d 'Acknowledge (and discard) changes through a position'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "read" -d 'Write one batch stream of the changes after a cursor (the default)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -1,0 +1,417 @@
+//! A throwaway ClickHouse server for the ClickHouse tests.
+//!
+//! One server per test binary, started lazily on first use ([`server`]):
+//! Debian's `clickhouse-server` (18.16) with a configuration whose paths all
+//! live in one temporary folder, listening on 127.0.0.1 only, HTTP and native
+//! ports found free by binding port 0, no interserver port. A watchdog
+//! process started before the server stops it (by its pid, checked against
+//! its command line) and removes the folder as soon as the test process is
+//! gone, whatever way it ends, so no server is ever left running.
+//!
+//! Users: `default` (no password, 127.0.0.1 only; only the harness uses it)
+//! and [`USER`] with [`PASSWORD`], which needs percent-encoding in a URL; tests
+//! can check it never appears in any output ([`PASSWORD_MARK`]).
+//!
+//! Each test gets its own database `t_<name>` ([`db`]).
+//!
+//! Environment: `MOONCDC_CLICKHOUSE_SERVER` (default `/usr/sbin/clickhouse-server`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The user the tools connect as.
+pub const USER: &str = "app";
+/// Its password: `/`, `@`, `:` and `%` must be percent-encoded in a URL.
+pub const PASSWORD: &str = "chS3cr3t/@:%pw";
+/// A part of the password no tool output may ever contain.
+pub const PASSWORD_MARK: &str = "chS3cr3t";
+
+/// The server program.
+pub fn server_bin() -> PathBuf {
+    PathBuf::from(
+        std::env::var("MOONCDC_CLICKHOUSE_SERVER")
+            .unwrap_or_else(|_| "/usr/sbin/clickhouse-server".to_string()),
+    )
+}
+
+/// A running throwaway server.
+#[derive(Debug)]
+pub struct Server {
+    /// The HTTP port on 127.0.0.1.
+    pub http_port: u16,
+    /// The native-protocol port on 127.0.0.1.
+    pub tcp_port: u16,
+    /// The temporary folder: configuration, data, logs.
+    pub dir: PathBuf,
+    /// The server's process id.
+    pub pid: u32,
+    http: reqwest::blocking::Client,
+}
+
+static SERVER: OnceLock<Server> = OnceLock::new();
+
+/// The server of this test binary, started on first use.
+pub fn server() -> &'static Server {
+    SERVER.get_or_init(Server::start)
+}
+
+/// A new database `t_<name>` in the server.
+pub fn db(name: &str) -> ChDb {
+    let s = server();
+    let name = format!("t_{name}");
+    s.admin(&format!("CREATE DATABASE {}", quote_ident(&name)));
+    ChDb { name }
+}
+
+fn shq(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A free TCP port on 127.0.0.1 (bound to port 0, then released).
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().expect("local address").port()
+}
+
+/// Percent-encode a URL component (everything but unreserved characters).
+pub fn url_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// A ClickHouse identifier in backquotes.
+pub fn quote_ident(s: &str) -> String {
+    format!("`{}`", s.replace('\\', "\\\\").replace('`', "\\`"))
+}
+
+/// A ClickHouse string literal.
+pub fn lit(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+impl Server {
+    // The watchdog and the server are deliberately never waited for: the
+    // watchdog outlives this process, and the server is its to stop.
+    #[allow(clippy::zombie_processes)]
+    fn start() -> Server {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::Builder::new()
+            .prefix("mooncdc-ch-")
+            .tempdir()
+            .expect("temporary folder for the ClickHouse server")
+            .keep();
+        let d = |p: &str| dir.join(p).display().to_string();
+        // The watchdog first: from now on, whatever happens to this process,
+        // the server is stopped and the folder removed once it is gone. The
+        // pid comes from the file this process writes right after spawning
+        // the server, else from the server's own `<data>/status`; it is
+        // killed only while its command line names this folder (a zombie,
+        // whose command line is empty, counts as gone).
+        let script = format!(
+            "while kill -0 {testpid} 2>/dev/null; do sleep 0.5; done; \
+             pid=$(cat {pidfile} 2>/dev/null); \
+             [ -n \"$pid\" ] || pid=$(sed -n 's/^PID: *//p' {status} 2>/dev/null); \
+             ours() {{ tr '\\0' ' ' </proc/$pid/cmdline 2>/dev/null | grep -qF -- {dir}; }}; \
+             if [ -n \"$pid\" ] && ours; then \
+               kill $pid; i=0; \
+               while ours && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done; \
+               ours && kill -9 $pid; \
+             fi; rm -rf {dir}",
+            testpid = std::process::id(),
+            pidfile = shq(&d("server.pid")),
+            status = shq(&d("data/status")),
+            dir = shq(&dir.display().to_string()),
+        );
+        {
+            use std::os::unix::process::CommandExt;
+            Command::new("sh")
+                .arg("-c")
+                .arg(&script)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                // Its own process group: a Ctrl-C to the test run does not reach it.
+                .process_group(0)
+                .spawn()
+                .expect("start the ClickHouse server's watchdog");
+        }
+        for sub in ["data", "tmp", "user_files", "format_schemas", "log"] {
+            std::fs::create_dir_all(dir.join(sub)).expect("create the server's folders");
+        }
+        std::fs::write(
+            dir.join("users.xml"),
+            format!(
+                "<yandex>\n\
+                 <profiles><default></default></profiles>\n\
+                 <users>\n\
+                 <default><password></password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></default>\n\
+                 <{USER}><password>{}</password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></{USER}>\n\
+                 </users>\n\
+                 <quotas><default></default></quotas>\n\
+                 </yandex>\n",
+                xml_escape(PASSWORD)
+            ),
+        )
+        .expect("write users.xml");
+        let http = reqwest::blocking::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(120))
+            .build()
+            .expect("HTTP client");
+        for attempt in 0..5 {
+            let http_port = free_port();
+            let mut tcp_port = free_port();
+            while tcp_port == http_port {
+                tcp_port = free_port();
+            }
+            std::fs::write(
+                dir.join("config.xml"),
+                format!(
+                    "<yandex>\n\
+                     <logger><level>warning</level><log>{log}</log><errorlog>{err}</errorlog><console>0</console></logger>\n\
+                     <http_port>{http_port}</http_port>\n\
+                     <tcp_port>{tcp_port}</tcp_port>\n\
+                     <listen_host>127.0.0.1</listen_host>\n\
+                     <path>{data}/</path>\n\
+                     <tmp_path>{tmp}/</tmp_path>\n\
+                     <user_files_path>{uf}/</user_files_path>\n\
+                     <format_schema_path>{fs}/</format_schema_path>\n\
+                     <users_config>{users}</users_config>\n\
+                     <default_profile>default</default_profile>\n\
+                     <default_database>default</default_database>\n\
+                     <mark_cache_size>5368709</mark_cache_size>\n\
+                     </yandex>\n",
+                    log = xml_escape(&d("log/server.log")),
+                    err = xml_escape(&d("log/err.log")),
+                    data = xml_escape(&d("data")),
+                    tmp = xml_escape(&d("tmp")),
+                    uf = xml_escape(&d("user_files")),
+                    fs = xml_escape(&d("format_schemas")),
+                    users = xml_escape(&d("users.xml")),
+                ),
+            )
+            .expect("write config.xml");
+            let out =
+                std::fs::File::create(dir.join("log/stdout.log")).expect("server output file");
+            let mut child = Command::new(server_bin())
+                .arg(format!("--config-file={}", d("config.xml")))
+                .current_dir(&dir)
+                .stdin(Stdio::null())
+                .stdout(out.try_clone().expect("dup"))
+                .stderr(out)
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "cannot run {} (install Debian's clickhouse-server): {e}",
+                        server_bin().display()
+                    )
+                });
+            std::fs::write(dir.join("server.pid"), child.id().to_string())
+                .expect("write server.pid");
+            let s = Server {
+                http_port,
+                tcp_port,
+                dir: dir.clone(),
+                pid: child.id(),
+                http: http.clone(),
+            };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                if s.ping() {
+                    return s;
+                }
+                if let Ok(Some(status)) = child.try_wait() {
+                    let log = s.log();
+                    if attempt < 4 && log.contains("already in use") {
+                        break;
+                    }
+                    panic!("the ClickHouse test server exited ({status}):\n{log}");
+                }
+                if Instant::now() > deadline {
+                    let _ = child.kill();
+                    panic!(
+                        "the ClickHouse test server did not answer /ping within 60 s:\n{}",
+                        s.log()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    fn ping(&self) -> bool {
+        matches!(
+            self.http
+                .get(format!("http://127.0.0.1:{}/ping", self.http_port))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .and_then(|r| r.text()),
+            Ok(t) if t == "Ok.\n"
+        )
+    }
+
+    /// The server's logs (for failure messages).
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        for f in ["log/stdout.log", "log/err.log"] {
+            if let Ok(t) = std::fs::read_to_string(self.dir.join(f)) {
+                s.push_str(&format!("--- {f} ---\n{t}"));
+            }
+        }
+        s
+    }
+
+    /// The base HTTP URL.
+    pub fn http_base(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.http_port)
+    }
+
+    /// Run a statement over HTTP: `sql` in the URL when `body` carries data,
+    /// else as the body. Returns the reply or the server's error text.
+    pub fn request(
+        &self,
+        user: &str,
+        password: &str,
+        database: Option<&str>,
+        sql: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Vec<u8>, String> {
+        let mut url = format!("{}?", self.http_base());
+        if let Some(db) = database {
+            url.push_str(&format!("database={}&", url_encode(db)));
+        }
+        let body = match body {
+            Some(b) => {
+                url.push_str(&format!("query={}", url_encode(sql)));
+                b
+            }
+            None => sql.as_bytes().to_vec(),
+        };
+        let resp = self
+            .http
+            .post(url)
+            .header("X-ClickHouse-User", user)
+            .header("X-ClickHouse-Key", password)
+            .body(body)
+            .send()
+            .map_err(|e| format!("HTTP request failed: {e}"))?;
+        let ok = resp.status().is_success();
+        let bytes = resp
+            .bytes()
+            .map_err(|e| format!("cannot read the reply: {e}"))?
+            .to_vec();
+        if ok {
+            Ok(bytes)
+        } else {
+            Err(String::from_utf8_lossy(&bytes).into_owned())
+        }
+    }
+
+    /// Run a statement as `default`; panic on error.
+    #[track_caller]
+    pub fn admin(&self, sql: &str) -> String {
+        match self.request("default", "", None, sql, None) {
+            Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+            Err(e) => panic!("ClickHouse statement failed: {e}\n{sql}"),
+        }
+    }
+}
+
+/// A test's own database.
+#[derive(Debug, Clone)]
+pub struct ChDb {
+    pub name: String,
+}
+
+impl ChDb {
+    /// The target URL the tools take: user and password percent-encoded.
+    pub fn url(&self) -> String {
+        format!(
+            "clickhouse://{}:{}@127.0.0.1:{}/{}",
+            USER,
+            url_encode(PASSWORD),
+            server().http_port,
+            url_encode(&self.name)
+        )
+    }
+
+    /// The target URL with query options (`max_insert_bytes=4096`, …).
+    pub fn url_with(&self, options: &str) -> String {
+        format!("{}?{options}", self.url())
+    }
+
+    /// Run a statement in this database as [`USER`].
+    pub fn try_query_bytes(&self, sql: &str) -> Result<Vec<u8>, String> {
+        server().request(USER, PASSWORD, Some(&self.name), sql, None)
+    }
+
+    /// Run a statement; panic on error; the reply's bytes.
+    #[track_caller]
+    pub fn query_bytes(&self, sql: &str) -> Vec<u8> {
+        self.try_query_bytes(sql)
+            .unwrap_or_else(|e| panic!("ClickHouse statement failed: {e}\n{sql}"))
+    }
+
+    /// Run a statement; panic on error; the reply as text.
+    #[track_caller]
+    pub fn query(&self, sql: &str) -> String {
+        String::from_utf8_lossy(&self.query_bytes(sql)).into_owned()
+    }
+
+    /// Run a statement; the reply as text or the error text.
+    pub fn try_query(&self, sql: &str) -> Result<String, String> {
+        self.try_query_bytes(sql)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// A `FORMAT TabSeparated` query's rows, fields split on tabs (not unescaped).
+    #[track_caller]
+    pub fn rows(&self, sql: &str) -> Vec<Vec<String>> {
+        self.query(&format!("{sql} FORMAT TabSeparated"))
+            .lines()
+            .map(|l| l.split('\t').map(str::to_string).collect())
+            .collect()
+    }
+
+    /// Insert data: `sql` is `INSERT … FORMAT F`, `data` its rows.
+    #[track_caller]
+    pub fn insert(&self, sql: &str, data: &[u8]) {
+        if let Err(e) = server().request(USER, PASSWORD, Some(&self.name), sql, Some(data.to_vec()))
+        {
+            panic!("ClickHouse insert failed: {e}\n{sql}");
+        }
+    }
+
+    /// Whether a table (or view) exists.
+    pub fn exists(&self, table: &str) -> bool {
+        self.query(&format!(
+            "EXISTS TABLE {}.{}",
+            quote_ident(&self.name),
+            quote_ident(table)
+        ))
+        .trim()
+            == "1"
+    }
+}
+
+/// The folder of the server, for messages.
+pub fn server_dir() -> &'static Path {
+    &server().dir
+}

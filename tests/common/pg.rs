@@ -1,0 +1,523 @@
+//! A throwaway PostgreSQL cluster for the server tests.
+//!
+//! One cluster per test binary, started lazily on first use ([`cluster`]):
+//! `initdb` (as the `postgres` user when the tests run as root) with SCRAM
+//! authentication, `wal_level = logical`, listening on 127.0.0.1 at a free
+//! port, its Unix socket and all its files in one temporary folder. A
+//! watchdog process started with it stops the server (`pg_ctl stop -m fast`)
+//! and removes the folder as soon as the test process is gone, whatever way it
+//! ends, so no server is ever left running.
+//!
+//! The cluster's defaults are deliberately unlike the text forms MoonCDC
+//! relies on (time zone `Pacific/Chatham`, `DateStyle = 'SQL, DMY'`,
+//! `IntervalStyle = sql_standard`, `bytea_output = escape`,
+//! `extra_float_digits = 0`): every session of the tools must set its own.
+//!
+//! Each test gets its own database ([`db`]), owned by a SCRAM role with
+//! `LOGIN REPLICATION` whose password needs percent-encoding in a URL; tests
+//! can check it never appears in any output ([`PASSWORD_MARK`]).
+//!
+//! Environment: `MOONCDC_PG_BIN` (default `/usr/lib/postgresql/15/bin`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The role every test database belongs to.
+pub const ROLE: &str = "mooncdc_test";
+/// Its password: `/`, `@`, `:` and `%` must be percent-encoded in a URL.
+pub const PASSWORD: &str = "s3cr3tMoon/@:%pw";
+/// A part of the password no tool output may ever contain.
+pub const PASSWORD_MARK: &str = "s3cr3tMoon";
+/// The superuser's password (only the harness uses the superuser).
+const SUPERUSER_PASSWORD: &str = "superuser-only-pw";
+
+/// The PostgreSQL binaries.
+pub fn pg_bin(name: &str) -> PathBuf {
+    let dir = std::env::var("MOONCDC_PG_BIN")
+        .unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".to_string());
+    Path::new(&dir).join(name)
+}
+
+/// A running throwaway cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The TCP port on 127.0.0.1.
+    pub port: u16,
+    /// The temporary folder: data directory, socket, log.
+    pub dir: PathBuf,
+    /// Whether this process runs as root (then server programs run as `postgres`).
+    as_root: bool,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+
+/// The cluster of this test binary, started on first use.
+pub fn cluster() -> &'static Cluster {
+    CLUSTER.get_or_init(Cluster::start)
+}
+
+/// A new database `t_<name>` owned by [`ROLE`] in the cluster.
+pub fn db(name: &str) -> PgDb {
+    cluster().create_db(name)
+}
+
+/// A cluster of one's own, for a test that stops or restarts its server.
+/// Like the shared one, its watchdog stops it once this process is gone.
+pub fn private_cluster() -> &'static Cluster {
+    Box::leak(Box::new(Cluster::start()))
+}
+
+fn run_checked(cmd: &mut Command, what: &str) -> String {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    if !out.status.success() {
+        panic!(
+            "{what} failed ({}):\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn shq(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A free TCP port on 127.0.0.1 (bound to port 0, then released).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().expect("local address").port()
+}
+
+impl Cluster {
+    /// A server program, run as `postgres` when this process is root.
+    fn server_cmd(&self, program: &str) -> Command {
+        server_cmd(self.as_root, program)
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// initdb, configure and start a cluster (see the module's documentation).
+    pub fn start() -> Cluster {
+        let as_root = run_checked(Command::new("id").arg("-u"), "id -u").trim() == "0";
+        let dir = tempfile::Builder::new()
+            .prefix("mooncdc-pg-")
+            .tempdir()
+            .expect("temporary folder for the cluster")
+            .keep();
+        // The watchdog first: from now on, whatever happens to this process,
+        // the server is stopped and the folder removed once it is gone.
+        let stop = format!(
+            "{} -D {} -m fast -t 10 -w stop || {} -D {} -m immediate -w stop",
+            pg_bin("pg_ctl").display(),
+            shq(&dir.join("data").display().to_string()),
+            pg_bin("pg_ctl").display(),
+            shq(&dir.join("data").display().to_string()),
+        );
+        let stop = if as_root {
+            format!("runuser -u postgres -- sh -c {}", shq(&stop))
+        } else {
+            stop
+        };
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 0.3; done; \
+             if [ -f {data}/postmaster.pid ]; then {stop}; fi >/dev/null 2>&1; rm -rf {dir}",
+            pid = std::process::id(),
+            data = shq(&dir.join("data").display().to_string()),
+            dir = shq(&dir.display().to_string()),
+        );
+        {
+            use std::os::unix::process::CommandExt;
+            // Never waited for: it outlives this process by design (it acts
+            // once this process is gone, then init reaps it).
+            #[allow(clippy::zombie_processes)]
+            let _watchdog = Command::new("sh")
+                .arg("-c")
+                .arg(&script)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                // Its own process group: a Ctrl-C to the test run does not reach it.
+                .process_group(0)
+                .spawn()
+                .expect("start the cluster's watchdog");
+        }
+        if as_root {
+            run_checked(
+                Command::new("chown").arg("postgres:postgres").arg(&dir),
+                "chown the cluster folder",
+            );
+        }
+        let pwfile = dir.join("superuser.pw");
+        std::fs::write(&pwfile, format!("{SUPERUSER_PASSWORD}\n")).expect("write password file");
+        if as_root {
+            run_checked(
+                Command::new("chown").arg("postgres:postgres").arg(&pwfile),
+                "chown the password file",
+            );
+        }
+        let data = dir.join("data");
+        run_checked(
+            server_cmd(as_root, "initdb")
+                .arg("-D")
+                .arg(&data)
+                .args(["-U", "postgres", "-A", "scram-sha-256", "-E", "UTF8"])
+                .args(["--locale=C", "-N"])
+                .arg(format!("--pwfile={}", pwfile.display())),
+            "initdb",
+        );
+        // Does this minor version have output_plugin_libraries (Debian's
+        // 15.20 does)? Read the whole listing: no `| grep -q` tricks.
+        let describe = run_checked(
+            server_cmd(as_root, "postgres").arg("--describe-config"),
+            "postgres --describe-config",
+        );
+        let has_plugin_list = describe
+            .lines()
+            .any(|l| l.split('\t').next() == Some("output_plugin_libraries"));
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "# mooncdc test cluster\n\
+             local all all scram-sha-256\n\
+             host replication all 127.0.0.1/32 scram-sha-256\n\
+             host all all 127.0.0.1/32 scram-sha-256\n",
+        )
+        .expect("write pg_hba.conf");
+        let mut port = 0;
+        for attempt in 0..5 {
+            port = free_port();
+            let mut conf = std::fs::read_to_string(data.join("postgresql.conf"))
+                .expect("read postgresql.conf");
+            if attempt > 0 {
+                // Drop the previous attempt's settings.
+                if let Some(i) = conf.find("\n# mooncdc test settings\n") {
+                    conf.truncate(i + 1);
+                }
+            }
+            conf.push_str(&format!(
+                "\n# mooncdc test settings\n\
+                 wal_level = logical\n\
+                 listen_addresses = '127.0.0.1'\n\
+                 port = {port}\n\
+                 unix_socket_directories = '{}'\n\
+                 max_replication_slots = 40\n\
+                 max_wal_senders = 40\n\
+                 max_connections = 200\n\
+                 fsync = off\n\
+                 full_page_writes = off\n\
+                 wal_sender_timeout = '60s'\n\
+                 log_min_messages = warning\n\
+                 timezone = 'Pacific/Chatham'\n\
+                 log_timezone = 'UTC'\n\
+                 datestyle = 'SQL, DMY'\n\
+                 intervalstyle = 'sql_standard'\n\
+                 bytea_output = 'escape'\n\
+                 extra_float_digits = 0\n",
+                dir.display()
+            ));
+            if has_plugin_list {
+                conf.push_str("output_plugin_libraries = 'pgoutput, test_decoding, wal2json'\n");
+            }
+            std::fs::write(data.join("postgresql.conf"), conf).expect("write postgresql.conf");
+            if as_root {
+                run_checked(
+                    Command::new("chown")
+                        .arg("-R")
+                        .arg("postgres:postgres")
+                        .arg(&data),
+                    "chown the data directory",
+                );
+            }
+            let started = server_cmd(as_root, "pg_ctl")
+                .arg("-D")
+                .arg(&data)
+                .arg("-l")
+                .arg(dir.join("server.log"))
+                .args(["-w", "-t", "60", "start"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("run pg_ctl start");
+            if started.success() {
+                break;
+            }
+            let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+            if attempt == 4 || !log.contains("could not bind") {
+                panic!("the test cluster did not start:\n{log}");
+            }
+        }
+        let c = Cluster { port, dir, as_root };
+        c.admin(&format!(
+            "CREATE ROLE {ROLE} LOGIN REPLICATION PASSWORD '{}'",
+            PASSWORD.replace('\'', "''")
+        ));
+        c
+    }
+
+    /// Run one SQL statement as the superuser in database `postgres`.
+    pub fn admin(&self, sql: &str) -> String {
+        self.psql_as("postgres", SUPERUSER_PASSWORD, "postgres", sql)
+    }
+
+    /// Run one SQL statement through `psql` (unaligned, tuples only); panics on error.
+    pub fn psql_as(&self, user: &str, password: &str, dbname: &str, sql: &str) -> String {
+        run_checked(
+            Command::new(pg_bin("psql"))
+                .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .args(["-U", user, "-d", dbname, "-c", sql])
+                .env("PGPASSWORD", password)
+                .env("PGCONNECT_TIMEOUT", "10"),
+            &format!("psql {sql:?}"),
+        )
+    }
+
+    /// `pg_ctl stop -m fast`, waiting at most `timeout`; whether the server stopped.
+    pub fn stop_fast(&self, timeout: Duration) -> bool {
+        self.server_cmd("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args([
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                &timeout.as_secs().max(1).to_string(),
+                "stop",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run pg_ctl stop")
+            .success()
+    }
+
+    /// A new database `t_<name>` owned by [`ROLE`].
+    pub fn create_db(&'static self, name: &str) -> PgDb {
+        assert!(
+            !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+            "database names in tests are [a-z0-9_]+, got {name:?}"
+        );
+        let dbname = format!("t_{name}");
+        self.admin(&format!("CREATE DATABASE {dbname} OWNER {ROLE}"));
+        PgDb {
+            cluster: self,
+            dbname,
+        }
+    }
+
+    /// The server log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+}
+
+fn server_cmd(as_root: bool, program: &str) -> Command {
+    if as_root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(pg_bin(program));
+        c
+    } else {
+        Command::new(pg_bin(program))
+    }
+}
+
+/// Percent-encode everything but unreserved URL characters.
+pub fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// One test's database.
+#[derive(Debug, Clone)]
+pub struct PgDb {
+    pub cluster: &'static Cluster,
+    /// `t_<name>`.
+    pub dbname: String,
+}
+
+impl PgDb {
+    /// `postgres://ROLE:PASSWORD@127.0.0.1:PORT/t_<name>` (password percent-encoded).
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://{ROLE}:{}@127.0.0.1:{}/{}",
+            url_encode(PASSWORD),
+            self.cluster.port,
+            self.dbname
+        )
+    }
+
+    /// A new session as [`ROLE`].
+    pub fn session(&self) -> Session {
+        Session::connect(self.cluster.port, &self.dbname)
+    }
+
+    /// Run one statement in a new session.
+    #[track_caller]
+    pub fn exec(&self, sql: &str) {
+        self.session().exec(sql)
+    }
+
+    /// Run one statement through `psql` as [`ROLE`]; returns the unaligned output.
+    pub fn psql(&self, sql: &str) -> String {
+        self.cluster.psql_as(ROLE, PASSWORD, &self.dbname, sql)
+    }
+
+    /// A command for a PostgreSQL client program (`pg_recvlogical`, `psql`…)
+    /// with the connection set through the environment.
+    pub fn client_cmd(&self, program: &str) -> Command {
+        let mut c = Command::new(pg_bin(program));
+        c.env("PGHOST", "127.0.0.1")
+            .env("PGPORT", self.cluster.port.to_string())
+            .env("PGUSER", ROLE)
+            .env("PGPASSWORD", PASSWORD)
+            .env("PGDATABASE", &self.dbname);
+        c
+    }
+}
+
+/// A synchronous SQL session (tokio-postgres on its own single-thread runtime).
+pub struct Session {
+    rt: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+}
+
+/// Rows of a simple query: each value in its text form, `None` for NULL.
+pub type TextRows = Vec<Vec<Option<String>>>;
+
+impl Session {
+    pub fn connect(port: u16, dbname: &str) -> Session {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let mut cfg = tokio_postgres::Config::new();
+        cfg.host("127.0.0.1")
+            .port(port)
+            .user(ROLE)
+            .password(PASSWORD)
+            .dbname(dbname)
+            .application_name("mooncdc test session")
+            .connect_timeout(Duration::from_secs(10));
+        let (client, conn) = rt
+            .block_on(cfg.connect(tokio_postgres::NoTls))
+            .unwrap_or_else(|e| panic!("cannot connect to database {dbname}: {e}"));
+        rt.spawn(async move {
+            let _ = conn.await;
+        });
+        Session { rt, client }
+    }
+
+    /// Run one statement; panics with the SQL and the server's message on error.
+    /// Send statements one at a time: in a multi-statement simple query a
+    /// `BEGIN` absorbs the statements before it.
+    #[track_caller]
+    pub fn exec(&self, sql: &str) {
+        if let Err(e) = self.try_exec(sql) {
+            panic!("SQL failed: {e}\n{}", abbreviate(sql));
+        }
+    }
+
+    /// Run one statement; the server's message on error.
+    pub fn try_exec(&self, sql: &str) -> Result<(), String> {
+        self.rt
+            .block_on(self.client.batch_execute(sql))
+            .map_err(db_message)
+    }
+
+    /// Run a query; rows of text values.
+    #[track_caller]
+    pub fn query(&self, sql: &str) -> TextRows {
+        let msgs = self
+            .rt
+            .block_on(self.client.simple_query(sql))
+            .unwrap_or_else(|e| panic!("SQL failed: {}\n{}", db_message(e), abbreviate(sql)));
+        msgs.into_iter()
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => {
+                    Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The first value of the first row (panics when there is none or it is NULL).
+    #[track_caller]
+    pub fn value(&self, sql: &str) -> String {
+        self.query(sql)
+            .first()
+            .and_then(|r| r.first().cloned().flatten())
+            .unwrap_or_else(|| panic!("query returned no value: {sql}"))
+    }
+
+    /// `pg_current_wal_flush_lsn()` as a number.
+    pub fn flush_lsn(&self) -> u64 {
+        parse_lsn(&self.value("SELECT pg_current_wal_flush_lsn()"))
+    }
+
+    /// `pg_current_wal_insert_lsn()` as a number.
+    pub fn insert_lsn(&self) -> u64 {
+        parse_lsn(&self.value("SELECT pg_current_wal_insert_lsn()"))
+    }
+}
+
+fn db_message(e: tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!("{}: {}", d.severity(), d.message()),
+        None => e.to_string(),
+    }
+}
+
+fn abbreviate(sql: &str) -> String {
+    if sql.len() <= 2000 {
+        sql.to_string()
+    } else {
+        let mut end = 2000;
+        while !sql.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}… ({} bytes)", &sql[..end], sql.len())
+    }
+}
+
+/// A SQL string literal (standard-conforming: only `'` is doubled).
+pub fn lit(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Parse an LSN `X/Y`.
+pub fn parse_lsn(s: &str) -> u64 {
+    let (hi, lo) = s
+        .trim()
+        .split_once('/')
+        .unwrap_or_else(|| panic!("not an LSN: {s:?}"));
+    let hi = u64::from_str_radix(hi, 16).unwrap_or_else(|_| panic!("not an LSN: {s:?}"));
+    let lo = u64::from_str_radix(lo, 16).unwrap_or_else(|_| panic!("not an LSN: {s:?}"));
+    (hi << 32) | lo
+}
+
+/// An LSN as PostgreSQL writes it.
+pub fn lsn_text(lsn: u64) -> String {
+    format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
+}

@@ -1,0 +1,242 @@
+//! Man pages and shell completions are generated from the clap definitions in
+//! `mooncdc::cli::args::commands()` and committed, so that packagers need no
+//! build step and a review shows how a change to an option reads to users.
+//! This test fails when a committed file is stale, missing or stray (left over
+//! from a command that is gone). To regenerate everything:
+//!
+//! ```text
+//! MOONCDC_BLESS=1 cargo test --test generated
+//! ```
+
+use clap::Command;
+use clap_complete::Shell;
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+const BLESS_VAR: &str = "MOONCDC_BLESS";
+const REGENERATE: &str = "MOONCDC_BLESS=1 cargo test --test generated";
+
+/// Files in `man/` that are written by hand, not generated.
+const MAN_HANDWRITTEN: &[&str] = &["README.md"];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn blessing() -> bool {
+    std::env::var_os(BLESS_VAR).is_some_and(|v| v == "1")
+}
+
+/// One generated file: where it goes, which command it documents, its text.
+struct Generated {
+    /// Relative to the crate root, with `/` separators, e.g. `man/mooncdc-split.1`.
+    path: String,
+    /// The tool whose definition produced it.
+    command: String,
+    /// What it is, for messages ("man page", "bash completion", ...).
+    what: String,
+    contents: Vec<u8>,
+}
+
+/// The man page of a command and, recursively, of each visible subcommand
+/// (`<name>-<sub>.1`, the pages the parent's SUBCOMMANDS section refers to).
+/// This is what `clap_mangen::generate_to` writes, rendered in memory.
+fn man_pages(tool: &str, cmd: Command, out: &mut Vec<Generated>) {
+    fn walk(tool: &str, cmd: Command, out: &mut Vec<Generated>) {
+        let subs: Vec<Command> = cmd
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set())
+            .cloned()
+            .collect();
+        let man = clap_mangen::Man::new(cmd);
+        let mut contents = Vec::new();
+        man.render(&mut contents)
+            .expect("rendering into memory cannot fail");
+        out.push(Generated {
+            path: format!("man/{}", man.get_filename()),
+            command: tool.to_string(),
+            what: "man page".to_string(),
+            contents,
+        });
+        for sub in subs {
+            walk(tool, sub, out);
+        }
+    }
+    // As clap_mangen::generate_to does: no page for the `help` subcommand, and
+    // a built command so that subcommands know their parents' names.
+    let mut cmd = cmd.disable_help_subcommand(true);
+    cmd.build();
+    walk(tool, cmd, out);
+}
+
+fn completions(tool: &str, cmd: &Command, out: &mut Vec<Generated>) {
+    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+        let mut cmd = cmd.clone();
+        let mut contents = Vec::new();
+        clap_complete::generate(shell, &mut cmd, tool, &mut contents);
+        out.push(Generated {
+            path: format!(
+                "completions/{}",
+                clap_complete::Generator::file_name(&shell, tool)
+            ),
+            command: tool.to_string(),
+            what: format!("{shell} completion"),
+            contents,
+        });
+    }
+}
+
+/// Every file the current definitions generate, after checking each definition.
+fn generate_all() -> Vec<Generated> {
+    let mut out = Vec::new();
+    let mut names = BTreeSet::new();
+    for cmd in mooncdc::cli::args::commands() {
+        let name = cmd.get_name().to_string();
+        assert!(names.insert(name.clone()), "commands() lists {name} twice");
+        // Panics with clap's own message on a definition error (conflicting
+        // short options, a `requires` naming no argument, ...).
+        cmd.clone().debug_assert();
+        man_pages(&name, cmd.clone(), &mut out);
+        completions(&name, &cmd, &mut out);
+    }
+    out
+}
+
+/// The first line at which two texts differ, for the failure message.
+fn first_difference(committed: &[u8], generated: &[u8]) -> String {
+    let a = String::from_utf8_lossy(committed);
+    let b = String::from_utf8_lossy(generated);
+    let (mut la, mut lb) = (a.lines(), b.lines());
+    let mut n = 0;
+    loop {
+        n += 1;
+        match (la.next(), lb.next()) {
+            (Some(x), Some(y)) if x == y => continue,
+            (None, None) => return "the texts differ only in line endings".to_string(),
+            (x, y) => {
+                return format!(
+                    "first difference at line {n}:\n      committed: {}\n      generated: {}",
+                    x.map_or("<end of file>".to_string(), |s| format!("{s:?}")),
+                    y.map_or("<end of file>".to_string(), |s| format!("{s:?}")),
+                )
+            }
+        }
+    }
+}
+
+/// The file names in a folder (a missing folder is empty).
+fn listing(dir: &Path) -> BTreeSet<String> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| {
+                e.expect("cannot read a folder entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeSet::new(),
+        Err(e) => panic!("cannot list {}: {e}", dir.display()),
+    }
+}
+
+#[test]
+fn man_pages_and_completions_are_current() {
+    let root = root();
+    let generated = generate_all();
+    let bless = blessing();
+    let mut problems = String::new();
+
+    for g in &generated {
+        let path = root.join(&g.path);
+        let committed = match std::fs::read(&path) {
+            Ok(c) => Some(c),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => panic!("cannot read {}: {e}", g.path),
+        };
+        if committed.as_deref() == Some(&g.contents[..]) {
+            continue;
+        }
+        if bless {
+            std::fs::create_dir_all(path.parent().expect("a file in a folder"))
+                .unwrap_or_else(|e| panic!("cannot create the folder of {}: {e}", g.path));
+            std::fs::write(&path, &g.contents)
+                .unwrap_or_else(|e| panic!("cannot write {}: {e}", g.path));
+            eprintln!("wrote {}", g.path);
+            continue;
+        }
+        match committed {
+            None => writeln!(
+                problems,
+                "- {}: the {} of {} is missing",
+                g.path, g.what, g.command
+            ),
+            Some(c) => writeln!(
+                problems,
+                "- {}: the {} of {} is stale ({})",
+                g.path,
+                g.what,
+                g.command,
+                first_difference(&c, &g.contents)
+            ),
+        }
+        .expect("writing to a String cannot fail");
+    }
+
+    // Files no current command generates: left over from a renamed or removed
+    // command (or a removed subcommand), they would install stale docs.
+    let expected: BTreeSet<&str> = generated.iter().map(|g| g.path.as_str()).collect();
+    for (dir, handwritten) in [("man", MAN_HANDWRITTEN), ("completions", &[][..])] {
+        for name in listing(&root.join(dir)) {
+            let rel = format!("{dir}/{name}");
+            if expected.contains(rel.as_str()) || handwritten.contains(&name.as_str()) {
+                continue;
+            }
+            if bless {
+                std::fs::remove_file(root.join(&rel))
+                    .unwrap_or_else(|e| panic!("cannot remove the stray file {rel}: {e}"));
+                eprintln!("removed {rel}");
+                continue;
+            }
+            writeln!(
+                problems,
+                "- {rel}: no command in mooncdc::cli::args::commands() generates this file \
+                 (left over from a command that is gone?)"
+            )
+            .expect("writing to a String cannot fail");
+        }
+    }
+
+    assert!(
+        problems.is_empty(),
+        "man pages or completions do not match the clap definitions:\n{problems}\
+         Regenerate them with `{REGENERATE}` and commit the result."
+    );
+}
+
+/// Each binary `src/bin/mooncdc-*.rs` has its definition in `commands()`, and
+/// each definition has its binary, so no tool ships without a man page and
+/// completions, and none is documented that does not exist.
+#[test]
+fn every_binary_has_a_command_definition() {
+    let bins: BTreeSet<String> = listing(&root().join("src/bin"))
+        .into_iter()
+        .filter_map(|f| f.strip_suffix(".rs").map(str::to_string))
+        .filter(|n| n.starts_with("mooncdc"))
+        .collect();
+    let defined: BTreeSet<String> = mooncdc::cli::args::commands()
+        .iter()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    let undefined: Vec<_> = bins.difference(&defined).collect();
+    let unbuilt: Vec<_> = defined.difference(&bins).collect();
+    assert!(
+        undefined.is_empty(),
+        "binaries without a definition in mooncdc::cli::args::commands(): {undefined:?}"
+    );
+    assert!(
+        unbuilt.is_empty(),
+        "definitions in mooncdc::cli::args::commands() without a src/bin/<name>.rs: {unbuilt:?}"
+    );
+}
