@@ -416,7 +416,13 @@ impl Summary {
             .map(|(_, c)| c.trim())
             .unwrap_or_else(|| panic!("summary lacks the cursor: {line}"));
         Summary {
-            batches: num_before(" batches"),
+            // A snapshot counts as a batch here ("1 snapshot (N rows loaded)").
+            batches: num_before(" batches")
+                + if line.contains(" snapshot (") {
+                    num_before(" snapshot (")
+                } else {
+                    0
+                },
             // A snapshot's rows count as applied here ("N rows loaded").
             applied: num_before(" events applied")
                 + if line.contains(" rows loaded") {
