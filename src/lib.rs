@@ -33,6 +33,7 @@ pub mod ops;
 pub mod source;
 pub mod sqlite_util;
 pub mod target;
+pub mod util;
 pub mod wire;
 
 pub use error::{Error, ErrorKind, Result};

@@ -60,26 +60,6 @@ impl std::fmt::Debug for ChConfig {
     }
 }
 
-fn pct_decode(s: &str) -> Result<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let v = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| Error::usage("bad percent-escape in the ClickHouse URL"))?;
-            out.push(v);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| Error::usage("the ClickHouse URL is not UTF-8"))
-}
-
 fn pct_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len() * 3);
     for b in s.bytes() {
@@ -111,8 +91,11 @@ impl ChConfig {
         };
         let (user, password) = match userinfo {
             Some(u) => match u.split_once(':') {
-                Some((a, b)) => (pct_decode(a)?, Some(pct_decode(b)?)),
-                None => (pct_decode(u)?, None),
+                Some((a, b)) => (
+                    crate::util::percent_decode(a)?,
+                    Some(crate::util::percent_decode(b)?),
+                ),
+                None => (crate::util::percent_decode(u)?, None),
             },
             None => ("default".to_string(), None),
         };
@@ -134,7 +117,7 @@ impl ChConfig {
             database: if db.is_empty() {
                 "default".into()
             } else {
-                pct_decode(db)?
+                crate::util::percent_decode(db)?
             },
             connectivity_timeout: Duration::from_millis(8000),
             schema_timeout: Duration::from_millis(16000),
@@ -1019,25 +1002,7 @@ impl ClickHouse {
             match item {
                 Item::Header(h) => {
                     stored = self.cursor()?;
-                    skip_through = match &stored {
-                        Some(c) => {
-                            if c.source != h.start.source {
-                                return Err(Error::state(format!(
-                                    "the target holds source {:?}; this batch is from source {:?}",
-                                    c.source, h.start.source
-                                )));
-                            }
-                            if h.start.sequence() > c.sequence() {
-                                return Err(Error::state(format!(
-                                    "gap: the batch starts at {} but the target holds changes only up to {}",
-                                    h.start.sequence(),
-                                    c.sequence()
-                                )));
-                            }
-                            c.sequence()
-                        }
-                        None => h.start.sequence(),
-                    };
+                    skip_through = super::skip_through(stored.as_ref(), &h.start)?;
                     let schemas = h.schemas.as_ref().ok_or_else(|| {
                         Error::data(
                             "a ClickHouse target needs the tables' schemas in the batch header",

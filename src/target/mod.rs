@@ -11,3 +11,25 @@
 pub mod clickhouse;
 pub mod memory;
 pub mod sqlite;
+
+use crate::error::{Error, Result};
+use crate::wire::{Cursor, Sequence};
+
+/// Where a batch starting at `start` begins to change a target holding
+/// `stored`: events up to the returned sequence are already held. A batch of
+/// another source, or one that starts after the stored cursor (a gap), fails.
+pub fn skip_through(stored: Option<&Cursor>, start: &Cursor) -> Result<Sequence> {
+    match stored {
+        None => Ok(start.sequence()),
+        Some(c) if c.source != start.source => Err(Error::state(format!(
+            "the target holds source {:?}; this batch is from source {:?}",
+            c.source, start.source
+        ))),
+        Some(c) if start.sequence() > c.sequence() => Err(Error::state(format!(
+            "gap: the batch starts at {} but the target holds changes only up to {}",
+            start.sequence(),
+            c.sequence()
+        ))),
+        Some(c) => Ok(c.sequence()),
+    }
+}

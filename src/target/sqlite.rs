@@ -181,25 +181,7 @@ impl SqliteTarget {
                             .map_err(db_err("cannot begin a transaction"))?;
                         open = true;
                         let stored = stored_cursor(&self.conn)?;
-                        skip_through = match &stored {
-                            Some(c) => {
-                                if c.source != h.start.source {
-                                    return Err(Error::state(format!(
-                                        "the target holds source {:?}; this batch is from source {:?}",
-                                        c.source, h.start.source
-                                    )));
-                                }
-                                if h.start.sequence() > c.sequence() {
-                                    return Err(Error::state(format!(
-                                        "gap: the batch starts at {} but the target holds changes only up to {}",
-                                        h.start.sequence(),
-                                        c.sequence()
-                                    )));
-                                }
-                                c.sequence()
-                            }
-                            None => h.start.sequence(),
-                        };
+                        skip_through = super::skip_through(stored.as_ref(), &h.start)?;
                         tables.clear();
                         if let Some(schemas) = &h.schemas {
                             for s in schemas {

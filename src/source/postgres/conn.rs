@@ -44,27 +44,6 @@ impl std::fmt::Debug for PgConn {
     }
 }
 
-fn percent_decode(s: &str) -> Result<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let h = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| Error::usage("bad percent-escape in the PostgreSQL URL"))?;
-            out.push(h);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out)
-        .map_err(|_| Error::usage("the PostgreSQL URL is not UTF-8 after decoding"))
-}
-
 /// Split a `key=value key='quoted value'` string.
 fn key_values(s: &str) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
@@ -162,10 +141,10 @@ impl PgConn {
             if let Some(u) = userinfo {
                 match u.split_once(':') {
                     Some((user, pw)) => {
-                        kv.push(("user".into(), percent_decode(user)?));
-                        kv.push(("password".into(), percent_decode(pw)?));
+                        kv.push(("user".into(), crate::util::percent_decode(user)?));
+                        kv.push(("password".into(), crate::util::percent_decode(pw)?));
                     }
-                    None => kv.push(("user".into(), percent_decode(u)?)),
+                    None => kv.push(("user".into(), crate::util::percent_decode(u)?)),
                 }
             }
             if !hostport.is_empty() {
@@ -185,19 +164,22 @@ impl PgConn {
                     }
                 };
                 if !h.is_empty() {
-                    kv.push(("host".into(), percent_decode(&h)?));
+                    kv.push(("host".into(), crate::util::percent_decode(&h)?));
                 }
                 if let Some(p) = p {
                     kv.push(("port".into(), p));
                 }
             }
             if let Some(p) = path.filter(|p| !p.is_empty()) {
-                kv.push(("dbname".into(), percent_decode(p)?));
+                kv.push(("dbname".into(), crate::util::percent_decode(p)?));
             }
             if let Some(q) = query {
                 for pair in q.split('&').filter(|p| !p.is_empty()) {
                     let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                    kv.push((percent_decode(k)?, percent_decode(v)?));
+                    kv.push((
+                        crate::util::percent_decode(k)?,
+                        crate::util::percent_decode(v)?,
+                    ));
                 }
             }
         } else {
