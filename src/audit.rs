@@ -51,9 +51,9 @@ pub struct AuditReport {
 
 impl AuditReport {
     pub fn equal(&self) -> bool {
-        self.tables
-            .iter()
-            .all(|t| t.missing == 0 && t.extra == 0 && t.different == 0)
+        self.tables.iter().all(|t| {
+            t.missing == 0 && t.extra == 0 && t.different == 0 && t.schema_differs.is_none()
+        })
     }
 }
 

@@ -287,3 +287,34 @@ fn a_target_behind_the_high_water_is_warned_about() {
         (&json!(true), &json!(true))
     );
 }
+
+/// A table whose columns differ between source and target (here: a column
+/// added to the source and captured by `upgrade`, not yet applied) is a
+/// difference, exit 1, reported in both formats; its rows are not compared.
+#[test]
+fn columns_that_differ_are_a_difference() {
+    let db = synced();
+    db.src_sql("ALTER TABLE o ADD COLUMN y TEXT DEFAULT 'new'");
+    let up = exec(CAPTURE, &["upgrade", "--source", &db.src_url()], None);
+    expect(&up, 0, "upgrade");
+    let r = db.audit(&[]);
+    expect(&r, 1, "audit with a column the target lacks");
+    let text = String::from_utf8_lossy(&r.stdout);
+    assert!(text.contains("schema differs: table \"o\""), "{text}");
+    assert!(text.lines().any(|l| l == "different"), "{text}");
+    let r = db.audit(&["--format", "jsonl"]);
+    expect(&r, 1, "audit --format jsonl with a column the target lacks");
+    let l = jsonl(&r.stdout);
+    assert!(
+        l.iter().any(|x| kind(x) == "schema" && x["table"] == "o"),
+        "{l:?}"
+    );
+    assert!(
+        l.iter()
+            .any(|x| kind(x) == "verdict" && x["equal"] == false),
+        "{l:?}"
+    );
+    // Once the change is applied, the projection has the column and the values.
+    db.catch_up();
+    db.audit_equal();
+}

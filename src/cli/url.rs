@@ -63,14 +63,32 @@ pub fn redact(url: &str) -> String {
         out.push_str(rest);
         return out;
     }
+    // A password may also come as a query option (libpq: ?password=…).
+    let (url, query) = match url.split_once('?') {
+        Some((u, q)) => (u, Some(q)),
+        None => (url, None),
+    };
+    let query = query.map(|q| {
+        q.split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => kv.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("&")
+    });
+    let with_query = |u: String| match &query {
+        Some(q) => format!("{u}?{q}"),
+        None => u,
+    };
     if let Some((scheme, rest)) = url.split_once("://") {
         if let Some((auth, host)) = rest.split_once('@') {
             if let Some((user, _)) = auth.split_once(':') {
-                return format!("{scheme}://{user}:***@{host}");
+                return with_query(format!("{scheme}://{user}:***@{host}"));
             }
         }
     }
-    url.to_string()
+    with_query(url.to_string())
 }
 
 impl Endpoint {
