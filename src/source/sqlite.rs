@@ -15,10 +15,12 @@
 //! - `_mooncdc_tables(tid, name, schema, current)`: one row per captured table
 //!   *version*; `upgrade` after a schema change adds a new version and keeps
 //!   the old one so unacknowledged changes still decode with their own shape.
-//! - `_mooncdc_log(seq INTEGER PRIMARY KEY AUTOINCREMENT, tid, op, v0, …)`:
-//!   before image in `v0…v(n-1)`, after image in `vn…v(2n-1)`. AUTOINCREMENT
-//!   never reuses a sequence, even after acknowledged rows are deleted; the high
-//!   water is the log's `sqlite_sequence` entry.
+//! - `_mooncdc_log(seq INTEGER PRIMARY KEY, tid, op, v0, …)`:
+//!   before image in `v0…v(n-1)`, after image in `vn…v(2n-1)`. Sequences are
+//!   rowids (max + 1); acknowledging never deletes the newest row, so the
+//!   maximum never goes back and a sequence is never reused. (Version 1 used
+//!   AUTOINCREMENT for that, which costs an extra write per change; `upgrade`
+//!   rebuilds a version 1 log.) The high water is the largest sequence.
 //! - Triggers `_mooncdc_<tid>_ins|upd|del`, AFTER each row change.
 //!
 //! A change made in a transaction that rolls back never reaches the log: the
@@ -40,7 +42,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// Version of the trigger and log layout; `verify` reports older installs.
-pub const CAPTURE_VERSION: i64 = 1;
+pub const CAPTURE_VERSION: i64 = 2;
 
 const LOG: &str = "_mooncdc_log";
 const META: &str = "_mooncdc_meta";
@@ -111,17 +113,26 @@ fn acknowledged(conn: &Connection) -> Result<Sequence> {
     crate::wire::model::parse_sequence(&s).map_err(Error::data)
 }
 
-/// The highest sequence ever assigned (0 before the first change).
+/// The highest sequence ever assigned (0 before the first change): the
+/// log's largest rowid, which acknowledging never deletes.
 pub fn high_water(conn: &Connection) -> Result<Sequence> {
-    let v: Option<i64> = conn
+    let v: i64 = conn
+        .query_row(
+            &format!("SELECT coalesce(max(seq), 0) FROM {LOG}"),
+            [],
+            |r| r.get(0),
+        )
+        .map_err(db_err("cannot read the change log's high water"))?;
+    // A version 1 log (AUTOINCREMENT) may have deleted its newest row.
+    let old: Option<i64> = conn
         .query_row(
             "SELECT seq FROM sqlite_sequence WHERE name = ?1",
             [LOG],
             |r| r.get(0),
         )
         .optional()
-        .map_err(db_err("cannot read the change log's high water"))?;
-    Ok(v.unwrap_or(0).max(0) as Sequence)
+        .unwrap_or(None);
+    Ok(v.max(old.unwrap_or(0)).max(0) as Sequence)
 }
 
 /// Every captured table version, by tid.
@@ -285,7 +296,7 @@ pub fn init(path: &Path, tables: &[String]) -> Result<Vec<String>> {
         tx.execute_batch(&format!(
             "CREATE TABLE {META}(key TEXT PRIMARY KEY, value TEXT NOT NULL);
              CREATE TABLE {TABLES}(tid INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, schema TEXT NOT NULL, current INTEGER NOT NULL);
-             CREATE TABLE {LOG}(seq INTEGER PRIMARY KEY AUTOINCREMENT, tid INTEGER NOT NULL, op INTEGER NOT NULL);"
+             CREATE TABLE {LOG}(seq INTEGER PRIMARY KEY, tid INTEGER NOT NULL, op INTEGER NOT NULL);"
         ))
         .map_err(db_err("cannot create the capture tables"))?;
         meta_set(&tx, "identity", &format!("sqlite:{}", random_uuid()?))?;
@@ -396,6 +407,10 @@ pub fn upgrade(path: &Path) -> Result<Vec<String>> {
     for n in names {
         tx.execute_batch(&format!("DROP TRIGGER {}", quote_ident(&n)))
             .map_err(db_err("cannot drop a trigger"))?;
+    }
+    // With no trigger naming it, the log can be rebuilt.
+    if rebuild_v1_log(&tx)? {
+        actions.push("change log rebuilt without AUTOINCREMENT (capture version 2)".into());
     }
     for (name, tv) in current_tables(&tx)? {
         if !crate::sqlite_util::table_exists(&tx, &name)? {
@@ -509,11 +524,44 @@ fn log_added_columns(conn: &Connection, old: &Schema, new: &TableVersion) -> Res
     Ok(rows as u64)
 }
 
+/// A version 1 log used AUTOINCREMENT; copy it into a plain rowid table,
+/// keeping every row and, as its newest row, the high water (a placeholder
+/// row at the high water if acknowledgement had deleted the newest one).
+fn rebuild_v1_log(conn: &Connection) -> Result<bool> {
+    let sql: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+            [LOG],
+            |r| r.get(0),
+        )
+        .map_err(db_err("cannot read the change log's definition"))?;
+    if !sql.to_ascii_uppercase().contains("AUTOINCREMENT") {
+        return Ok(false);
+    }
+    let hw = high_water(conn)? as i64;
+    let cols: Vec<String> = (0..log_width(conn)?).map(|i| format!(", v{i}")).collect();
+    let cols = cols.concat();
+    conn.execute_batch(&format!(
+        "CREATE TABLE _mooncdc_log_v2(seq INTEGER PRIMARY KEY, tid INTEGER NOT NULL, op INTEGER NOT NULL{cols});
+         INSERT INTO _mooncdc_log_v2 SELECT * FROM {LOG};
+         INSERT INTO _mooncdc_log_v2(seq, tid, op) SELECT {hw}, 0, 0 WHERE NOT EXISTS (SELECT 1 FROM _mooncdc_log_v2 WHERE seq >= {hw}) AND {hw} > 0;
+         DROP TABLE {LOG};
+         ALTER TABLE _mooncdc_log_v2 RENAME TO {LOG};"
+    ))
+    .map_err(db_err("cannot rebuild the change log"))?;
+    Ok(true)
+}
+
 pub fn status(path: &Path) -> Result<Status> {
     let conn = open_existing(path)?;
     require_installed(&conn, path)?;
+    let acked = acknowledged(&conn)?;
     let backlog: i64 = conn
-        .query_row(&format!("SELECT count(*) FROM {LOG}"), [], |r| r.get(0))
+        .query_row(
+            &format!("SELECT count(*) FROM {LOG} WHERE seq > ?1"),
+            [acked as i64],
+            |r| r.get(0),
+        )
         .map_err(db_err("cannot count the change log"))?;
     Ok(Status {
         identity: identity(&conn)?,
@@ -551,8 +599,10 @@ pub fn ack(path: &Path, cursor: &Cursor) -> Result<Sequence> {
     if through <= acked {
         return Ok(acked);
     }
+    // The newest row stays (even when acknowledged): it keeps the largest
+    // rowid, so no sequence is ever handed out twice.
     tx.execute(
-        &format!("DELETE FROM {LOG} WHERE seq <= ?1"),
+        &format!("DELETE FROM {LOG} WHERE seq <= ?1 AND seq < (SELECT max(seq) FROM {LOG})"),
         [through as i64],
     )
     .map_err(db_err("cannot delete acknowledged changes"))?;

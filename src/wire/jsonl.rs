@@ -162,7 +162,7 @@ impl<R: BufRead> LineReader<R> {
 }
 
 fn memchr(b: &[u8]) -> Option<usize> {
-    b.iter().position(|&c| c == b'\n')
+    memchr::memchr(b'\n', b)
 }
 
 /// What kind of record a line holds.

@@ -253,10 +253,20 @@ pub fn parse_real_pair(sig: &str, exp: &str) -> Result<f64, String> {
             ))
         }
     };
-    let mut big = BigUint::from_decimal(digits);
-    let tz = big.trailing_zeros();
-    big.shift_right(tz);
-    let width = big.bit_len();
+    // Most significands fit 64 bits: skip the big integer for them.
+    let (m, tz, width) = match digits.parse::<u64>() {
+        Ok(v) if digits.len() <= 19 => {
+            let tz = v.trailing_zeros();
+            let m = v >> tz;
+            (m, tz, 64 - m.leading_zeros())
+        }
+        _ => {
+            let mut big = BigUint::from_decimal(digits);
+            let tz = big.trailing_zeros();
+            big.shift_right(tz);
+            (big.low_u64(), tz, big.bit_len())
+        }
+    };
     if width > 53 {
         return Err(format!(
             "REAL significand {} is {} bits wide after removing trailing zeros; binary64 holds 53",
@@ -264,7 +274,6 @@ pub fn parse_real_pair(sig: &str, exp: &str) -> Result<f64, String> {
             width
         ));
     }
-    let m = big.low_u64();
     let e = exp + tz as i64; // value = m × 2^e, m odd
     let top = e + width as i64 - 1; // position of the highest set bit
     if top > 1023 {
@@ -427,7 +436,29 @@ pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
     if s.len() % 2 != 0 {
         return Err(format!("hex string has odd length {}", s.len()));
     }
-    hex::decode(s).map_err(|e| format!("invalid hex string {}: {e}", quote(s)))
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len() / 2);
+    for (i, pair) in b.chunks_exact(2).enumerate() {
+        match (nibble(pair[0]), nibble(pair[1])) {
+            (Some(h), Some(l)) => out.push(h << 4 | l),
+            _ => {
+                return Err(format!(
+                    "invalid hex string {}: not a hex digit at position {}",
+                    quote(s),
+                    2 * i + usize::from(nibble(pair[0]).is_some())
+                ))
+            }
+        }
+    }
+    Ok(out)
 }
 
 // ---------------------------------------------------------------- encoding
