@@ -3,7 +3,7 @@
 # same machine in the same run, and prints markdown tables (results recorded
 # in docs/BENCHMARKS.md). Benchmarks are a separate command, never a test.
 #
-#   bash bench/run.sh [stream|sqlite|all]      # default: all
+#   bash bench/run.sh [stream|sqlite|postgres|clickhouse|all]   # default: all
 #
 # Scratch data goes to bench/work/ (git-ignored; under 1 GB at the default
 # sizes). Progress goes to standard error, the tables to standard output.
@@ -13,16 +13,25 @@
 #   BENCH_WRITE_ROWS=200000                  application writes, with and without capture
 #   BENCH_APPLY_ROWS=500000                  rows applied into the projection
 #   BENCH_AUDIT_ROWS=1000000                 rows audited
+#   BENCH_PG_ROWS=100000 BENCH_PG_CHANGES=300000   postgres: rows updated, changes decoded
+#   BENCH_PG_SNAPSHOT_ROWS=1000000           postgres: rows of the snapshot table
+#   BENCH_CH_ROWS=1000000                    clickhouse: rows of the applied snapshot
+#   BENCH_CH_CHANGES=300000                  clickhouse: changes captured from SQLite end to end
 # Needs jq, GNU time (/usr/bin/time), sqlite3 and sqldiff; installs the missing
-# ones from Debian's packages (as root, or through sudo).
+# ones from Debian's packages (as root, or through sudo). The postgres section
+# needs Debian's postgresql-15 and postgresql-15-wal2json (run as root: the
+# throwaway cluster runs as the postgres user), the clickhouse section Debian's
+# clickhouse-server and clickhouse-client; both need curl and python3 (to find
+# free ports). Each starts its own server in bench/work and stops it by pid at
+# the end, whatever way the run ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 section=${1:-all}
 case $section in
-  stream | sqlite | all) ;;
+  stream | sqlite | postgres | clickhouse | all) ;;
   *)
-    echo "usage: bench/run.sh [stream|sqlite|all]" >&2
+    echo "usage: bench/run.sh [stream|sqlite|postgres|clickhouse|all]" >&2
     exit 2
     ;;
 esac
@@ -32,8 +41,15 @@ SMALL_MB=${BENCH_SMALL_MB:-40}
 WRITE_ROWS=${BENCH_WRITE_ROWS:-200000}
 APPLY_ROWS=${BENCH_APPLY_ROWS:-500000}
 AUDIT_ROWS=${BENCH_AUDIT_ROWS:-1000000}
+PG_ROWS=${BENCH_PG_ROWS:-100000}
+PG_CHANGES=${BENCH_PG_CHANGES:-300000}
+PG_SNAP_ROWS=${BENCH_PG_SNAPSHOT_ROWS:-1000000}
+PG_BIN=${BENCH_PG_BIN:-/usr/lib/postgresql/15/bin}
+CH_ROWS=${BENCH_CH_ROWS:-1000000}
+CH_CHANGES=${BENCH_CH_CHANGES:-300000}
 # Goals of the issue.
 GOAL_JQ_RATIO=10 GOAL_RSS_MB=32 GOAL_INSERT=2 GOAL_UPDATE=2.5 GOAL_APPLY=0.5
+GOAL_PG_RECV=1.5 GOAL_PG_PEEK=0.8 GOAL_PG_SNAP=0.5 GOAL_CH_APPLY=0.5
 
 log() { printf 'bench: %s\n' "$*" >&2; }
 
@@ -75,24 +91,35 @@ met() { if awk "BEGIN {exit !($1)}"; then echo "met"; else echo "**missed**"; fi
 nothing() { :; }
 
 # measure OUT PREP CMD...: run CMD RUNS times, PREP (untimed) before each, its
-# standard output to OUT. Sets T (median wall seconds) and M (median peak RSS, MB).
+# standard output to OUT; @RUN@ in CMD's arguments becomes the run's number
+# (0, 1, …). Sets T (median wall seconds), M (median peak RSS, MB), C (median
+# CPU seconds, user + system, of CMD and the children it waited for), CU and CS
+# (median user and system CPU seconds).
 measure() {
   local out=$1 prep=$2
   shift 2
-  local ts=() ms=() t m r
+  local ts=() ms=() cs=() us=() ss=() t m u s r a args
   for ((r = 0; r < RUNS; r++)); do
+    args=()
+    for a in "$@"; do args+=("${a//@RUN@/$r}"); done
     $prep
-    if ! /usr/bin/time -f '%e %M' -o "$W/time.out" "$@" >"$out" 2>>"$ERR"; then
-      log "failed: $*"
+    if ! /usr/bin/time -f '%e %M %U %S' -o "$W/time.out" "${args[@]}" >"$out" 2>>"$ERR"; then
+      log "failed: ${args[*]}"
       tail -n 5 "$ERR" >&2
       exit 1
     fi
-    read -r t m <"$W/time.out"
+    read -r t m u s <"$W/time.out"
     ts+=("$t")
     ms+=("$m")
+    cs+=("$(calc '%.2f' "$u + $s")")
+    us+=("$u")
+    ss+=("$s")
   done
   T=$(median "${ts[@]}")
   M=$(calc '%.1f' "$(median "${ms[@]}") * 1024 / 1e6")
+  C=$(median "${cs[@]}")
+  CU=$(median "${us[@]}")
+  CS=$(median "${ss[@]}")
 }
 
 echo "## Run"
@@ -127,12 +154,12 @@ stream_section() {
       4) measure /dev/null clear_pieces $B/mooncdc-split --max-events 10000 --output-dir "$W/pieces" "$2" ;;
     esac
   }
-  local -a t_big m_big m_small
+  local -a t_big m_big m_small cu_big cs_big
   local i
   for i in "${!names[@]}"; do
     log "stream: ${names[$i]} on $BIG_MB MB"
     run_tool "$i" "$big"
-    t_big[i]=$T m_big[i]=$M
+    t_big[i]=$T m_big[i]=$M cu_big[i]=$CU cs_big[i]=$CS
     log "stream: ${names[$i]} on $SMALL_MB MB"
     run_tool "$i" "$small"
     m_small[i]=$M
@@ -147,8 +174,8 @@ stream_section() {
   echo "(compaction leaves $compacted), written by \`examples/gen_batch.rs\`; output to /dev/null"
   echo "(split --output-dir writes its pieces to bench/work)."
   echo
-  echo "| command | wall s | MB/s | vs jq | peak RSS MB | goal: ≥ ${GOAL_JQ_RATIO}× jq | goal: RSS ≤ $GOAL_RSS_MB MB |"
-  echo "| --- | ---: | ---: | ---: | ---: | --- | --- |"
+  echo "| command | wall s | MB/s | vs jq | user CPU s | system CPU s | peak RSS MB | goal: ≥ ${GOAL_JQ_RATIO}× jq | goal: RSS ≤ $GOAL_RSS_MB MB |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
   for i in "${!names[@]}"; do
     local rate ratio g1 g2
     rate=$(calc '%.1f' "$size / ${t_big[i]}")
@@ -159,7 +186,7 @@ stream_section() {
       g1="$(met "${t_big[0]} / ${t_big[i]} >= $GOAL_JQ_RATIO")"
       g2="$(met "${m_big[i]} <= $GOAL_RSS_MB && ${m_small[i]} <= $GOAL_RSS_MB")"
     fi
-    echo "| \`${names[$i]}\` | ${t_big[i]} | $rate | ${ratio}× | ${m_big[i]} | $g1 | $g2 |"
+    echo "| \`${names[$i]}\` | ${t_big[i]} | $rate | ${ratio}× | ${cu_big[i]} | ${cs_big[i]} | ${m_big[i]} | $g1 | $g2 |"
   done
   echo
   echo "Peak RSS against input size (memory must not grow with the input):"
@@ -204,7 +231,10 @@ sqlite_section() {
   fresh_proj() { rm -f "$W"/apply-proj.db*; }
   log "sqlite: mooncdc-apply"
   measure /dev/null fresh_proj $B/mooncdc-apply --quiet --target "sqlite:$W/apply-proj.db" "$stream"
-  local t_apply=$T m_apply=$M
+  local t_apply=$T m_apply=$M c_apply=$C
+  log "sqlite: mooncdc-merge of the same stream (reading and decoding, no SQLite)"
+  measure /dev/null nothing $B/mooncdc-merge "$stream"
+  local t_merge=$T c_merge=$C m_merge=$M
   local held
   held=$(sqlite3 "$W/apply-proj.db" 'SELECT count(*) FROM items')
   if [ "$held" != "$APPLY_ROWS" ]; then
@@ -222,7 +252,7 @@ sqlite_section() {
   sqlite3 "$W/baseline.db" .dump >"$W/rows.sql"
   fresh_shell() { rm -f "$W"/shell.db*; }
   measure /dev/null fresh_shell sqlite3 -cmd 'PRAGMA journal_mode = WAL' "$W/shell.db" ".read $W/rows.sql"
-  local t_shell=$T m_shell=$M
+  local t_shell=$T m_shell=$M c_shell=$C
 
   echo "## SQLite projection: apply throughput"
   echo
@@ -231,11 +261,12 @@ sqlite_section() {
   echo "batch, so one transaction), applied to a new projection, against loading the same"
   echo "rows into a new WAL database in one transaction."
   echo
-  echo "| loader | wall s | rows/s | vs prepared-insert loop | peak RSS MB | goal: ≥ ${GOAL_APPLY}× the loop |"
-  echo "| --- | ---: | ---: | ---: | ---: | --- |"
-  echo "| baseline: rusqlite prepared INSERT loop, one transaction (rows already in memory; times the loop and commit) | $t_loop | $(calc '%.0f' "$APPLY_ROWS / $t_loop") | 1.00× | | baseline |"
-  echo "| baseline: \`sqlite3\` shell reading its own \`.dump\` (SQL text, one transaction) | $t_shell | $(calc '%.0f' "$APPLY_ROWS / $t_shell") | $(calc '%.2f' "$t_loop / $t_shell")× | $m_shell | (baseline) |"
-  echo "| \`mooncdc-apply --target sqlite:… FILE\` (whole process) | $t_apply | $(calc '%.0f' "$APPLY_ROWS / $t_apply") | $(calc '%.2f' "$t_loop / $t_apply")× | $m_apply | $(met "$t_loop / $t_apply >= $GOAL_APPLY") |"
+  echo "| loader | wall s | rows/s | vs prepared-insert loop | CPU s | peak RSS MB | goal: ≥ ${GOAL_APPLY}× the loop |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | --- |"
+  echo "| baseline: rusqlite prepared INSERT loop, one transaction (rows already in memory; times the loop and commit) | $t_loop | $(calc '%.0f' "$APPLY_ROWS / $t_loop") | 1.00× | | | baseline |"
+  echo "| baseline: \`sqlite3\` shell reading its own \`.dump\` (SQL text, one transaction) | $t_shell | $(calc '%.0f' "$APPLY_ROWS / $t_shell") | $(calc '%.2f' "$t_loop / $t_shell")× | $c_shell | $m_shell | (baseline) |"
+  echo "| reference: \`mooncdc-merge FILE > /dev/null\` (reads, decodes and re-encodes the same stream; no SQLite) | $t_merge | $(calc '%.0f' "$APPLY_ROWS / $t_merge") | $(calc '%.2f' "$t_loop / $t_merge")× | $c_merge | $m_merge | (reference) |"
+  echo "| \`mooncdc-apply --target sqlite:… FILE\` (whole process) | $t_apply | $(calc '%.0f' "$APPLY_ROWS / $t_apply") | $(calc '%.2f' "$t_loop / $t_apply")× | $c_apply | $m_apply | $(met "$t_loop / $t_apply >= $GOAL_APPLY") |"
   echo
   rm -f "$W"/apply-proj.db* "$W"/baseline.db* "$W"/shell.db* "$W/rows.sql"
 
@@ -276,6 +307,342 @@ sqlite_section() {
   echo
 }
 
+# Servers started by this run, stopped by pid (or pg_ctl) on any exit.
+PG_DIR="" PG_STARTED="" CH_DIR="" CH_PID=""
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+pg_stop() {
+  if [ -n "$PG_STARTED" ]; then
+    as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -t 30 -w stop >/dev/null 2>&1 ||
+      as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+    PG_STARTED=""
+  fi
+  if [ -n "$PG_DIR" ]; then rm -rf "$PG_DIR"; PG_DIR=""; fi
+}
+ch_stop() {
+  if [ -n "$CH_PID" ]; then
+    kill "$CH_PID" 2>/dev/null || true
+    local i
+    for ((i = 0; i < 150; i++)); do
+      kill -0 "$CH_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$CH_PID" 2>/dev/null && kill -9 "$CH_PID" 2>/dev/null
+    wait "$CH_PID" 2>/dev/null || true
+    CH_PID=""
+  fi
+  if [ -n "$CH_DIR" ]; then rm -rf "$CH_DIR"; CH_DIR=""; fi
+}
+cleanup() { pg_stop; ch_stop; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+postgres_section() {
+  local need=()
+  [ -x "$PG_BIN/initdb" ] || need+=(postgresql-15)
+  [ -f "$("$PG_BIN/pg_config" --pkglibdir 2>/dev/null)/wal2json.so" ] || need+=(postgresql-15-wal2json)
+  if [ ${#need[@]} -gt 0 ]; then
+    log "installing ${need[*]} from Debian's packages"
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  PG_DIR=$PWD/$W/pg
+  rm -rf "$PG_DIR"
+  mkdir -p "$PG_DIR"
+  [ "$(id -u)" = 0 ] && chown postgres:postgres "$PG_DIR"
+  log "postgres: initdb"
+  as_pg "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres -A trust -E UTF8 --locale=C -N >>"$ERR" 2>&1
+  local describe port
+  describe=$(as_pg "$PG_BIN/postgres" --describe-config)
+  port=$(free_port)
+  {
+    echo "listen_addresses = '127.0.0.1'"
+    echo "port = $port"
+    echo "unix_socket_directories = '$PG_DIR'"
+    echo "wal_level = logical"
+    echo "max_wal_senders = 10"
+    echo "max_replication_slots = $((2 * RUNS + 10))"
+    echo "fsync = off"
+    echo "full_page_writes = off"
+    echo "shared_buffers = 256MB"
+    echo "max_wal_size = 8GB"
+    echo "checkpoint_timeout = 1h"
+    if awk -F'\t' '$1 == "output_plugin_libraries" {found = 1} END {exit !found}' <<<"$describe"; then
+      echo "output_plugin_libraries = 'pgoutput, test_decoding, wal2json'"
+    fi
+  } >>"$PG_DIR/data/postgresql.conf"
+  printf '%s\n' "local all all trust" "host replication all 127.0.0.1/32 trust" \
+    "host all all 127.0.0.1/32 trust" >"$PG_DIR/data/pg_hba.conf"
+  PG_STARTED=1
+  as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 start >>"$ERR" 2>&1
+  local conn="host=127.0.0.1 port=$port user=postgres"
+  psql -X -q -v ON_ERROR_STOP=1 -d "$conn dbname=postgres" -c "CREATE DATABASE bench" >>"$ERR"
+  local url="postgres://postgres@127.0.0.1:$port/bench" db="$conn dbname=bench"
+  q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" -c "$1"; }
+  local version
+  version=$(q "SHOW server_version")
+  log "postgres: $version on port $port; $PG_ROWS rows and a $PG_SNAP_ROWS-row snapshot table"
+  q "CREATE TABLE items (id bigint PRIMARY KEY, name text NOT NULL, price double precision,
+       data bytea, qty integer NOT NULL, note text)" >/dev/null
+  q "CREATE TABLE snap (id bigint PRIMARY KEY, name text NOT NULL, price double precision,
+       data bytea, qty integer NOT NULL, note text)" >/dev/null
+  local fill="SELECT g, 'item ' || g || ' é', g * 1.25, decode(md5(g::text), 'hex'), g % 1000,
+       CASE WHEN g % 3 = 0 THEN NULL ELSE 'note ' || g END FROM generate_series(1, NROWS) g"
+  q "INSERT INTO items ${fill//NROWS/$PG_ROWS}" >/dev/null
+  q "INSERT INTO snap ${fill//NROWS/$PG_SNAP_ROWS}" >/dev/null
+  q "VACUUM ANALYZE" >/dev/null
+  $B/mooncdc-capture init --source "$url" >>"$ERR" 2>&1
+  # The baselines' slots, created before the workload: one wal2json slot per
+  # run (pg_recvlogical confirms what it received, so a slot serves one run),
+  # and a pgoutput slot that is only peeked at.
+  local r
+  for ((r = 0; r < RUNS; r++)); do
+    q "SELECT pg_create_logical_replication_slot('bench_wal2json_$r', 'wal2json')" >/dev/null
+    q "SELECT pg_create_logical_replication_slot('bench_pgoutput_recv_$r', 'pgoutput')" >/dev/null
+  done
+  q "SELECT pg_create_logical_replication_slot('bench_pgoutput', 'pgoutput')" >/dev/null
+  # A wal2json slot only peeked at: wal2json's decoding inside the server.
+  q "SELECT pg_create_logical_replication_slot('bench_wal2json_peek', 'wal2json')" >/dev/null
+  # The workload: PG_CHANGES updates, PG_ROWS per transaction.
+  local done_changes=0 n
+  log "postgres: $PG_CHANGES updates"
+  while [ "$done_changes" -lt "$PG_CHANGES" ]; do
+    n=$((PG_CHANGES - done_changes))
+    [ "$n" -gt "$PG_ROWS" ] && n=$PG_ROWS
+    q "UPDATE items SET price = price + 1, qty = qty + 1, name = name || 'x' WHERE id <= $n" >/dev/null
+    done_changes=$((done_changes + n))
+  done
+  local endpos
+  endpos=$(q "SELECT pg_current_wal_lsn()")
+
+  # (a) mooncdc-capture (never acknowledges: every run reads the same WAL).
+  $B/mooncdc-capture --source "$url" >"$W/pg-capture.jsonl" 2>>"$ERR"
+  local events
+  events=$(grep -c '^{"kind":"event"' "$W/pg-capture.jsonl" || true)
+  if [ "$events" != "$PG_CHANGES" ]; then
+    log "mooncdc-capture wrote $events events, expected $PG_CHANGES"
+    exit 1
+  fi
+  log "postgres: mooncdc-capture ($events events)"
+  measure /dev/null nothing $B/mooncdc-capture --source "$url"
+  local t_cap=$T m_cap=$M c_cap=$C
+  # (b) pg_recvlogical with wal2json.
+  log "postgres: pg_recvlogical (wal2json)"
+  # (Each run on a slot of its own: pg_recvlogical confirms what it received.)
+  measure /dev/null nothing "$PG_BIN/pg_recvlogical" -d "$db" --slot bench_wal2json_@RUN@ \
+    --start -o format-version=2 --endpos="$endpos" --no-loop -f /dev/null
+  local t_recv=$T m_recv=$M c_recv=$C
+  # The same transport with pgoutput: what the server's decoding and sending
+  # cost a client that writes the raw messages away.
+  log "postgres: pg_recvlogical (pgoutput, raw)"
+  measure /dev/null nothing "$PG_BIN/pg_recvlogical" -d "$db" --slot bench_pgoutput_recv_@RUN@ \
+    --start -o proto_version=1 -o publication_names=mooncdc_main --endpos="$endpos" --no-loop -f /dev/null
+  local t_recvp=$T c_recvp=$C
+  # (c) the server's own pgoutput decoding.
+  log "postgres: pg_logical_slot_peek_binary_changes (pgoutput)"
+  local peek="SELECT count(*) FROM pg_logical_slot_peek_binary_changes('bench_pgoutput', NULL, NULL,
+    'proto_version', '1', 'publication_names', 'mooncdc_main')"
+  measure "$W/pg-peek.out" nothing psql -X -At -d "$db" -c "$peek"
+  local t_peek=$T messages
+  messages=$(cat "$W/pg-peek.out")
+  # wal2json decoded inside the server, for reference.
+  log "postgres: pg_logical_slot_peek_changes (wal2json)"
+  measure "$W/pg-peek2.out" nothing psql -X -At -d "$db" -c \
+    "SELECT count(*) FROM pg_logical_slot_peek_changes('bench_wal2json_peek', NULL, NULL, 'format-version', '2')"
+  local t_peek2=$T w2j_lines
+  w2j_lines=$(cat "$W/pg-peek2.out")
+
+  # Snapshots.
+  log "postgres: mooncdc-snapshot of the $PG_SNAP_ROWS-row table"
+  measure "$W/pg-snap.jsonl" nothing $B/mooncdc-snapshot --quiet --source "$url" --table public.snap
+  local t_snap=$T m_snap=$M snap_rows
+  snap_rows=$(grep -c '"row"' "$W/pg-snap.jsonl" || true)
+  log "postgres: psql COPY baseline"
+  measure /dev/null nothing psql -X -d "$db" -c "COPY (SELECT * FROM snap ORDER BY id) TO STDOUT"
+  local t_copy=$T m_copy=$M
+  log "postgres: mooncdc-snapshot of both tables, --jobs 1 and --jobs 2"
+  measure /dev/null nothing $B/mooncdc-snapshot --quiet --source "$url" --jobs 1
+  local t_j1=$T
+  measure /dev/null nothing $B/mooncdc-snapshot --quiet --source "$url" --jobs 2
+  local t_j2=$T m_j2=$M
+  measure /dev/null nothing sh -c "psql -X -d '$db' -c 'COPY (SELECT * FROM snap ORDER BY id) TO STDOUT' &
+    psql -X -d '$db' -c 'COPY (SELECT * FROM items ORDER BY id) TO STDOUT'; wait"
+  local t_copy2=$T
+  local both=$((PG_ROWS + PG_SNAP_ROWS))
+  rm -f "$W/pg-capture.jsonl" "$W/pg-snap.jsonl"
+  pg_stop
+
+  echo "## PostgreSQL capture and snapshot"
+  echo
+  echo "A throwaway PostgreSQL $version cluster (fsync off, trust authentication on"
+  echo "loopback). Table \`items\` (six columns: bigint key, text, double precision,"
+  echo "bytea, integer, nullable text; REPLICA IDENTITY FULL through \`mooncdc-capture init\`) of"
+  echo "$PG_ROWS rows; $PG_CHANGES updates of three columns in transactions of up to $PG_ROWS rows,"
+  echo "after the slots were created. Every reader decodes the same WAL, up to LSN $endpos."
+  echo "mooncdc-capture wrote $events events; the pgoutput peek returned $messages messages"
+  echo "(changes plus begin, commit and relation messages); wal2json $w2j_lines lines."
+  echo
+  echo "| reader | wall s | changes/s | vs pg_recvlogical | vs server decoding | client CPU s | peak RSS MB | goal |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+  echo "| baseline: \`pg_recvlogical --start -o format-version=2 --endpos=… -f /dev/null\` (wal2json) | $t_recv | $(calc '%.0f' "$PG_CHANGES / $t_recv") | 1.00× | $(calc '%.2f' "$t_peek / $t_recv")× | $c_recv | $m_recv | baseline |"
+  echo "| ceiling: \`SELECT count(*) FROM pg_logical_slot_peek_binary_changes(…pgoutput…)\` (server only) | $t_peek | $(calc '%.0f' "$PG_CHANGES / $t_peek") | $(calc '%.2f' "$t_recv / $t_peek")× | 1.00× | | | ceiling |"
+  echo "| reference: \`pg_recvlogical … -o proto_version=1 -o publication_names=mooncdc_main … -f /dev/null\` (pgoutput, raw messages, no decoding in the client) | $t_recvp | $(calc '%.0f' "$PG_CHANGES / $t_recvp") | $(calc '%.2f' "$t_recv / $t_recvp")× | $(calc '%.2f' "$t_peek / $t_recvp")× | $c_recvp | | (reference) |"
+  echo "| reference: \`SELECT count(*) FROM pg_logical_slot_peek_changes(…wal2json…)\` (server only) | $t_peek2 | $(calc '%.0f' "$PG_CHANGES / $t_peek2") | $(calc '%.2f' "$t_recv / $t_peek2")× | $(calc '%.2f' "$t_peek / $t_peek2")× | | | (reference) |"
+  echo "| \`mooncdc-capture --source postgres://… > /dev/null\` | $t_cap | $(calc '%.0f' "$PG_CHANGES / $t_cap") | $(calc '%.2f' "$t_recv / $t_cap")× | $(calc '%.2f' "$t_peek / $t_cap")× | $c_cap | $m_cap | ≥ ${GOAL_PG_RECV}× pg_recvlogical: $(met "$t_recv / $t_cap >= $GOAL_PG_RECV"); ≥ ${GOAL_PG_PEEK}× server: $(met "$t_peek / $t_cap >= $GOAL_PG_PEEK") |"
+  echo
+  echo "Snapshot: table \`snap\` of $PG_SNAP_ROWS rows of the same shape ($snap_rows rows written); both"
+  echo "captured tables together hold $both rows."
+  echo
+  echo "| command | wall s | rows/s | vs COPY | peak RSS MB | goal: ≥ ${GOAL_PG_SNAP}× COPY |"
+  echo "| --- | ---: | ---: | ---: | ---: | --- |"
+  echo "| baseline: \`psql -c \"COPY (SELECT * FROM snap ORDER BY id) TO STDOUT\" > /dev/null\` | $t_copy | $(calc '%.0f' "$PG_SNAP_ROWS / $t_copy") | 1.00× | $m_copy | baseline |"
+  echo "| \`mooncdc-snapshot --source postgres://… --table public.snap > /dev/null\` | $t_snap | $(calc '%.0f' "$PG_SNAP_ROWS / $t_snap") | $(calc '%.2f' "$t_copy / $t_snap")× | $m_snap | $(met "$t_copy / $t_snap >= $GOAL_PG_SNAP") |"
+  echo "| baseline: two \`psql … COPY\` at once, one per table (both tables) | $t_copy2 | $(calc '%.0f' "$both / $t_copy2") | | | (baseline) |"
+  echo "| \`mooncdc-snapshot --jobs 1\` (both tables) | $t_j1 | $(calc '%.0f' "$both / $t_j1") | $(calc '%.2f' "$t_copy2 / $t_j1")× | | |"
+  echo "| \`mooncdc-snapshot --jobs 2\` (both tables) | $t_j2 | $(calc '%.0f' "$both / $t_j2") | $(calc '%.2f' "$t_copy2 / $t_j2")× | $m_j2 | |"
+  echo
+}
+
+clickhouse_section() {
+  local need=()
+  command -v clickhouse-server >/dev/null 2>&1 || need+=(clickhouse-server)
+  command -v clickhouse-client >/dev/null 2>&1 || need+=(clickhouse-client)
+  command -v curl >/dev/null 2>&1 || need+=(curl)
+  if [ ${#need[@]} -gt 0 ]; then
+    log "installing ${need[*]} from Debian's packages"
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  CH_DIR=$PWD/$W/ch
+  rm -rf "$CH_DIR"
+  mkdir -p "$CH_DIR"/{data,tmp,user_files,format_schemas,log}
+  local http tcp
+  http=$(free_port)
+  tcp=$(free_port)
+  while [ "$tcp" = "$http" ]; do tcp=$(free_port); done
+  cat >"$CH_DIR/users.xml" <<XML
+<yandex>
+<profiles><default></default></profiles>
+<users>
+<default><password></password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></default>
+</users>
+<quotas><default></default></quotas>
+</yandex>
+XML
+  cat >"$CH_DIR/config.xml" <<XML
+<yandex>
+<logger><level>warning</level><log>$CH_DIR/log/server.log</log><errorlog>$CH_DIR/log/err.log</errorlog><console>0</console></logger>
+<http_port>$http</http_port>
+<tcp_port>$tcp</tcp_port>
+<listen_host>127.0.0.1</listen_host>
+<path>$CH_DIR/data/</path>
+<tmp_path>$CH_DIR/tmp/</tmp_path>
+<user_files_path>$CH_DIR/user_files/</user_files_path>
+<format_schema_path>$CH_DIR/format_schemas/</format_schema_path>
+<users_config>$CH_DIR/users.xml</users_config>
+<default_profile>default</default_profile>
+<default_database>default</default_database>
+<mark_cache_size>5368709</mark_cache_size>
+</yandex>
+XML
+  (cd "$CH_DIR" && exec clickhouse-server --config-file="$CH_DIR/config.xml" >"$CH_DIR/log/stdout.log" 2>&1) &
+  CH_PID=$!
+  local i
+  for ((i = 0; i < 600; i++)); do
+    [ "$(curl -s "http://127.0.0.1:$http/ping" 2>/dev/null)" = "Ok." ] && break
+    if ! kill -0 "$CH_PID" 2>/dev/null; then
+      log "clickhouse-server exited"
+      cat "$CH_DIR/log/stdout.log" "$CH_DIR/log/err.log" >&2 || true
+      exit 1
+    fi
+    sleep 0.1
+  done
+  chq() { clickhouse-client --port "$tcp" --query "$1"; }
+  local version
+  version=$(chq "SELECT version()")
+  log "clickhouse: $version, http $http, tcp $tcp"
+  local CH="clickhouse://default@127.0.0.1:$http"
+
+  # (a) A snapshot of CH_ROWS rows applied, against inserting the same rows as RowBinary.
+  log "clickhouse: $CH_ROWS-row SQLite source and its snapshot"
+  local src=$W/ch-src.db snapfile=$W/ch-snap.jsonl
+  rm -f "$src"*
+  $E/bench_sqlite source "$src" "$CH_ROWS" after
+  $B/mooncdc-snapshot --quiet --source "sqlite:$src" >"$snapfile"
+  fresh_a() { chq "DROP DATABASE IF EXISTS a"; chq "CREATE DATABASE a"; }
+  log "clickhouse: mooncdc-apply of the snapshot"
+  measure /dev/null fresh_a $B/mooncdc-apply --quiet --target "$CH/a" "$snapfile"
+  local t_apply=$T m_apply=$M c_apply=$C held
+  held=$(chq "SELECT count() FROM a.items")
+  if [ "$held" != "$CH_ROWS" ]; then
+    log "clickhouse holds $held rows, expected $CH_ROWS"
+    exit 1
+  fi
+  chq "SELECT * FROM a.items FORMAT RowBinary" >"$W/ch-items.bin"
+  fresh_b() { chq "DROP DATABASE IF EXISTS b"; chq "CREATE DATABASE b"; chq "CREATE TABLE b.items AS a.items"; }
+  log "clickhouse: clickhouse-client RowBinary baseline"
+  measure /dev/null fresh_b sh -c "clickhouse-client --port $tcp --query 'INSERT INTO b.items FORMAT RowBinary' <'$W/ch-items.bin'"
+  local t_bin=$T m_bin=$M c_bin=$C
+  held=$(chq "SELECT count() FROM b.items")
+  if [ "$held" != "$CH_ROWS" ]; then
+    log "the RowBinary baseline inserted $held rows, expected $CH_ROWS"
+    exit 1
+  fi
+  log "clickhouse: curl RowBinary over HTTP"
+  measure /dev/null fresh_b curl -sS --fail --data-binary "@$W/ch-items.bin" \
+    "http://127.0.0.1:$http/?query=INSERT%20INTO%20b.items%20FORMAT%20RowBinary"
+  local t_curl=$T c_curl=$C
+
+  # (b) End to end: SQLite capture piped into apply.
+  log "clickhouse: $CH_CHANGES-change SQLite source, capture | apply"
+  local esrc=$W/ch-e2e.db
+  rm -f "$esrc"*
+  $E/bench_sqlite source "$esrc" "$CH_CHANGES" before
+  fresh_e() { chq "DROP DATABASE IF EXISTS e"; chq "CREATE DATABASE e"; }
+  measure /dev/null fresh_e sh -c "$B/mooncdc-capture --source 'sqlite:$esrc' | $B/mooncdc-apply --quiet --target '$CH/e'"
+  local t_e2e=$T
+  held=$(chq "SELECT count() FROM e.items")
+  if [ "$held" != "$CH_CHANGES" ]; then
+    log "clickhouse holds $held rows after capture | apply, expected $CH_CHANGES"
+    exit 1
+  fi
+  log "clickhouse: capture alone"
+  measure /dev/null nothing $B/mooncdc-capture --source "sqlite:$esrc"
+  local t_capo=$T
+  local size
+  size=$(mb "$snapfile")
+  rm -f "$W/ch-items.bin" "$snapfile" "$src"* "$esrc"*
+  ch_stop
+
+  echo "## ClickHouse target"
+  echo
+  echo "A throwaway ClickHouse $version server (Debian's), loopback only. The rows are"
+  echo "the five-column SQLite table of the sections above (integer key, TEXT, REAL, BLOB,"
+  echo "INTEGER). A snapshot of $CH_ROWS rows ($size MB of JSONL) applied by \`mooncdc-apply\`"
+  echo "into a new database (replacing engine), against inserting the same rows, read back from"
+  echo "the table mooncdc filled as RowBinary, into an identical empty table."
+  echo
+  echo "| loader | wall s | rows/s | vs clickhouse-client | client CPU s | peak RSS MB | goal: ≥ ${GOAL_CH_APPLY}× clickhouse-client |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | --- |"
+  echo "| baseline: \`clickhouse-client --query \"INSERT INTO t FORMAT RowBinary\" < FILE\` | $t_bin | $(calc '%.0f' "$CH_ROWS / $t_bin") | 1.00× | $c_bin | $m_bin | baseline |"
+  echo "| reference: \`curl --data-binary @FILE\` (RowBinary over HTTP, as mooncdc sends it) | $t_curl | $(calc '%.0f' "$CH_ROWS / $t_curl") | $(calc '%.2f' "$t_bin / $t_curl")× | $c_curl | | (reference) |"
+  echo "| \`mooncdc-apply --target clickhouse://… SNAPSHOT\` (whole process) | $t_apply | $(calc '%.0f' "$CH_ROWS / $t_apply") | $(calc '%.2f' "$t_bin / $t_apply")× | $c_apply | $m_apply | $(met "$t_bin / $t_apply >= $GOAL_CH_APPLY") |"
+  echo
+  echo "End to end: a SQLite source with capture installed before $CH_CHANGES inserts,"
+  echo "\`mooncdc-capture --source sqlite:… | mooncdc-apply --target clickhouse://…\` into a new"
+  echo "database (one batch). No numeric goal."
+  echo
+  echo "| command | wall s | events/s |"
+  echo "| --- | ---: | ---: |"
+  echo "| \`mooncdc-capture --source sqlite:… > /dev/null\` (alone) | $t_capo | $(calc '%.0f' "$CH_CHANGES / $t_capo") |"
+  echo "| \`mooncdc-capture --source sqlite:… \\| mooncdc-apply --target clickhouse://…\` | $t_e2e | $(calc '%.0f' "$CH_CHANGES / $t_e2e") |"
+  echo
+}
+
 # A compiler that started during the run makes the figures noisy: say so.
 check_idle() {
   if busy; then
@@ -284,12 +651,20 @@ check_idle() {
   fi
 }
 # (Not `section && check_idle`: bash ignores `set -e` inside a function called that way.)
-if [ "$section" != sqlite ]; then
+if [ "$section" = all ] || [ "$section" = stream ]; then
   stream_section
   check_idle
 fi
-if [ "$section" != stream ]; then
+if [ "$section" = all ] || [ "$section" = sqlite ]; then
   sqlite_section
+  check_idle
+fi
+if [ "$section" = all ] || [ "$section" = postgres ]; then
+  postgres_section
+  check_idle
+fi
+if [ "$section" = all ] || [ "$section" = clickhouse ]; then
+  clickhouse_section
   check_idle
 fi
 log "done"
