@@ -620,3 +620,27 @@ fn sigkill_at_random_points_loses_and_duplicates_nothing() {
         "full apply {full_time:?}; kills (delay, held cursor): {outcomes:?}; snapshot load killed after {killed_after:?} holding {held:?}"
     );
 }
+
+/// Without schemas in the header, an image is checked against the target
+/// table's width: a short image is bad data (exit 1), not a crash.
+#[test]
+fn an_image_narrower_than_the_table_is_refused_without_schemas() {
+    let (db, _) = kv_source();
+    db.src_sql("INSERT INTO t VALUES (1, 'a')");
+    db.catch_up();
+    let cur = db.target_cursor().unwrap();
+    let s = cur.sequence();
+    let batch = format!(
+        "{{\"kind\":\"header\",\"format\":\"mooncdc.jsonl.v1\",\"start\":{c},\"high_water\":\"{s}\"}}\n\
+         {{\"kind\":\"event\",\"event\":{{\"sequence\":\"{s1}\",\"table\":\"t\",\"operation\":\"delete\",\"before\":[]}}}}\n\
+         {{\"kind\":\"commit\",\"end\":{e},\"count\":\"1\"}}\n",
+        c = cur.to_json(),
+        s = s + 1,
+        s1 = s + 1,
+        e = mooncdc::wire::Cursor::new(cur.source.clone(), s + 1).to_json()
+    );
+    let r = db.apply(batch.as_bytes(), &[]);
+    expect(&r, 1, "apply of a too-narrow image");
+    assert!(r.stderr.contains("values but table"), "{}", r.stderr);
+    assert_eq!(db.target_cursor().unwrap(), cur);
+}

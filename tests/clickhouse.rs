@@ -2411,3 +2411,51 @@ fn a_diverging_image_fails_by_default() {
         &kv_view(&db, "t"),
     );
 }
+
+/// A stream whose second batch does not list a table the first one wrote
+/// (capture --follow does this) applies cleanly.
+#[test]
+fn a_later_batch_without_an_earlier_batchs_table_applies() {
+    let db = ch::db("table_left_out");
+    let url = db.url();
+    let b1 = Spec::new(0, 1).schemas(vec![kv_schema("a")]).event(ins(
+        1,
+        "a",
+        vec![int(1), text("in a")],
+    ));
+    let b2 = Spec::new(1, 2).schemas(vec![kv_schema("b")]).event(ins(
+        2,
+        "b",
+        vec![int(1), text("in b")],
+    ));
+    let s = apply_ok(&url, (b1.jsonl() + &b2.jsonl()).as_bytes(), &[]);
+    assert_eq!((s.batches, s.applied), (2, 2));
+    assert_eq!(cursor_seq(&url), Some(2));
+    assert_rows("a", &strs(&[&["1", "in a"]]), &kv_view(&db, "a"));
+    assert_rows("b", &strs(&[&["1", "in b"]]), &kv_view(&db, "b"));
+}
+
+/// Rows of a batch that turns out bad (here: truncated, no commit) never
+/// reach ClickHouse, even when they fill several inserts' worth.
+#[test]
+fn nothing_of_a_bad_batch_is_written_even_past_the_insert_size() {
+    let db = ch::db("bad_batch_held");
+    let url = format!("{}?max_insert_bytes=64", db.url());
+    seed_kv(&url);
+    let events: Vec<J> = (3..200u128)
+        .map(|i| ins(i, "t", vec![int(i as i64), text("row")]))
+        .collect();
+    let b = Spec::new(2, 200)
+        .schemas(vec![kv_schema("t")])
+        .events(events);
+    let text = b.jsonl();
+    let truncated: String = text.lines().take(150).map(|l| format!("{l}\n")).collect();
+    let err = apply_fails(&url, truncated.as_bytes(), &[]);
+    assert!(err.contains("commit record is missing"), "{err}");
+    assert_eq!(
+        db.query("SELECT count() FROM t").trim(),
+        "2",
+        "no row of the bad batch"
+    );
+    assert_eq!(cursor_seq(&url), Some(2));
+}

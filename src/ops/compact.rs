@@ -298,6 +298,17 @@ pub fn compact_events(events: Vec<Event>, schemas: &[Schema]) -> Result<Vec<Even
             .get(&e.table)
             .ok_or_else(|| Error::data(format!("no schema for table {:?}", e.table)))?
             .clone();
+        for img in [&e.before, &e.after].into_iter().flatten() {
+            if img.len() != shape.width {
+                return Err(Error::data(format!(
+                    "event {} has {} values but table {:?} has {} columns",
+                    e.sequence,
+                    img.len(),
+                    e.table,
+                    shape.width
+                )));
+            }
+        }
         c.push(e, &shape, &mut |ev| {
             out.push(ev.clone());
             Ok(())

@@ -19,9 +19,11 @@
 //! - Values are written in RowBinary (bit-exact); types come from the schemas
 //!   (see `docs/CLICKHOUSE.md`); a value that does not fit its column fails,
 //!   naming table, column and sequence, and nothing is truncated or wrapped.
-//! - The cursor lives in `_mooncdc_cursor`, written after the batch's rows.
-//!   ClickHouse has no transactions: a crash between inserts leaves rows
-//!   without the cursor, and the replay rewrites them with the same versions.
+//! - A batch's rows are held (memory, then a temporary file) until its commit
+//!   has been checked, then sent in inserts of at most `max_insert_bytes`;
+//!   the cursor lives in `_mooncdc_cursor`, written after them. ClickHouse has
+//!   no transactions: a crash between inserts leaves rows without the cursor,
+//!   and the replay rewrites them with the same versions.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::wire::value::write_value;
@@ -519,6 +521,40 @@ impl Layout {
 
 pub use super::sqlite::ApplyStats;
 
+/// A table's encoded rows of one batch, held (memory, then a temporary file)
+/// until the batch's commit has been checked, so that nothing of a bad batch
+/// reaches ClickHouse; `bounds` cuts it into inserts of at most about
+/// `max_insert_bytes`, at row boundaries.
+struct Held {
+    spool: crate::ops::spool::Spool,
+    bounds: Vec<u64>,
+    since: usize,
+    row: Vec<u8>,
+}
+
+impl Held {
+    fn new() -> Self {
+        Held {
+            spool: crate::ops::spool::Spool::new(crate::ops::spool::DEFAULT_SPOOL_MEMORY),
+            bounds: Vec::new(),
+            since: 0,
+            row: Vec::with_capacity(256),
+        }
+    }
+
+    /// Move the rows encoded in `self.row` into the spool.
+    fn take_row(&mut self, max: usize) -> Result<()> {
+        self.spool.push(&self.row)?;
+        self.since += self.row.len();
+        self.row.clear();
+        if self.since >= max {
+            self.bounds.push(self.spool.len());
+            self.since = 0;
+        }
+        Ok(())
+    }
+}
+
 /// A ClickHouse database as a target.
 pub struct ClickHouse {
     cfg: ChConfig,
@@ -899,8 +935,10 @@ impl ClickHouse {
         Ok(())
     }
 
-    fn flush(&self, l: &Layout, buf: &mut Vec<u8>) -> Result<()> {
-        if buf.is_empty() {
+    /// Send a table's held rows, in inserts cut at the recorded bounds.
+    fn flush(&self, l: &Layout, held: &mut Held) -> Result<()> {
+        let total = held.spool.len();
+        if total == 0 {
             return Ok(());
         }
         let cols: Vec<String> = l.schema.columns.iter().map(|c| qi(&c.name)).collect();
@@ -911,15 +949,27 @@ impl ClickHouse {
                 cols.join(", ")
             ),
         };
-        self.query(
-            &format!(
-                "INSERT INTO {}.{} ({cols}) FORMAT RowBinary",
-                qi(&self.cfg.database),
-                qi(&l.name)
-            ),
-            Some(std::mem::take(buf)),
-            Timeout::Insert,
-        )?;
+        let sql = format!(
+            "INSERT INTO {}.{} ({cols}) FORMAT RowBinary",
+            qi(&self.cfg.database),
+            qi(&l.name)
+        );
+        let mut bounds = std::mem::take(&mut held.bounds);
+        if bounds.last() != Some(&total) {
+            bounds.push(total);
+        }
+        held.since = 0;
+        let mut rd = held.spool.drain()?;
+        let mut at = 0u64;
+        for b in bounds {
+            let mut body = Vec::with_capacity((b - at) as usize);
+            (&mut rd)
+                .take(b - at)
+                .read_to_end(&mut body)
+                .map_err(|e| Error::io("cannot read held rows", e))?;
+            at = b;
+            self.query(&sql, Some(body), Timeout::Insert)?;
+        }
         Ok(())
     }
 
@@ -995,7 +1045,7 @@ impl ClickHouse {
         };
         self.committed = stats.clone();
         let mut layouts: HashMap<String, Layout> = HashMap::new();
-        let mut bufs: HashMap<String, Vec<u8>> = HashMap::new();
+        let mut bufs: HashMap<String, Held> = HashMap::new();
         let mut skip_through = 0u128;
         let mut stored: Option<Cursor> = None;
         while let Some(item) = input.next_item()? {
@@ -1009,6 +1059,7 @@ impl ClickHouse {
                         )
                     })?;
                     layouts.clear();
+                    bufs.clear();
                     for s in schemas {
                         let l = Layout::new(s, &h.start.source);
                         self.ensure(&l)?;
@@ -1021,20 +1072,20 @@ impl ClickHouse {
                         continue;
                     }
                     let l = &layouts[&e.table];
-                    let buf = bufs.entry(e.table.clone()).or_default();
-                    self.encode_event(l, buf, &e)?;
-                    if buf.len() >= self.cfg.max_insert_bytes {
-                        self.flush(l, buf)?;
-                    }
+                    let held = bufs.entry(e.table.clone()).or_insert_with(Held::new);
+                    self.encode_event(l, &mut held.row, &e)?;
+                    held.take_row(self.cfg.max_insert_bytes)?;
                     stats.applied += 1;
                     if stats.applied % 65536 == 0 {
                         progress(&stats);
                     }
                 }
                 Item::Commit(c) => {
-                    for (t, buf) in bufs.iter_mut() {
-                        self.flush(&layouts[t], buf)?;
+                    // The batch is valid: now its rows go out.
+                    for (t, held) in bufs.iter_mut() {
+                        self.flush(&layouts[t], held)?;
                     }
+                    bufs.clear();
                     if c.end.sequence() > skip_through || stored.is_none() {
                         self.set_cursor(&c.end)?;
                         stats.cursor = Some(c.end.clone());
@@ -1058,7 +1109,7 @@ impl ClickHouse {
         let mut stats = ApplyStats::default();
         self.committed = stats.clone();
         let mut layouts: HashMap<String, Layout> = HashMap::new();
-        let mut bufs: HashMap<String, Vec<u8>> = HashMap::new();
+        let mut bufs: HashMap<String, Held> = HashMap::new();
         let mut cursor: Option<Cursor> = None;
         while let Some(item) = input.next_item()? {
             match item {
@@ -1080,20 +1131,19 @@ impl ClickHouse {
                 SnapItem::Row { table, row } => {
                     let c = cursor.as_ref().expect("validated snapshot");
                     let l = &layouts[&table];
-                    let buf = bufs.entry(table.clone()).or_default();
-                    self.encode(l, buf, "insert", &row, c.sequence(), true)?;
-                    if buf.len() >= self.cfg.max_insert_bytes {
-                        self.flush(l, buf)?;
-                    }
+                    let held = bufs.entry(table.clone()).or_insert_with(Held::new);
+                    self.encode(l, &mut held.row, "insert", &row, c.sequence(), true)?;
+                    held.take_row(self.cfg.max_insert_bytes)?;
                     stats.applied += 1;
                     if stats.applied % 65536 == 0 {
                         progress(&stats);
                     }
                 }
                 SnapItem::Commit { .. } => {
-                    for (t, buf) in bufs.iter_mut() {
-                        self.flush(&layouts[t], buf)?;
+                    for (t, held) in bufs.iter_mut() {
+                        self.flush(&layouts[t], held)?;
                     }
+                    bufs.clear();
                     let c = cursor.take().expect("validated snapshot");
                     self.set_cursor(&c)?;
                     stats.batches += 1;

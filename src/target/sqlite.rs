@@ -199,7 +199,21 @@ impl SqliteTarget {
                             let s = existing_schema(&self.conn, &e.table)?;
                             tables.insert(e.table.clone(), TableSql::new(s));
                         }
-                        match apply_event(&self.conn, &tables[&e.table], &e, on_conflict)? {
+                        let t = &tables[&e.table];
+                        // Without schemas in the header, the images were not
+                        // checked against this table's width yet.
+                        for img in [&e.before, &e.after].into_iter().flatten() {
+                            if img.len() != t.schema.columns.len() {
+                                return Err(input.locate(Error::data(format!(
+                                    "event {} has {} values but table {:?} has {} columns",
+                                    e.sequence,
+                                    img.len(),
+                                    e.table,
+                                    t.schema.columns.len()
+                                ))));
+                            }
+                        }
+                        match apply_event(&self.conn, t, &e, on_conflict)? {
                             Applied::Parked(row) => parked.push((e.table.clone(), row, e.sequence)),
                             Applied::Done => {
                                 if !parked.is_empty() && e.operation != Operation::Insert {
