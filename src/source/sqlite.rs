@@ -27,6 +27,7 @@
 //! trigger's insert rolls back with it. SQLite has one writer at a time, so
 //! sequence order is commit order and a read transaction sees a prefix.
 
+use super::ReadLimits;
 use crate::error::{Error, Result};
 use crate::sqlite_util::{
     db_err, open_existing, order_by_key, quote_ident, random_uuid, row_values, table_schema,
@@ -609,13 +610,6 @@ pub fn ack(path: &Path, cursor: &Cursor) -> Result<Sequence> {
     meta_set(&tx, "acknowledged", &through.to_string())?;
     tx.commit().map_err(db_err("cannot commit"))?;
     Ok(through)
-}
-
-/// Limits of one read.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ReadLimits {
-    pub max_events: Option<u64>,
-    pub max_bytes: Option<u64>,
 }
 
 /// What one read wrote.

@@ -391,7 +391,7 @@ impl PgSource {
     pub fn read(
         &self,
         after: Option<&Cursor>,
-        limits: crate::source::sqlite::ReadLimits,
+        limits: crate::source::ReadLimits,
         out: &mut dyn Write,
     ) -> Result<u64> {
         runtime()?.block_on(self.stream(after, limits, false, None, out))
@@ -405,14 +405,14 @@ impl PgSource {
         ack_target: Option<&dyn Fn() -> Result<Option<Cursor>>>,
         out: &mut dyn Write,
     ) -> Result<u64> {
-        let limits = crate::source::sqlite::ReadLimits::default();
+        let limits = crate::source::ReadLimits::default();
         runtime()?.block_on(self.stream(after, limits, true, ack_target, out))
     }
 
     async fn stream(
         &self,
         after: Option<&Cursor>,
-        limits: crate::source::sqlite::ReadLimits,
+        limits: crate::source::ReadLimits,
         follow: bool,
         ack_target: Option<&dyn Fn() -> Result<Option<Cursor>>>,
         out: &mut dyn Write,
