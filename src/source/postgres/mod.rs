@@ -715,10 +715,11 @@ impl PgSource {
             let cursor = Cursor::new(id, sequence(consistent, 0));
             let mut w = SnapshotWriter::begin(out, json, &cursor, &schemas).map_err(io_out)?;
             let jobs = jobs.clamp(1, schemas.len().max(1));
+            let mut sessions = vec![reader];
             if jobs <= 1 {
                 for (schema, cls) in schemas.iter().zip(&classes) {
                     w.table(schema).map_err(io_out)?;
-                    let mut rows = copy_table(&reader, schema, cls).await?;
+                    let mut rows = copy_table(&sessions[0], schema, cls).await?;
                     while let Some(row) = rows.next().await? {
                         w.row(&row).map_err(io_out)?;
                         if w.count() % 65536 == 0 {
@@ -729,7 +730,6 @@ impl PgSource {
             } else {
                 // Each worker imports the same snapshot and copies its share of
                 // the tables into spools; the output then comes in table order.
-                let mut sessions = vec![reader];
                 for _ in 1..jobs {
                     sessions.push(self.import_snapshot(&snapshot_name).await?);
                 }
@@ -774,18 +774,11 @@ impl PgSource {
                         }
                     }
                 }
-                for sess in &sessions[1..] {
-                    let _ = sess.batch_execute("COMMIT").await;
-                }
-                let reader = sessions.swap_remove(0);
-                let count = w.finish().map_err(io_out)?;
-                let _ = reader.batch_execute("COMMIT").await;
-                exporter.abort();
-                progress(count);
-                return Ok(count);
             }
             let count = w.finish().map_err(io_out)?;
-            let _ = reader.batch_execute("COMMIT").await;
+            for sess in &sessions {
+                let _ = sess.batch_execute("COMMIT").await;
+            }
             exporter.abort();
             progress(count);
             Ok(count)
@@ -1351,14 +1344,9 @@ impl AuditSource {
     /// itself do blocking I/O, such as reading a ClickHouse reply).
     pub fn rows(&self, i: usize, f: &mut dyn FnMut(Row) -> Result<bool>) -> Result<()> {
         let (schema, classes) = &self.tables[i];
-        let sql = select_in_key_order(schema, classes);
-        let stream = self.rt.block_on(async {
-            self.client
-                .copy_out(&format!("COPY ({sql}) TO STDOUT"))
-                .await
-                .map_err(pg_err("cannot copy a table"))
-        })?;
-        let mut rows = CopyRows::new(Box::pin(stream), classes.clone(), schema.table.clone());
+        let mut rows = self
+            .rt
+            .block_on(copy_table(&self.client, schema, classes))?;
         while let Some(r) = self.rt.block_on(rows.next())? {
             if !f(r)? {
                 break;
