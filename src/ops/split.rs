@@ -58,6 +58,7 @@ pub fn split<R: BufRead>(
     let mut bytes = 0u64;
     let mut last: Sequence = 0;
     let mut header_len = 0u64;
+    let mut commit_base = 0u64;
     let mut line = Vec::with_capacity(1024);
     let mut scratch = Vec::with_capacity(256);
 
@@ -68,6 +69,8 @@ pub fn split<R: BufRead>(
                 bytes = 0;
                 cuts.clear();
                 header_len = header_size(&h, h.start.sequence(), &mut scratch);
+                // A piece's commit line differs only in its count's digits.
+                commit_base = commit_size(&h.start.source, h.high_water, 0, &mut scratch) - 1;
                 header = Some(h);
             }
             Item::Event(e) => {
@@ -81,7 +84,8 @@ pub fn split<R: BufRead>(
                         header_len
                             + bytes
                             + len
-                            + commit_size(&h.start.source, h.high_water, count + 1, &mut scratch)
+                            + commit_base
+                            + itoa::Buffer::new().format(count + 1).len() as u64
                             > b
                     });
                     if over_events || over_bytes {
