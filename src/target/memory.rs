@@ -33,25 +33,10 @@ impl MemoryTarget {
             .as_deref()
             .ok_or_else(|| Error::data("the memory target needs schemas"))?;
         let shapes: HashMap<String, TableShape> = shapes(schemas)?;
-        let from = match &self.cursor {
-            None => batch.start.sequence(),
-            Some(c) => {
-                if c.source != batch.start.source {
-                    return Err(Error::state("batch of another source"));
-                }
-                if batch.start.sequence() > c.sequence() {
-                    return Err(Error::state(format!(
-                        "gap: batch starts at {} but the target holds up to {}",
-                        batch.start.sequence(),
-                        c.sequence()
-                    )));
-                }
-                if batch.end.sequence() <= c.sequence() {
-                    return Ok(());
-                }
-                c.sequence()
-            }
-        };
+        let from = super::skip_through(self.cursor.as_ref(), &batch.start)?;
+        if self.cursor.is_some() && batch.end.sequence() <= from {
+            return Ok(()); // already held
+        }
         let mut next = self.tables.clone();
         for e in batch.events.iter().filter(|e| e.sequence > from) {
             let shape = &shapes[&e.table];
