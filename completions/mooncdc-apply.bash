@@ -35,7 +35,7 @@ _mooncdc__apply() {
 
     case "${cmd}" in
         mooncdc__apply)
-            opts="-q -h -V --target --engine --on-conflict --quiet --max-line-bytes --max-input-bytes --help --version cursor help"
+            opts="-q -h -V --target --engine --on-conflict --existing-rows --quiet --max-line-bytes --max-input-bytes --help --version cursor help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -51,6 +51,10 @@ _mooncdc__apply() {
                     ;;
                 --on-conflict)
                     COMPREPLY=($(compgen -W "error overwrite" -- "${cur}"))
+                    return 0
+                    ;;
+                --existing-rows)
+                    COMPREPLY=($(compgen -W "refuse replace keep" -- "${cur}"))
                     return 0
                     ;;
                 --max-line-bytes)

@@ -65,7 +65,7 @@ _mooncdc__capture() {
 
     case "${cmd}" in
         mooncdc__capture)
-            opts="-h -V --source --after --after-file --max-events --max-bytes --follow --poll-ms --ack-from-target --slot --publication --help --version init verify upgrade status ack read help"
+            opts="-h -V --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --ack-from-target --slot --publication --help --version init verify upgrade status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -88,6 +88,10 @@ _mooncdc__capture() {
                     return 0
                     ;;
                 --max-bytes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-line-bytes)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -295,7 +299,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__subcmd__capture__subcmd__read)
-            opts="-h --source --after --after-file --max-events --max-bytes --follow --poll-ms --ack-from-target --slot --publication --help"
+            opts="-h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --ack-from-target --slot --publication --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -318,6 +322,10 @@ _mooncdc__capture() {
                     return 0
                     ;;
                 --max-bytes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-line-bytes)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_mooncdc_capture_global_optspecs
-    string join \n source= after= after-file= max-events= max-bytes= follow poll-ms= ack-from-target= slot= publication= h/help V/version
+    string join \n source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= ack-from-target= slot= publication= h/help V/version
 end
 
 function __fish_mooncdc_capture_needs_command
@@ -29,6 +29,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l after -
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l after-file -d 'Start after the cursor in this file' -r -F
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-events -d 'Stop after N events (the batch then ends at the last event written)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-bytes -d 'Stop before the events written exceed B bytes (at least one event is written)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-line-bytes -d 'Refuse an event whose line is longer than N bytes (default 64 MiB, the line cap readers apply by default)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l poll-ms -d 'With --follow: how often to look for new changes, in milliseconds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l slot -d 'PostgreSQL: the replication slot' -r
@@ -72,6 +73,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l after-file -d 'Start after the cursor in this file' -r -F
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-events -d 'Stop after N events (the batch then ends at the last event written)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-bytes -d 'Stop before the events written exceed B bytes (at least one event is written)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-line-bytes -d 'Refuse an event whose line is longer than N bytes (default 64 MiB, the line cap readers apply by default)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l poll-ms -d 'With --follow: how often to look for new changes, in milliseconds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l slot -d 'PostgreSQL: the replication slot' -r

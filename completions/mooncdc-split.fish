@@ -1,7 +1,7 @@
 complete -c mooncdc-split -l max-events -d 'At most N events per batch' -r
 complete -c mooncdc-split -l max-bytes -d 'At most B bytes per batch written as JSONL (a single larger event gets its own batch)' -r
 complete -c mooncdc-split -l output-dir -d 'Write one file per batch into DIR, named P-<start>-<end>.jsonl (or .json)' -r -F
-complete -c mooncdc-split -l prefix -d 'File name prefix with --output-dir' -r
+complete -c mooncdc-split -l prefix -d 'File name prefix with --output-dir (a name, not a path)' -r
 complete -c mooncdc-split -l output-format -d 'Output format' -r -f -a "jsonl\t'JSON lines (`mooncdc.jsonl.v1`): header, events, commit'
 json\t'One JSON document per batch (`mooncdc.batch.v1`)'"
 complete -c mooncdc-split -l max-line-bytes -d 'Refuse a line longer than N bytes (default 64 MiB; a JSON document counts as one line)' -r

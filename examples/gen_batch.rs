@@ -203,6 +203,7 @@ fn header(high_water: u128) -> Header {
         start: Cursor::new(SOURCE, 0),
         high_water,
         schemas: Some(vec![schema()]),
+        compacted: false,
     }
 }
 

@@ -24,9 +24,14 @@ fn tb(events: Vec<J>) -> Spec {
 /// Compact `input` as one batch and compare with `expected` exactly.
 #[track_caller]
 fn check(input: Vec<J>, expected: Vec<J>) {
+    // Folding always removes events, and a batch with folded events is marked.
+    let folded = expected.len() < input.len();
     let r = run(COMPACT, &[], Some(&tb(input).jsonl()));
     r.ok();
-    assert_batches(&[tb(expected).batch()], &batches(&r.stdout));
+    assert_batches(
+        &[tb(expected).compacted(folded).batch()],
+        &batches(&r.stdout),
+    );
 }
 
 // ---------------------------------------------------------------- fold rules
@@ -45,7 +50,7 @@ fn insert_then_delete_vanishes_and_keeps_the_interval() {
     let r = run(COMPACT, &[], Some(&input.jsonl()));
     r.ok();
     let got = batches(&r.stdout);
-    assert_batches(&[tb(vec![]).batch()], &got);
+    assert_batches(&[tb(vec![]).compacted(true).batch()], &got);
     assert_eq!(
         (got[0].start.sequence(), got[0].end.sequence()),
         (0, 100),
@@ -213,7 +218,7 @@ fn the_key_comes_from_the_schema() {
     let out = run(COMPACT, &[], Some(&input.jsonl()));
     out.ok();
     assert_batches(
-        &[b(vec![ins(2, "k", rw(2, "A"))]).batch()],
+        &[b(vec![ins(2, "k", rw(2, "A"))]).compacted(true).batch()],
         &batches(&out.stdout),
     );
     // Changing `code` is: nothing folds.
@@ -232,7 +237,7 @@ fn the_key_comes_from_the_schema() {
         Some(&b(vec![ins(1, "k", rw(1, "A")), del(2, "k", rw(1, "A"))]).jsonl()),
     );
     out.ok();
-    assert_batches(&[b(vec![]).batch()], &batches(&out.stdout));
+    assert_batches(&[b(vec![]).compacted(true).batch()], &batches(&out.stdout));
 }
 
 #[test]
@@ -307,6 +312,7 @@ fn runs_do_not_cross_batches() {
         Spec::new(5, 9)
             .schemas(vec![kv_schema("t")])
             .events(vec![del(8, "t", rw(1, "a"))])
+            .compacted(true)
             .batch(),
         specs[2].batch(),
     ];
@@ -501,6 +507,7 @@ fn no_schema_batch() -> (Spec, Spec) {
     ]);
     let expected = Spec::new(0, 10)
         .high_water(10)
+        .compacted(true)
         .events(vec![ins(2, "t", rw(1, "b"))]);
     (input, expected)
 }
@@ -642,7 +649,7 @@ fn json_output_format() {
     ]);
     let r = run(COMPACT, &["--output-format", "json"], Some(&input.jsonl()));
     r.ok();
-    let expected = tb(vec![ins(7, "t", rw(1, "b")), ins(9, "u", rw(4, "q"))]);
+    let expected = tb(vec![ins(7, "t", rw(1, "b")), ins(9, "u", rw(4, "q"))]).compacted(true);
     assert_batches(&[expected.batch()], &json_batches(&r.stdout));
     assert_eq!(r.stdout, expected.batch().to_json());
 }
@@ -659,10 +666,14 @@ fn json_input_files_and_dash() {
     let fa = write(dir.path(), "a.json", &a.json());
     let fb = write(dir.path(), "b.jsonl", &b.jsonl());
     let expected = [
-        Spec::new(0, 5).schemas(vec![kv_schema("t")]).batch(),
+        Spec::new(0, 5)
+            .schemas(vec![kv_schema("t")])
+            .compacted(true)
+            .batch(),
         Spec::new(5, 9)
             .schemas(vec![kv_schema("t")])
             .events(vec![upd(7, "t", rw(2, "a"), rw(2, "b"))])
+            .compacted(true)
             .batch(),
     ];
     let r = run(COMPACT, &[&fa, &fb], None);
@@ -692,7 +703,7 @@ fn bad_second_batch_emits_only_the_first_batch() {
     r.expect_code(1);
     assert!(names_line(&r.stderr, &f, 7), "{}", r.stderr);
     assert_batches(
-        &[tb(vec![ins(7, "t", rw(1, "b"))]).batch()],
+        &[tb(vec![ins(7, "t", rw(1, "b"))]).compacted(true).batch()],
         &batches(&r.stdout),
     );
     // Truncated: the second batch has no commit.

@@ -2222,6 +2222,117 @@ fn connection_errors_never_show_the_password() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains(PASSWORD_MARK));
 }
 
+/// A peer that accepts TCP connections and holds them open without ever
+/// writing a byte (no cluster needed).
+fn silent_peer() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let port = l.local_addr().expect("local address").port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in l.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    port
+}
+
+#[test]
+fn connect_timeout_ends_a_connection_to_a_server_that_never_answers() {
+    let port = silent_peer();
+    let url = format!("postgres://u@127.0.0.1:{port}/db?connect_timeout=2");
+    for (tool, args) in [
+        (SNAPSHOT, vec!["--source", url.as_str(), "-q"]),
+        (CAPTURE, vec!["--source", url.as_str()]),
+        (CAPTURE, vec!["status", "--source", url.as_str()]),
+    ] {
+        let what = format!("{tool} {}", args.join(" "));
+        let t0 = Instant::now();
+        let out = assert_cmd::Command::new(bin(tool))
+            .args(&args)
+            .env_remove("PGSSLMODE")
+            .timeout(Duration::from_secs(30))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+        let took = t0.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{what}: exit status after {took:?}, stderr:\n{stderr}"
+        );
+        assert!(
+            took < Duration::from_secs(10),
+            "{what}: took {took:?} with connect_timeout=2"
+        );
+        assert!(
+            stderr.contains(&format!(
+                "cannot connect to postgres://u@127.0.0.1:{port}/db: no answer within 2 s (connect_timeout)"
+            )),
+            "{what}: the message should name the timeout, got:\n{stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{what}: wrote output");
+    }
+}
+
+#[test]
+fn pgsslmode_is_honoured_and_the_url_sslmode_wins() {
+    let src = Src::new("sslenv");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY)");
+    src.init(&["public.a"]);
+    let port = src.db.cluster.port;
+    // Loopback, no sslmode in the URL: the default would be plaintext.
+    let bare = format!("postgres://{}@127.0.0.1:{port}/{}", pg::ROLE, src.db.dbname);
+    let with = |url: &str, env: Option<&str>| -> Run {
+        let mut cmd = assert_cmd::Command::new(bin(CAPTURE));
+        cmd.args(["status", "--source", url, "--slot", "s_sslenv"])
+            .env("PGPASSWORD", pg::PASSWORD)
+            .env_remove("PGSSLROOTCERT")
+            .timeout(Duration::from_secs(60));
+        match env {
+            Some(v) => cmd.env("PGSSLMODE", v),
+            None => cmd.env_remove("PGSSLMODE"),
+        };
+        let out = cmd.output().expect("run mooncdc-capture status");
+        let r = Run {
+            code: out.status.code(),
+            stdout: out.stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        assert_no_secret(&r, "mooncdc-capture status");
+        r
+    };
+    // The cluster has no TLS: a request for it from the environment is refused.
+    let r = with(&bare, Some("require"));
+    assert_refused(
+        &r,
+        "PGSSLMODE=require against a server without TLS",
+        &["TLS"],
+    );
+    for (url, env) in [
+        (bare.clone(), None),
+        (bare.clone(), Some("disable")),
+        // libpq's default: no explicit request, so loopback stays plaintext.
+        (bare.clone(), Some("prefer")),
+        (bare.clone(), Some("allow")),
+        // The URL's sslmode wins over the environment.
+        (format!("{bare}?sslmode=disable"), Some("require")),
+        (format!("{bare}?sslmode=disable"), Some("bogus")),
+    ] {
+        let r = with(&url, env);
+        expect(&r, 0, &format!("status with {url} and PGSSLMODE={env:?}"));
+    }
+    let r = with(&format!("{bare}?sslmode=require"), Some("disable"));
+    assert_refused(
+        &r,
+        "sslmode=require in the URL with PGSSLMODE=disable",
+        &["TLS"],
+    );
+    let r = with(&bare, Some("bogus"));
+    expect(&r, 2, "an unknown PGSSLMODE");
+    assert!(r.stderr.contains("PGSSLMODE"), "{}", r.stderr);
+}
+
 // ---------------------------------------------------------------- limits
 
 #[test]

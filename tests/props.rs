@@ -363,6 +363,7 @@ fn build_batch(spec: BatchSpec, empty_schemas: bool) -> Batch {
         end: Cursor::new(source, end + offset),
         high_water: hw + offset,
         schemas,
+        compacted: false,
         events,
     }
 }
@@ -917,6 +918,7 @@ fn split_last_piece_over_max_bytes_example() {
         end: Cursor::new("s", 10),
         high_water: 10,
         schemas: Some(vec![schema]),
+        compacted: false,
         events: vec![ev(1), ev(2)],
     };
     let at_2 = Batch {
@@ -948,6 +950,7 @@ fn merge_keeps_empty_schemas_example() {
         end: Cursor::new("s", 0),
         high_water: 0,
         schemas: Some(Vec::new()),
+        compacted: false,
         events: vec![],
     };
     let input = b.to_jsonl();
@@ -1214,6 +1217,7 @@ fn history_batch(h: &History, events: Vec<Event>, start: u128, end: u128) -> Bat
         end: Cursor::new("src", end),
         high_water: end,
         schemas: Some(h.schemas.clone()),
+        compacted: false,
         events,
     }
 }

@@ -97,6 +97,7 @@ fn check_split(
             end: input.end.clone(),
             high_water: input.high_water,
             schemas: input.schemas.clone(),
+            compacted: input.compacted,
             events,
         };
         assert_batches(std::slice::from_ref(input), &[rebuilt]);

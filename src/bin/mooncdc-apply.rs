@@ -1,12 +1,13 @@
 //! mooncdc-apply: apply snapshots and batch streams to a target.
 
 use clap::Parser;
-use mooncdc::cli::args::{ApplyArgs, ApplyCommand, EngineArg, OnConflictArg};
+use mooncdc::cli::args::{ApplyArgs, ApplyCommand, EngineArg, ExistingRowsArg, OnConflictArg};
 use mooncdc::cli::url::Endpoint;
 use mooncdc::cli::{self, url, Input, Progress};
 use mooncdc::error::Error;
 use mooncdc::target::clickhouse::{ChConfig, ClickHouse, Engine};
 use mooncdc::target::sqlite::{read_cursor, ApplyStats, OnConflict, SqliteTarget};
+use mooncdc::target::ExistingRows;
 use std::process::ExitCode;
 
 enum Target {
@@ -71,6 +72,11 @@ fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         OnConflictArg::Error => OnConflict::Error,
         OnConflictArg::Overwrite => OnConflict::Overwrite,
     };
+    let existing = match a.existing_rows {
+        ExistingRowsArg::Refuse => ExistingRows::Refuse,
+        ExistingRowsArg::Replace => ExistingRows::Replace,
+        ExistingRowsArg::Keep => ExistingRows::Keep,
+    };
     let limits = cli::limits(&a.limits)?;
     let mut t = match &endpoint {
         Endpoint::ClickHouse(u) => {
@@ -102,11 +108,11 @@ fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
                     t.apply_stream(&mut r, on_conflict, &mut tick)
                 }
                 (Input::Snapshot(mut r), Target::Sqlite(t)) => {
-                    t.apply_snapshot(&mut r, on_conflict, &mut tick)
+                    t.apply_snapshot(&mut r, on_conflict, existing, &mut tick)
                 }
                 (Input::Batches(mut r), Target::ClickHouse(t)) => t.apply_stream(&mut r, &mut tick),
                 (Input::Snapshot(mut r), Target::ClickHouse(t)) => {
-                    t.apply_snapshot(&mut r, &mut tick)
+                    t.apply_snapshot(&mut r, existing, &mut tick)
                 }
             };
             // On failure, count what was committed before it.
@@ -133,6 +139,14 @@ fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         Ok(())
     })();
     progress.done();
+    // The summary names the cursor the target holds now: another apply may
+    // have moved it while this one skipped what was already held.
+    if let Ok(Some(c)) = match &t {
+        Target::Sqlite(s) => s.cursor(),
+        Target::ClickHouse(c) => c.cursor(),
+    } {
+        total.cursor = Some(c);
+    }
     let cursor = total
         .cursor
         .as_ref()

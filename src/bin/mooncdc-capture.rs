@@ -179,6 +179,7 @@ fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
     let limits = ReadLimits {
         max_events: r.max_events,
         max_bytes: r.max_bytes,
+        max_line_bytes: r.max_line_bytes,
     };
     // The target whose durable cursor --follow acknowledges up to.
     let held: Option<Box<dyn Fn() -> mooncdc::Result<Option<Cursor>>>> = match &r.ack_from_target {

@@ -56,12 +56,13 @@ pub struct SplitArgs {
     /// Write one file per batch into DIR, named P-<start>-<end>.jsonl (or .json)
     #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
-    /// File name prefix with --output-dir
+    /// File name prefix with --output-dir (a name, not a path)
     #[arg(
         long,
         value_name = "P",
         default_value = "batch",
-        requires = "output_dir"
+        requires = "output_dir",
+        value_parser = file_name_prefix
     )]
     pub prefix: String,
     /// Output format
@@ -150,6 +151,9 @@ pub struct ReadArgs {
     /// Stop before the events written exceed B bytes (at least one event is written)
     #[arg(long, value_name = "B")]
     pub max_bytes: Option<u64>,
+    /// Refuse an event whose line is longer than N bytes (default 64 MiB, the line cap readers apply by default)
+    #[arg(long, value_name = "N")]
+    pub max_line_bytes: Option<u64>,
     /// Keep writing batches as changes commit
     #[arg(long)]
     pub follow: bool,
@@ -279,6 +283,18 @@ pub enum OnConflictArg {
     Overwrite,
 }
 
+/// What a snapshot does with rows that target tables already hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum ExistingRowsArg {
+    /// Refuse the snapshot, naming the table
+    #[default]
+    Refuse,
+    /// Empty those tables first, in the snapshot's transaction
+    Replace,
+    /// Load the snapshot's rows beside them (--on-conflict decides clashes)
+    Keep,
+}
+
 /// ClickHouse table engines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum EngineArg {
@@ -313,6 +329,9 @@ pub struct ApplyArgs {
     /// What to do when a stored row contradicts an event's image
     #[arg(long, value_enum, default_value_t = OnConflictArg::Error)]
     pub on_conflict: OnConflictArg,
+    /// What a snapshot does with rows a target table already holds
+    #[arg(long, value_enum, default_value_t = ExistingRowsArg::Refuse)]
+    pub existing_rows: ExistingRowsArg,
     /// No progress on standard error
     #[arg(long, short = 'q')]
     pub quiet: bool,
@@ -382,4 +401,18 @@ pub fn commands() -> Vec<clap::Command> {
         ApplyArgs::command(),
         AuditArgs::command(),
     ]
+}
+
+/// A `--prefix`: part of a file name inside `--output-dir`, so it may not
+/// name another folder (`../x`, `a/b`).
+fn file_name_prefix(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("the prefix may not be empty".into());
+    }
+    if s.contains(['/', '\\', '\0']) {
+        return Err(
+            "the prefix is part of a file name and may not hold a path separator (/ or \\)".into(),
+        );
+    }
+    Ok(s.to_string())
 }

@@ -29,7 +29,7 @@ use super::BatchSink;
 use crate::error::{Error, Result};
 use crate::wire::batch::{shapes, write_event_line, TableShape};
 use crate::wire::{BatchStreamReader, Commit, Event, Header, Item, Operation, Schema, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::BufRead;
 
 /// Memory for held-back events before the oldest is written out.
@@ -52,9 +52,13 @@ struct Held {
 
 /// The compaction of one batch's events, fed one event at a time.
 pub struct Compactor {
-    stack: Vec<Held>,
+    /// Oldest first; the back is the top. A deque, so writing out the oldest
+    /// when over the memory cap costs O(1), not a shift of everything held.
+    stack: VecDeque<Held>,
     held_bytes: usize,
     hold_limit: usize,
+    /// Whether any event was folded into another or vanished since `new`.
+    folded: bool,
 }
 
 enum Fold {
@@ -114,9 +118,10 @@ fn event_size(e: &Event) -> usize {
 impl Compactor {
     pub fn new(hold_limit: usize) -> Self {
         Compactor {
-            stack: Vec::new(),
+            stack: VecDeque::new(),
             held_bytes: 0,
             hold_limit,
+            folded: false,
         }
     }
 
@@ -143,7 +148,7 @@ impl Compactor {
             };
         let mut e = Some(e);
         if foldable {
-            if let Some(top) = self.stack.last_mut() {
+            if let Some(top) = self.stack.back_mut() {
                 let ev = e.as_ref().expect("present");
                 if top.foldable && top.event.table == ev.table && same_row(&top.key, &key) {
                     match fold(&top.event, ev) {
@@ -153,11 +158,13 @@ impl Compactor {
                             top.event = new;
                             top.size = size;
                             e = None;
+                            self.folded = true;
                         }
                         Fold::Vanish => {
-                            let top = self.stack.pop().expect("top");
+                            let top = self.stack.pop_back().expect("top");
                             self.held_bytes -= top.size;
                             e = None;
+                            self.folded = true;
                         }
                         // Two events on one row that do not fold (an insert
                         // over an insert, images that disagree) end the run
@@ -171,7 +178,7 @@ impl Compactor {
         if let Some(ev) = e {
             let size = event_size(&ev);
             self.held_bytes += size;
-            self.stack.push(Held {
+            self.stack.push_back(Held {
                 event: ev,
                 key,
                 foldable,
@@ -180,7 +187,7 @@ impl Compactor {
         }
         // Only an insert can vanish and expose what lies below it; below any
         // other event nothing can change any more.
-        if let Some(top) = self.stack.last() {
+        if let Some(top) = self.stack.back() {
             if top.event.operation != Operation::Insert || !top.foldable {
                 let n = self.stack.len() - 1;
                 self.flush(n, out)?;
@@ -201,10 +208,12 @@ impl Compactor {
         Ok(())
     }
 
-    /// End of the batch: pass everything held.
-    pub fn finish(&mut self, out: &mut dyn FnMut(&Event) -> Result<()>) -> Result<()> {
+    /// End of the batch: pass everything held. Returns whether any event was
+    /// folded away, and starts afresh for the next batch.
+    pub fn finish(&mut self, out: &mut dyn FnMut(&Event) -> Result<()>) -> Result<bool> {
         let n = self.stack.len();
-        self.flush(n, out)
+        self.flush(n, out)?;
+        Ok(std::mem::take(&mut self.folded))
     }
 }
 
@@ -264,13 +273,16 @@ pub fn compact<R: BufRead>(
                 })?;
             }
             Item::Commit(c) => {
-                compactor.finish(&mut |ev| {
+                let folded = compactor.finish(&mut |ev| {
                     line.clear();
                     write_event_line(&mut line, ev);
                     out_count += 1;
                     spool.push(&line)
                 })?;
-                let (h, _) = header.take().expect("validated stream");
+                let (mut h, _) = header.take().expect("validated stream");
+                // Mark the batch when events were folded away, so a target
+                // holding part of its interval refuses it (DESIGN §8).
+                h.compacted |= folded;
                 stats.batches += 1;
                 stats.events_out += out_count;
                 let mut events = spool.drain()?;

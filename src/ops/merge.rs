@@ -52,6 +52,8 @@ pub fn merge<R: BufRead>(
     let mut uncovered: BTreeSet<String> = BTreeSet::new();
     let mut current_has_schemas = false;
     let mut any_schemas = false;
+    // One compacted input makes the whole merged interval compacted.
+    let mut compacted = false;
     let mut end: Option<Commit> = None;
     let mut line = Vec::with_capacity(1024);
 
@@ -114,6 +116,7 @@ pub fn merge<R: BufRead>(
                         }
                     }
                     current_has_schemas = h.schemas.is_some();
+                    compacted |= h.compacted;
                     if first.is_none() {
                         first = Some(h);
                     }
@@ -147,6 +150,7 @@ pub fn merge<R: BufRead>(
         start: first.start,
         high_water,
         schemas: merged_schemas,
+        compacted,
     };
     let commit = Commit {
         end: end.end,

@@ -140,6 +140,7 @@ fn emit(
         start: start.clone(),
         high_water: h.high_water,
         schemas: h.schemas.clone(),
+        compacted: h.compacted,
     };
     let mut piece = events.by_ref().take(bytes);
     sink.batch(

@@ -8,6 +8,10 @@
 pub mod postgres;
 pub mod sqlite;
 
+use crate::error::{Error, Result};
+use crate::wire::jsonl::DEFAULT_MAX_LINE_BYTES;
+use crate::wire::Event;
+
 /// Limits of one read, the same for every source: stop after `max_events`
 /// events, or before the events written would exceed `max_bytes` (at least
 /// one event is written); the batch then ends at the last event.
@@ -15,4 +19,25 @@ pub mod sqlite;
 pub struct ReadLimits {
     pub max_events: Option<u64>,
     pub max_bytes: Option<u64>,
+    /// The longest event line a read writes; default: the line cap every
+    /// reading tool applies by default, so what capture writes, apply reads.
+    pub max_line_bytes: Option<u64>,
+}
+
+impl ReadLimits {
+    /// Refuse an event whose line is longer than the line cap, naming it, so
+    /// a huge value stops capture with a way forward instead of a stream that
+    /// no tool downstream will read.
+    pub fn check_line(&self, len: usize, e: &Event) -> Result<()> {
+        let cap = self.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES);
+        if len as u64 > cap {
+            return Err(Error::data(format!(
+                "event {} ({} on table {:?}) encodes to a line of {len} bytes, over the line limit of {cap} bytes that mooncdc-apply and the stream tools read by default; read it with --max-line-bytes N (N ≥ {len}) and give every tool that reads the stream the same --max-line-bytes N",
+                e.sequence,
+                e.operation.as_str(),
+                e.table
+            )));
+        }
+        Ok(())
+    }
 }

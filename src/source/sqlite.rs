@@ -188,7 +188,21 @@ fn log_width(conn: &Connection) -> Result<usize> {
     Ok(n as usize)
 }
 
-fn widen_log(conn: &Connection, needed: usize) -> Result<()> {
+/// The widest table capture takes: the log holds `seq`, `tid`, `op` and two
+/// values a column (old and new), within SQLite's default limit of 2000
+/// columns a table.
+pub const MAX_CAPTURED_COLUMNS: usize = (2000 - 3) / 2;
+
+/// Make the log wide enough for `schema` (two values a column).
+fn widen_log(conn: &Connection, schema: &Schema) -> Result<()> {
+    let n = schema.columns.len();
+    if n > MAX_CAPTURED_COLUMNS {
+        return Err(Error::data(format!(
+            "table {:?} has {n} columns; SQLite capture takes tables of at most {MAX_CAPTURED_COLUMNS} columns (its change log holds two values a column, within SQLite's limit of 2000); leave the table out with --table",
+            schema.table
+        )));
+    }
+    let needed = 2 * n;
     let have = log_width(conn)?;
     for i in have..needed {
         conn.execute_batch(&format!("ALTER TABLE {LOG} ADD COLUMN v{i}"))
@@ -267,7 +281,7 @@ fn install_version(conn: &Connection, schema: Schema) -> Result<TableVersion> {
         schema,
         current: true,
     };
-    widen_log(conn, 2 * tv.schema.columns.len())?;
+    widen_log(conn, &tv.schema)?;
     for (_, sql) in trigger_sql(&tv) {
         conn.execute_batch(&sql)
             .map_err(db_err("cannot create a capture trigger"))?;
@@ -430,7 +444,7 @@ pub fn upgrade(path: &Path) -> Result<Vec<String>> {
         let now = table_schema(&tx, &name)?;
         if now == tv.schema {
             drop_triggers(&tx, tv.tid)?;
-            widen_log(&tx, 2 * tv.schema.columns.len())?;
+            widen_log(&tx, &tv.schema)?;
             for (_, sql) in trigger_sql(&tv) {
                 tx.execute_batch(&sql)
                     .map_err(db_err("cannot create a capture trigger"))?;
@@ -760,6 +774,7 @@ pub fn read_in(
             start: Cursor::new(id.clone(), batch_start),
             high_water: hw,
             schemas: Some(schemas),
+            compacted: false,
         };
         line.clear();
         write_header_line(&mut line, &header);
@@ -803,6 +818,7 @@ pub fn read_in(
             };
             line.clear();
             write_event_line(&mut line, &e);
+            limits.check_line(line.len(), &e)?;
             if written > 0
                 && limits
                     .max_bytes

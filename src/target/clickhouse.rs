@@ -25,6 +25,7 @@
 //!   no transactions: a crash between inserts leaves rows without the cursor,
 //!   and the replay rewrites them with the same versions.
 
+use super::ExistingRows;
 use crate::error::{Error, ErrorKind, Result};
 use crate::wire::value::write_value;
 use crate::wire::{
@@ -112,8 +113,15 @@ impl ChConfig {
         } else {
             format!("{hostport}:{}", if scheme == "https" { 8443 } else { 8123 })
         };
+        let base = format!("{scheme}://{hostport}/");
+        // A bad host or port is the user's typing, not a failed request.
+        reqwest::Url::parse(&base).map_err(|e| {
+            Error::usage(format!(
+                "the ClickHouse URL's host and port {hostport:?} are not valid ({e}); write clickhouse://user@host:8123/db"
+            ))
+        })?;
         let mut c = ChConfig {
-            base: format!("{scheme}://{hostport}/"),
+            base,
             user,
             password,
             database: if db.is_empty() {
@@ -748,6 +756,20 @@ impl ClickHouse {
         Ok(())
     }
 
+    /// Whether a table holds any row (deleted-row markers included).
+    fn holds_rows(&self, table: &str) -> Result<bool> {
+        let v = self.query(
+            &format!(
+                "SELECT count() FROM {}.{} FORMAT TabSeparated",
+                qi(&self.cfg.database),
+                qi(table)
+            ),
+            None,
+            Timeout::Schema,
+        )?;
+        Ok(String::from_utf8_lossy(&v).trim() != "0")
+    }
+
     /// A table's columns as (name, type), in order; empty when it does not exist.
     fn columns_typed(&self, table: &str) -> Result<Vec<(String, String)>> {
         let v = self.query(
@@ -1048,11 +1070,13 @@ impl ClickHouse {
         let mut bufs: HashMap<String, Held> = HashMap::new();
         let mut skip_through = 0u128;
         let mut stored: Option<Cursor> = None;
+        let mut start: Option<(Cursor, bool)> = None;
         while let Some(item) = input.next_item()? {
             match item {
                 Item::Header(h) => {
                     stored = self.cursor()?;
                     skip_through = super::skip_through(stored.as_ref(), &h.start)?;
+                    start = Some((h.start.clone(), h.compacted));
                     let schemas = h.schemas.as_ref().ok_or_else(|| {
                         Error::data(
                             "a ClickHouse target needs the tables' schemas in the batch header",
@@ -1081,6 +1105,8 @@ impl ClickHouse {
                     }
                 }
                 Item::Commit(c) => {
+                    let (s, compacted) = start.take().expect("validated stream");
+                    super::check_compacted(&s, compacted, skip_through, &c.end)?;
                     // The batch is valid: now its rows go out.
                     for (t, held) in bufs.iter_mut() {
                         self.flush(&layouts[t], held)?;
@@ -1104,6 +1130,7 @@ impl ClickHouse {
     pub fn apply_snapshot<R: BufRead>(
         &mut self,
         input: &mut SnapshotReader<R>,
+        existing: ExistingRows,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
         let mut stats = ApplyStats::default();
@@ -1124,6 +1151,9 @@ impl ClickHouse {
                     for s in &schemas {
                         let l = Layout::new(s, &c.source);
                         self.ensure(&l)?;
+                        if existing == ExistingRows::Refuse && self.holds_rows(&l.name)? {
+                            return Err(super::existing_rows_error(&s.table));
+                        }
                         layouts.insert(s.table.clone(), l);
                     }
                     cursor = Some(c);
@@ -1140,6 +1170,23 @@ impl ClickHouse {
                     }
                 }
                 SnapItem::Commit { .. } => {
+                    // Emptied only now that the snapshot is known to be
+                    // whole: a bad one leaves the tables as they were. No
+                    // cursor is stored yet, so a crash from here on is
+                    // mended by loading the snapshot again.
+                    if existing == ExistingRows::Replace {
+                        for l in layouts.values() {
+                            self.query(
+                                &format!(
+                                    "TRUNCATE TABLE {}.{}",
+                                    qi(&self.cfg.database),
+                                    qi(&l.name)
+                                ),
+                                None,
+                                Timeout::Ddl,
+                            )?;
+                        }
+                    }
                     for (t, held) in bufs.iter_mut() {
                         self.flush(&layouts[t], held)?;
                     }

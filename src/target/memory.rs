@@ -34,6 +34,7 @@ impl MemoryTarget {
             .ok_or_else(|| Error::data("the memory target needs schemas"))?;
         let shapes: HashMap<String, TableShape> = shapes(schemas)?;
         let from = super::skip_through(self.cursor.as_ref(), &batch.start)?;
+        super::check_compacted(&batch.start, batch.compacted, from, &batch.end)?;
         if self.cursor.is_some() && batch.end.sequence() <= from {
             return Ok(()); // already held
         }

@@ -9,6 +9,7 @@
 //! is written in the same transaction as the batch's rows: a crash at any
 //! point loses nothing and duplicates nothing.
 
+use super::ExistingRows;
 use crate::error::{Error, Result};
 use crate::sqlite_util::{
     db_err, open_or_create, quote_ident, row_values, table_exists, table_schema, Bind,
@@ -44,13 +45,23 @@ pub struct ApplyStats {
 }
 
 pub struct SqliteTarget {
-    conn: Connection,
+    /// Opened at the first batch or snapshot header, so input that is not
+    /// even a stream never creates or changes a database.
+    conn: Option<Connection>,
     path: PathBuf,
     committed: ApplyStats,
+    /// Whether the database holds MoonCDC's cursor table already; one that
+    /// does not is changed only by a successful first apply.
+    projection: bool,
+    /// Whether this apply created the database file (removed again when
+    /// nothing was ever committed to it).
+    created: bool,
 }
 
 struct TableSql {
     schema: Schema,
+    /// The target columns' affinities, by position.
+    affinity: Vec<Affinity>,
     key: Vec<usize>,
     insert: String,
     replace: String,
@@ -60,7 +71,7 @@ struct TableSql {
 }
 
 impl TableSql {
-    fn new(schema: Schema) -> Self {
+    fn new(schema: Schema, affinity: Vec<Affinity>) -> Self {
         let t = quote_ident(&schema.table);
         let cols: Vec<String> = schema
             .columns
@@ -102,7 +113,28 @@ impl TableSql {
             delete: format!("DELETE FROM {t} WHERE {}", key_where(1)),
             key,
             schema,
+            affinity,
         }
+    }
+
+    /// Refuse a row whose values the target columns' affinities would turn
+    /// into another class (a TEXT `'123'` under NUMERIC affinity, say): the
+    /// projection would differ from the source without a word.
+    fn check_classes(&self, row: &[Value], at: &dyn Fn() -> String) -> Result<()> {
+        for (i, v) in row.iter().enumerate() {
+            let a = self.affinity.get(i).copied().unwrap_or(Affinity::Blob);
+            if !keeps_class(a, v) {
+                return Err(Error::data(format!(
+                    "{}: table {:?} column {:?} has {} affinity in the target, which would store this {} value as another class; recreate that target table with the column declared without a type",
+                    at(),
+                    self.schema.table,
+                    self.schema.columns[i].name,
+                    format!("{a:?}").to_uppercase(),
+                    v.class_name()
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn key_of<'a>(&self, row: &'a [Value]) -> Vec<&'a Value> {
@@ -119,21 +151,23 @@ fn is_constraint(e: &rusqlite::Error) -> bool {
 }
 
 impl SqliteTarget {
-    /// Open (or create) a projection database.
+    /// A projection database at `path`. Nothing is created or changed here:
+    /// a missing file is created, and MoonCDC's table added, inside the
+    /// first batch's or snapshot's transaction.
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = open_or_create(path)?;
-        conn.set_prepared_statement_cache_capacity(256);
-        let name = path.display().to_string();
-        conn.execute_batch(&format!(
-            "PRAGMA journal_mode = WAL;
-             CREATE TABLE IF NOT EXISTS {CURSOR}(source TEXT PRIMARY KEY, sequence TEXT NOT NULL);"
-        ))
-        .map_err(|e| Error::database("cannot prepare the target database", e).in_file(&name))?;
-        Ok(SqliteTarget {
-            conn,
+        let mut t = SqliteTarget {
+            conn: None,
             path: path.to_path_buf(),
             committed: ApplyStats::default(),
-        })
+            projection: false,
+            created: false,
+        };
+        if path.exists() {
+            let conn = crate::sqlite_util::open_existing(path)?;
+            t.projection = table_exists(&conn, CURSOR)?;
+            t.conn = Some(conn);
+        }
+        Ok(t)
     }
 
     /// What the last apply committed, also when it then failed.
@@ -145,13 +179,73 @@ impl SqliteTarget {
         &self.path
     }
 
-    pub fn connection(&self) -> &Connection {
-        &self.conn
-    }
-
     /// The stored cursor, if any.
     pub fn cursor(&self) -> Result<Option<Cursor>> {
-        stored_cursor(&self.conn)
+        match &self.conn {
+            Some(c) if self.projection => stored_cursor(c),
+            _ => Ok(None),
+        }
+    }
+
+    /// The open connection; only called once [`Self::begin`] has opened it.
+    fn db(&self) -> &Connection {
+        self.conn.as_ref().expect("opened at the first header")
+    }
+
+    /// Open the database if needed and begin a batch's transaction, with
+    /// the cursor table in it for a database that is not a projection yet.
+    fn begin(&mut self) -> Result<()> {
+        if self.conn.is_none() {
+            self.conn = Some(open_or_create(&self.path)?);
+            self.created = true;
+        }
+        let conn = self.db();
+        conn.set_prepared_statement_cache_capacity(256);
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .map_err(db_err("cannot begin a transaction"))?;
+        if !self.projection {
+            conn.execute_batch(&format!(
+                "CREATE TABLE IF NOT EXISTS {CURSOR}(source TEXT PRIMARY KEY, sequence TEXT NOT NULL)"
+            ))
+            .map_err(|e| {
+                Error::database("cannot prepare the target database", e)
+                    .in_file(&self.path.display().to_string())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Commit a batch's transaction. The first commit makes the database a
+    /// projection, which then runs in WAL mode (readers never block apply).
+    fn commit(&mut self) -> Result<()> {
+        self.db()
+            .execute_batch("COMMIT")
+            .map_err(db_err("cannot commit"))?;
+        if !self.projection {
+            self.projection = true;
+            self.db()
+                .execute_batch("PRAGMA journal_mode = WAL")
+                .map_err(db_err("cannot switch the target database to WAL"))?;
+        }
+        Ok(())
+    }
+
+    /// Roll back a failed batch; a database file this apply created and
+    /// never committed to is removed, so a failed first apply leaves nothing.
+    fn rollback(&mut self) {
+        if let Some(c) = &self.conn {
+            let _ = c.execute_batch("ROLLBACK");
+        }
+        if self.created && !self.projection {
+            self.conn = None;
+            let _ = std::fs::remove_file(&self.path);
+            for ext in ["-wal", "-shm", "-journal"] {
+                let mut p = self.path.clone().into_os_string();
+                p.push(ext);
+                let _ = std::fs::remove_file(p);
+            }
+            self.created = false;
+        }
     }
 
     /// Apply a batch stream; each batch commits with its cursor in one
@@ -169,6 +263,7 @@ impl SqliteTarget {
         self.committed = stats.clone();
         let mut tables: HashMap<String, TableSql> = HashMap::new();
         let mut skip_through: u128 = 0;
+        let mut start: Option<(Cursor, bool)> = None;
         let mut open = false;
         let mut parked: Vec<(String, Row, u128)> = Vec::new();
         let result = (|| -> Result<()> {
@@ -176,17 +271,16 @@ impl SqliteTarget {
                 match item {
                     Item::Header(h) => {
                         parked.clear();
-                        self.conn
-                            .execute_batch("BEGIN IMMEDIATE")
-                            .map_err(db_err("cannot begin a transaction"))?;
+                        self.begin()?;
                         open = true;
-                        let stored = stored_cursor(&self.conn)?;
+                        let stored = stored_cursor(self.db())?;
                         skip_through = super::skip_through(stored.as_ref(), &h.start)?;
+                        start = Some((h.start.clone(), h.compacted));
                         tables.clear();
                         if let Some(schemas) = &h.schemas {
                             for s in schemas {
-                                ensure_table(&self.conn, s, &h.start.source)?;
-                                tables.insert(s.table.clone(), TableSql::new(s.clone()));
+                                let t = ensure_table(self.db(), s, &h.start.source)?;
+                                tables.insert(s.table.clone(), t);
                             }
                         }
                     }
@@ -196,8 +290,8 @@ impl SqliteTarget {
                             continue;
                         }
                         if !tables.contains_key(&e.table) {
-                            let s = existing_schema(&self.conn, &e.table)?;
-                            tables.insert(e.table.clone(), TableSql::new(s));
+                            let t = existing_table(self.db(), &e.table)?;
+                            tables.insert(e.table.clone(), t);
                         }
                         let t = &tables[&e.table];
                         // Without schemas in the header, the images were not
@@ -212,12 +306,14 @@ impl SqliteTarget {
                                     t.schema.columns.len()
                                 ))));
                             }
+                            t.check_classes(img, &|| format!("event {}", e.sequence))
+                                .map_err(|err| input.locate(err))?;
                         }
-                        match apply_event(&self.conn, t, &e, on_conflict)? {
+                        match apply_event(self.db(), t, &e, on_conflict)? {
                             Applied::Parked(row) => parked.push((e.table.clone(), row, e.sequence)),
                             Applied::Done => {
                                 if !parked.is_empty() && e.operation != Operation::Insert {
-                                    retry_parked(&self.conn, &tables, &mut parked)?;
+                                    retry_parked(self.db(), &tables, &mut parked)?;
                                 }
                             }
                         }
@@ -227,18 +323,18 @@ impl SqliteTarget {
                         }
                     }
                     Item::Commit(c) => {
+                        let (s, compacted) = start.take().expect("validated stream");
+                        super::check_compacted(&s, compacted, skip_through, &c.end)?;
                         if let Some((table, _, seq)) = parked.first() {
                             return Err(Error::state(format!(
                                 "event {seq} (update on table {table:?}): its new key is still held by another row at the end of the batch; the target diverges from the source"
                             )));
                         }
-                        if c.end.sequence() > skip_through || stored_cursor(&self.conn)?.is_none() {
-                            set_cursor(&self.conn, &c.end)?;
+                        if c.end.sequence() > skip_through || stored_cursor(self.db())?.is_none() {
+                            set_cursor(self.db(), &c.end)?;
                             stats.cursor = Some(c.end.clone());
                         }
-                        self.conn
-                            .execute_batch("COMMIT")
-                            .map_err(db_err("cannot commit"))?;
+                        self.commit()?;
                         open = false;
                         stats.batches += 1;
                         self.committed = stats.clone();
@@ -250,7 +346,7 @@ impl SqliteTarget {
         })();
         if let Err(e) = result {
             if open {
-                let _ = self.conn.execute_batch("ROLLBACK");
+                self.rollback();
             }
             return Err(e);
         }
@@ -262,6 +358,7 @@ impl SqliteTarget {
         &mut self,
         input: &mut SnapshotReader<R>,
         on_conflict: OnConflict,
+        existing: ExistingRows,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
         let mut stats = ApplyStats::default();
@@ -273,11 +370,9 @@ impl SqliteTarget {
             while let Some(item) = input.next_item()? {
                 match item {
                     SnapItem::Header { cursor: c, schemas } => {
-                        self.conn
-                            .execute_batch("BEGIN IMMEDIATE")
-                            .map_err(db_err("cannot begin a transaction"))?;
+                        self.begin()?;
                         open = true;
-                        if let Some(held) = stored_cursor(&self.conn)? {
+                        if let Some(held) = stored_cursor(self.db())? {
                             return Err(Error::state(format!(
                                 "the target already holds source {:?} at {}; a snapshot loads only into a target without a cursor (use a new target database)",
                                 held.source,
@@ -285,18 +380,21 @@ impl SqliteTarget {
                             )));
                         }
                         for s in &schemas {
-                            ensure_table(&self.conn, s, &c.source)?;
-                            tables.insert(s.table.clone(), TableSql::new(s.clone()));
+                            let t = ensure_table(self.db(), s, &c.source)?;
+                            empty_or_replace(self.db(), &s.table, existing)?;
+                            tables.insert(s.table.clone(), t);
                         }
                         cursor = Some(c);
                     }
                     SnapItem::Row { table, row } => {
                         let t = &tables[&table];
+                        t.check_classes(&row, &|| "snapshot row".to_string())
+                            .map_err(|err| input.locate(err))?;
                         let sql = match on_conflict {
                             OnConflict::Error => &t.insert,
                             OnConflict::Overwrite => &t.replace,
                         };
-                        insert_row(&self.conn, t, sql, &row, None)?;
+                        insert_row(self.db(), t, sql, &row, None)?;
                         stats.applied += 1;
                         if stats.applied % 65536 == 0 {
                             progress(&stats);
@@ -304,10 +402,8 @@ impl SqliteTarget {
                     }
                     SnapItem::Commit { .. } => {
                         let c = cursor.take().expect("validated snapshot");
-                        set_cursor(&self.conn, &c)?;
-                        self.conn
-                            .execute_batch("COMMIT")
-                            .map_err(db_err("cannot commit"))?;
+                        set_cursor(self.db(), &c)?;
+                        self.commit()?;
                         open = false;
                         stats.batches += 1;
                         stats.cursor = Some(c);
@@ -320,7 +416,7 @@ impl SqliteTarget {
         })();
         if let Err(e) = result {
             if open {
-                let _ = self.conn.execute_batch("ROLLBACK");
+                self.rollback();
             }
             return Err(e);
         }
@@ -369,18 +465,186 @@ fn set_cursor(conn: &Connection, c: &Cursor) -> Result<()> {
     Ok(())
 }
 
-/// Column declaration for a schema column, by source kind.
-fn column_type(decl: &str, source: &str) -> String {
-    if source.starts_with("sqlite:") {
-        decl.to_string()
+/// SQLite's column affinity, chosen from a declared type by SQLite's rules
+/// (datatype3.html, 3.1): the first of these substrings found decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Affinity {
+    Integer,
+    Text,
+    /// No affinity: values are stored as given.
+    Blob,
+    Real,
+    Numeric,
+}
+
+pub fn affinity(decl: &str) -> Affinity {
+    let t = decl.to_ascii_uppercase();
+    if t.contains("INT") {
+        Affinity::Integer
+    } else if t.contains("CHAR") || t.contains("CLOB") || t.contains("TEXT") {
+        Affinity::Text
+    } else if t.contains("BLOB") || t.trim().is_empty() {
+        Affinity::Blob
+    } else if t.contains("REAL") || t.contains("FLOA") || t.contains("DOUB") {
+        Affinity::Real
     } else {
-        String::new()
+        Affinity::Numeric
+    }
+}
+
+/// Words that begin a column constraint: never part of a declared type that
+/// SQLite reports, so a stream whose type holds one is not pasted as is.
+const CONSTRAINT_WORDS: &[&str] = &[
+    "CONSTRAINT",
+    "PRIMARY",
+    "KEY",
+    "NOT",
+    "NULL",
+    "UNIQUE",
+    "CHECK",
+    "DEFAULT",
+    "COLLATE",
+    "REFERENCES",
+    "GENERATED",
+    "AS",
+    "ON",
+    "AUTOINCREMENT",
+];
+
+/// Whether a declared type is a plain SQLite type name: words, then at most
+/// `(n)` or `(n, m)`, e.g. `VARCHAR(10)`, `DOUBLE PRECISION`, `DECIMAL(10,2)`.
+/// Anything else (quotes, punctuation, constraint words) is never pasted into
+/// SQL text.
+fn plain_type_name(decl: &str) -> bool {
+    let (words, args) = match decl.split_once('(') {
+        Some((w, rest)) => match rest.strip_suffix(')') {
+            Some(a) => (w, Some(a)),
+            None => return false,
+        },
+        None => (decl, None),
+    };
+    let word_ok = |w: &str| {
+        let mut b = w.bytes();
+        b.next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+            && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+            && !CONSTRAINT_WORDS.iter().any(|k| k.eq_ignore_ascii_case(w))
+    };
+    let mut n = 0;
+    for w in words.split_ascii_whitespace() {
+        if !word_ok(w) {
+            return false;
+        }
+        n += 1;
+    }
+    let number = |s: &str| {
+        let s = s.trim();
+        let s = s.strip_prefix(['+', '-']).unwrap_or(s);
+        let (i, f) = s.split_once('.').unwrap_or((s, "0"));
+        !i.is_empty()
+            && !f.is_empty()
+            && i.bytes().all(|c| c.is_ascii_digit())
+            && f.bytes().all(|c| c.is_ascii_digit())
+    };
+    n > 0
+        && args.is_none_or(|a| {
+            let parts: Vec<&str> = a.split(',').collect();
+            parts.len() <= 2 && parts.iter().all(|p| number(p))
+        })
+}
+
+/// The declared type a projection column gets. Every choice keeps each value
+/// in its class (DESIGN §9): a SQLite source's declared type is copied when it
+/// is a plain type name (its affinity is the one the source already applied,
+/// and applying an affinity twice changes nothing), else the type named after
+/// its affinity; `ANY` (no affinity in a STRICT table, NUMERIC elsewhere) and
+/// every column of other sources get no type, which means no affinity.
+fn column_type(decl: &str, source: &str) -> String {
+    let decl = decl.trim();
+    if !source.starts_with("sqlite:") || decl.eq_ignore_ascii_case("ANY") {
+        return String::new();
+    }
+    if plain_type_name(decl) {
+        return decl.to_string();
+    }
+    match affinity(decl) {
+        Affinity::Integer => "INTEGER",
+        Affinity::Text => "TEXT",
+        Affinity::Blob => "",
+        Affinity::Real => "REAL",
+        Affinity::Numeric => "NUMERIC",
+    }
+    .to_string()
+}
+
+/// Whether SQLite would read TEXT `s` as a number when applying a numeric
+/// affinity (sqlite3AtoF accepting the whole string): optional white space,
+/// a sign, digits with at most one point, an exponent with digits, white space.
+pub fn looks_numeric(s: &str) -> bool {
+    let space = |c: &u8| matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() && space(&b[i]) {
+        i += 1;
+    }
+    if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
+        i += 1;
+    }
+    let mut digits = 0;
+    while i < b.len() && b[i].is_ascii_digit() {
+        i += 1;
+        digits += 1;
+    }
+    if i < b.len() && b[i] == b'.' {
+        i += 1;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+            digits += 1;
+        }
+    }
+    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
+        i += 1;
+        if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
+            i += 1;
+        }
+        let mut exp = 0;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+            exp += 1;
+        }
+        if exp == 0 {
+            return false;
+        }
+    }
+    while i < b.len() && space(&b[i]) {
+        i += 1;
+    }
+    i == b.len() && digits > 0
+}
+
+/// Whether storing `v` in a column of affinity `a` keeps its class.
+pub fn keeps_class(a: Affinity, v: &Value) -> bool {
+    match (a, v) {
+        (Affinity::Blob, _) | (_, Value::Null | Value::Blob(_)) => true,
+        (Affinity::Text, Value::Text(_)) => true,
+        (Affinity::Text, _) => false,
+        (Affinity::Integer | Affinity::Numeric | Affinity::Real, Value::Text(s)) => {
+            !looks_numeric(s)
+        }
+        (Affinity::Integer | Affinity::Numeric, Value::Integer(_)) => true,
+        // An integral REAL becomes an INTEGER (sqlite3VdbeIntegerAffinity).
+        (Affinity::Integer | Affinity::Numeric, Value::Real(r)) => {
+            !(r.fract() == 0.0 && *r > i64::MIN as f64 && *r < i64::MAX as f64)
+        }
+        (Affinity::Real, Value::Real(_)) => true,
+        (Affinity::Real, Value::Integer(_)) => false,
     }
 }
 
 /// Create the table if missing; add trailing columns the stream has and the
-/// table lacks; refuse any other difference.
-fn ensure_table(conn: &Connection, s: &Schema, source: &str) -> Result<()> {
+/// table lacks; refuse any other difference. Returns the table's SQL for the
+/// stream's schema, with the target columns' affinities.
+fn ensure_table(conn: &Connection, s: &Schema, source: &str) -> Result<TableSql> {
     if s.key.is_empty() {
         return Err(Error::data(format!(
             "table {:?} has no key; a SQLite projection identifies rows by their key",
@@ -424,7 +688,12 @@ fn ensure_table(conn: &Connection, s: &Schema, source: &str) -> Result<()> {
             defs.join(", ")
         ))
         .map_err(db_err("cannot create a target table"))?;
-        return Ok(());
+        let affinity = s
+            .columns
+            .iter()
+            .map(|c| affinity(&column_type(&c.decl_type, source)))
+            .collect();
+        return Ok(TableSql::new(s.clone(), affinity));
     }
     let have = table_schema(conn, &s.table)?;
     let names = |sc: &Schema| {
@@ -440,6 +709,11 @@ fn ensure_table(conn: &Connection, s: &Schema, source: &str) -> Result<()> {
             s.table, hn, have.key, sn, s.key
         )));
     }
+    let mut affinities: Vec<Affinity> = have
+        .columns
+        .iter()
+        .map(|c| affinity(&c.decl_type))
+        .collect();
     for c in &s.columns[hn.len()..] {
         let ty = column_type(&c.decl_type, source);
         conn.execute_batch(&format!(
@@ -449,17 +723,43 @@ fn ensure_table(conn: &Connection, s: &Schema, source: &str) -> Result<()> {
             ty
         ))
         .map_err(db_err("cannot add a column to a target table"))?;
+        affinities.push(affinity(&ty));
+    }
+    Ok(TableSql::new(s.clone(), affinities))
+}
+
+/// Apply the existing-rows policy to a table a snapshot is about to load.
+fn empty_or_replace(conn: &Connection, table: &str, existing: ExistingRows) -> Result<()> {
+    let q = quote_ident(table);
+    match existing {
+        ExistingRows::Keep => {}
+        ExistingRows::Replace => {
+            conn.execute(&format!("DELETE FROM {q}"), [])
+                .map_err(db_err("cannot empty a target table"))?;
+        }
+        ExistingRows::Refuse => {
+            let held: bool = conn
+                .query_row(&format!("SELECT EXISTS (SELECT 1 FROM {q})"), [], |r| {
+                    r.get(0)
+                })
+                .map_err(db_err("cannot read a target table"))?;
+            if held {
+                return Err(super::existing_rows_error(table));
+            }
+        }
     }
     Ok(())
 }
 
-fn existing_schema(conn: &Connection, table: &str) -> Result<Schema> {
+fn existing_table(conn: &Connection, table: &str) -> Result<TableSql> {
     if !table_exists(conn, table)? {
         return Err(Error::data(format!(
             "table {table:?} is not in the target and the stream carries no schema for it"
         )));
     }
-    table_schema(conn, table)
+    let s = table_schema(conn, table)?;
+    let affinity = s.columns.iter().map(|c| affinity(&c.decl_type)).collect();
+    Ok(TableSql::new(s, affinity))
 }
 
 fn insert_row(

@@ -39,6 +39,10 @@ pub struct Header {
     pub start: Cursor,
     pub high_water: Sequence,
     pub schemas: Option<Vec<Schema>>,
+    /// `"compacted":true`: `mooncdc-compact` folded some events of this batch
+    /// into later ones, so only a target holding none of the interval, or all
+    /// of it, may apply it (DESIGN §8). Written only when true.
+    pub compacted: bool,
 }
 
 /// What a batch's commit says.
@@ -63,6 +67,8 @@ pub struct Batch {
     pub end: Cursor,
     pub high_water: Sequence,
     pub schemas: Option<Vec<Schema>>,
+    /// See [`Header::compacted`].
+    pub compacted: bool,
     pub events: Vec<Event>,
 }
 
@@ -327,7 +333,11 @@ pub fn batch_item(rec: RawRecord) -> Result<Item> {
             if rec.format.as_deref() == Some(super::snapshot::JSONL_FORMAT) {
                 return Err(Error::data("this is a snapshot, not a batch stream"));
             }
-            rec.check_members("header", &["format", "start", "high_water"], &["schemas"])?;
+            rec.check_members(
+                "header",
+                &["format", "start", "high_water"],
+                &["schemas", "compacted"],
+            )?;
             let format = rec.format.unwrap_or_default();
             if format != JSONL_FORMAT {
                 return Err(Error::data(if format == super::snapshot::JSONL_FORMAT {
@@ -340,6 +350,7 @@ pub fn batch_item(rec: RawRecord) -> Result<Item> {
                 start: rec.start.expect("checked"),
                 high_water: rec.high_water.expect("checked").0,
                 schemas: rec.schemas,
+                compacted: rec.compacted.unwrap_or(false),
             }))
         }
         RecordKind::Event => {
@@ -369,6 +380,8 @@ struct RawBatchDoc {
     high_water: Seq,
     #[serde(default, deserialize_with = "present")]
     schemas: Option<Vec<Schema>>,
+    #[serde(default, deserialize_with = "present")]
+    compacted: Option<bool>,
     events: Vec<Event>,
 }
 
@@ -385,6 +398,7 @@ impl RawBatchDoc {
             end: self.end,
             high_water: self.high_water.0,
             schemas: self.schemas,
+            compacted: self.compacted.unwrap_or(false),
             events: self.events,
         })
     }
@@ -407,6 +421,7 @@ impl Batch {
             start: self.start.clone(),
             high_water: self.high_water,
             schemas: self.schemas.clone(),
+            compacted: self.compacted,
         }
     }
 
@@ -465,6 +480,9 @@ pub fn write_header_line(out: &mut Vec<u8>, h: &Header) {
     write_cursor(out, &h.start);
     out.extend_from_slice(b",\"high_water\":");
     write_seq(out, h.high_water);
+    if h.compacted {
+        out.extend_from_slice(b",\"compacted\":true");
+    }
     if let Some(s) = &h.schemas {
         out.extend_from_slice(b",\"schemas\":");
         write_schemas(out, s);
@@ -500,6 +518,9 @@ pub fn write_json_open(out: &mut Vec<u8>, h: &Header, end: &Cursor) {
     write_cursor(out, end);
     out.extend_from_slice(b",\"high_water\":");
     write_seq(out, h.high_water);
+    if h.compacted {
+        out.extend_from_slice(b",\"compacted\":true");
+    }
     if let Some(s) = &h.schemas {
         out.extend_from_slice(b",\"schemas\":");
         write_schemas(out, s);
@@ -848,6 +869,7 @@ impl BatchDecoder {
             end: c.end,
             high_water: h.high_water,
             schemas: h.schemas,
+            compacted: h.compacted,
             events: std::mem::take(&mut self.events),
         })
     }

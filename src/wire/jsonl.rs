@@ -204,6 +204,8 @@ pub struct RawRecord {
     #[serde(default, deserialize_with = "present")]
     pub schemas: Option<Vec<Schema>>,
     #[serde(default, deserialize_with = "present")]
+    pub compacted: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
     pub event: Option<Event>,
     #[serde(default, deserialize_with = "present")]
     pub end: Option<Cursor>,
@@ -232,6 +234,7 @@ impl RawRecord {
         p!(start);
         p!(high_water);
         p!(schemas);
+        p!(compacted);
         p!(event);
         p!(end);
         p!(count);

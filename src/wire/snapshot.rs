@@ -304,6 +304,14 @@ impl<R: BufRead> SnapshotReader<R> {
         }
     }
 
+    /// Where the reader is, for messages: the input's name and the last line read.
+    pub fn locate(&self, e: Error) -> Error {
+        match &self.src {
+            SnapSrc::Lines(l) => l.error(e),
+            SnapSrc::Doc { name, .. } => e.in_file(&format!("{name} (JSON snapshot)")),
+        }
+    }
+
     fn check(&mut self, item: &SnapItem) -> Result<()> {
         match item {
             SnapItem::Header { schemas, .. } => self.validator.header(schemas),

@@ -80,6 +80,8 @@ pub struct Spec {
     pub end: u128,
     pub high_water: u128,
     pub schemas: Option<Vec<J>>,
+    /// Whether the header says `"compacted":true`.
+    pub compacted: bool,
     pub events: Vec<J>,
 }
 
@@ -92,8 +94,15 @@ impl Spec {
             end,
             high_water: end,
             schemas: None,
+            compacted: false,
             events: Vec::new(),
         }
+    }
+
+    /// Mark the batch as compacted (`mooncdc-compact` folded events of it).
+    pub fn compacted(mut self, c: bool) -> Spec {
+        self.compacted = c;
+        self
     }
 
     pub fn source(mut self, s: &str) -> Spec {
@@ -130,6 +139,9 @@ impl Spec {
         });
         if let Some(s) = &self.schemas {
             h["schemas"] = J::Array(s.clone());
+        }
+        if self.compacted {
+            h["compacted"] = J::Bool(true);
         }
         format!("{h}\n")
     }
@@ -169,6 +181,9 @@ impl Spec {
         });
         if let Some(s) = &self.schemas {
             d["schemas"] = J::Array(s.clone());
+        }
+        if self.compacted {
+            d["compacted"] = J::Bool(true);
         }
         format!("{d}\n")
     }
@@ -228,6 +243,7 @@ pub fn parse_stream(bytes: &[u8]) -> Result<Vec<Batch>, String> {
                     end: h.start,
                     high_water: h.high_water,
                     schemas: h.schemas,
+                    compacted: h.compacted,
                     events: Vec::new(),
                 })
             }

@@ -6,6 +6,16 @@
 //! for a loopback host or a Unix socket, where it is `disable`. Roots come
 //! from `sslrootcert`, else the Mozilla bundle (webpki-roots). Passwords are
 //! never printed: `Debug` and every message leave them out.
+//!
+//! As in libpq, `PGSSLMODE` and `PGSSLROOTCERT` stand in for `sslmode` and
+//! `sslrootcert` when the string does not give them: the string wins over
+//! the environment, which wins over the default above. `PGSSLMODE` takes
+//! `disable`, `require`, `verify-ca` or `verify-full`; `prefer` and `allow`
+//! there (`prefer` is libpq's own default, so it is often set) mean "no
+//! explicit request" and leave the default in force, so a remote host still
+//! gets `verify-full`. In the string itself they are refused. Any other value
+//! is a usage error. A request for TLS, from either place, fails against a
+//! server without TLS: it never falls back to plaintext.
 
 use crate::error::{Error, Result};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -117,10 +127,27 @@ fn is_loopback(host: &str) -> bool {
     host.starts_with('/') || host == "localhost" || host == "::1" || host.starts_with("127.")
 }
 
+/// The mode an `sslmode` value names, if it is one of the four MoonCDC takes.
+fn ssl_mode_named(v: &str) -> Option<SslMode> {
+    match v {
+        "disable" => Some(SslMode::Disable),
+        "require" => Some(SslMode::Require),
+        "verify-ca" => Some(SslMode::VerifyCa),
+        "verify-full" => Some(SslMode::VerifyFull),
+        _ => None,
+    }
+}
+
 impl PgConn {
     /// Parse a libpq URL (`postgres://user:pass@host:port/db?sslmode=…`) or a
-    /// `key=value` string.
+    /// `key=value` string, with the process environment filling what it leaves out.
     pub fn parse(s: &str) -> Result<PgConn> {
+        Self::parse_with_env(s, &|k| std::env::var(k).ok())
+    }
+
+    /// [`parse`](Self::parse) with `env` standing in for the process
+    /// environment (`PGHOST`, `PGSSLMODE`, …).
+    pub fn parse_with_env(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<PgConn> {
         let mut kv: Vec<(String, String)> = Vec::new();
         if let Some(rest) = s
             .strip_prefix("postgres://")
@@ -185,7 +212,7 @@ impl PgConn {
         } else {
             kv = key_values(s)?;
         }
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let env = |k: &str| lookup(k).filter(|v| !v.is_empty());
         let mut host = env("PGHOST").unwrap_or_else(|| "localhost".into());
         let mut port: u16 = env("PGPORT").and_then(|p| p.parse().ok()).unwrap_or(5432);
         let mut user = env("PGUSER")
@@ -211,17 +238,14 @@ impl PgConn {
                 "password" => password = Some(v),
                 "dbname" => dbname = Some(v),
                 "sslmode" => {
-                    sslmode = Some(match v.as_str() {
-                        "disable" => SslMode::Disable,
-                        "require" => SslMode::Require,
-                        "verify-ca" => SslMode::VerifyCa,
-                        "verify-full" => SslMode::VerifyFull,
-                        "allow" | "prefer" => {
+                    sslmode = Some(match (ssl_mode_named(&v), v.as_str()) {
+                        (Some(m), _) => m,
+                        (None, "allow" | "prefer") => {
                             return Err(Error::usage(format!(
                                 "sslmode={v} may fall back to plaintext silently; choose disable, require, verify-ca or verify-full"
                             )))
                         }
-                        _ => return Err(Error::usage(format!("unknown sslmode {v:?}"))),
+                        (None, _) => return Err(Error::usage(format!("unknown sslmode {v:?}"))),
                     })
                 }
                 "sslrootcert" => sslrootcert = Some(PathBuf::from(v)),
@@ -245,11 +269,29 @@ impl PgConn {
             }
         }
         let dbname = dbname.unwrap_or_else(|| user.clone());
+        // libpq's order: the string, then the environment, then the default.
+        // The environment is read only when the string is silent.
+        if sslmode.is_none() {
+            sslmode = match env("PGSSLMODE") {
+                None => None,
+                Some(v) => match (ssl_mode_named(&v), v.as_str()) {
+                    (Some(m), _) => Some(m),
+                    // libpq's default, often set explicitly: no request for TLS.
+                    (None, "allow" | "prefer") => None,
+                    (None, _) => {
+                        return Err(Error::usage(format!(
+                            "unknown PGSSLMODE {v:?} in the environment; choose disable, require, verify-ca or verify-full"
+                        )))
+                    }
+                },
+            };
+        }
         let sslmode = sslmode.unwrap_or(if is_loopback(&host) {
             SslMode::Disable
         } else {
             SslMode::VerifyFull
         });
+        let sslrootcert = sslrootcert.or_else(|| env("PGSSLROOTCERT").map(PathBuf::from));
         Ok(PgConn {
             host,
             port,
@@ -468,9 +510,23 @@ impl ServerCertVerifier for ChainOnly {
 mod tests {
     use super::*;
 
+    /// Parse with an environment of exactly `vars` (the process's is never read).
+    fn parse_in(s: &str, vars: &[(&str, &str)]) -> Result<PgConn> {
+        let lookup = |k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        };
+        PgConn::parse_with_env(s, &lookup)
+    }
+
+    fn parse(s: &str) -> Result<PgConn> {
+        parse_in(s, &[])
+    }
+
     #[test]
     fn parses_url_and_key_values() {
-        let c = PgConn::parse(
+        let c = parse(
             "postgres://app:s%40cret@db.example:6543/shop?sslmode=verify-ca&connect_timeout=3",
         )
         .unwrap();
@@ -480,24 +536,149 @@ mod tests {
         );
         assert_eq!(c.password.as_deref(), Some("s@cret"));
         assert_eq!(c.sslmode, SslMode::VerifyCa);
+        assert_eq!(c.connect_timeout, Duration::from_secs(3));
         assert!(!format!("{c:?}").contains("cret"));
-        let k =
-            PgConn::parse("host=127.0.0.1 port=5433 user=u password='a b\\'c' dbname=d").unwrap();
+        let k = parse("host=127.0.0.1 port=5433 user=u password='a b\\'c' dbname=d").unwrap();
         assert_eq!(k.password.as_deref(), Some("a b'c"));
         assert_eq!(
             k.sslmode,
             SslMode::Disable,
             "loopback defaults to plaintext"
         );
-        let r = PgConn::parse("host=db.example user=u dbname=d").unwrap();
+        assert_eq!(
+            k.connect_timeout,
+            Duration::from_secs(10),
+            "default connect_timeout"
+        );
+        let r = parse("host=db.example user=u dbname=d").unwrap();
         assert_eq!(
             r.sslmode,
             SslMode::VerifyFull,
             "remote defaults to verify-full"
         );
-        assert!(PgConn::parse("host=x sslmode=prefer").is_err());
-        assert!(PgConn::parse("host=x bogus=1").is_err());
-        let v6 = PgConn::parse("postgresql://u@[::1]:5000/d").unwrap();
+        assert!(parse("host=x sslmode=prefer").is_err());
+        assert!(parse("host=x bogus=1").is_err());
+        let v6 = parse("postgresql://u@[::1]:5000/d").unwrap();
         assert_eq!((v6.host.as_str(), v6.port), ("::1", 5000));
+    }
+
+    #[test]
+    fn pgsslmode_applies_when_the_string_has_no_sslmode() {
+        let loopback = "postgres://u@127.0.0.1:5432/d";
+        let remote = "postgres://u@db.example:5432/d";
+        for (value, mode) in [
+            ("disable", SslMode::Disable),
+            ("require", SslMode::Require),
+            ("verify-ca", SslMode::VerifyCa),
+            ("verify-full", SslMode::VerifyFull),
+        ] {
+            for url in [loopback, remote, "host=/run/postgresql user=u dbname=d"] {
+                let c = parse_in(url, &[("PGSSLMODE", value)]).unwrap();
+                assert_eq!(c.sslmode, mode, "PGSSLMODE={value} for {url}");
+            }
+        }
+        // PGSSLMODE=require on loopback: the case that used to connect in plaintext.
+        let c = parse_in(loopback, &[("PGSSLMODE", "require")]).unwrap();
+        assert_eq!(c.sslmode, SslMode::Require);
+    }
+
+    #[test]
+    fn sslmode_in_the_string_wins_over_pgsslmode() {
+        for (url, mode) in [
+            ("postgres://u@127.0.0.1/d?sslmode=disable", SslMode::Disable),
+            (
+                "postgres://u@db.example/d?sslmode=require",
+                SslMode::Require,
+            ),
+            (
+                "host=db.example dbname=d sslmode=verify-ca",
+                SslMode::VerifyCa,
+            ),
+            (
+                "host=127.0.0.1 dbname=d sslmode=verify-full",
+                SslMode::VerifyFull,
+            ),
+        ] {
+            for env in [
+                "disable",
+                "require",
+                "verify-ca",
+                "verify-full",
+                "prefer",
+                "nonsense",
+            ] {
+                let c = parse_in(url, &[("PGSSLMODE", env)]).unwrap();
+                assert_eq!(c.sslmode, mode, "{url} with PGSSLMODE={env}");
+            }
+        }
+        // prefer/allow in the string stay refused, whatever the environment says.
+        let e = parse_in(
+            "host=x dbname=d sslmode=prefer",
+            &[("PGSSLMODE", "require")],
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::Usage);
+    }
+
+    #[test]
+    fn pgsslmode_prefer_allow_or_empty_leave_the_default() {
+        for env in [
+            &[("PGSSLMODE", "prefer")][..],
+            &[("PGSSLMODE", "allow")],
+            &[("PGSSLMODE", "")],
+            &[],
+        ] {
+            let l = parse_in("postgres://u@localhost/d", env).unwrap();
+            assert_eq!(l.sslmode, SslMode::Disable, "loopback with {env:?}");
+            let r = parse_in("postgres://u@db.example/d", env).unwrap();
+            assert_eq!(r.sslmode, SslMode::VerifyFull, "remote with {env:?}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_pgsslmode_is_a_usage_error_naming_it() {
+        for v in ["Require", "on", "verify_full"] {
+            let e = parse_in("postgres://u@db.example/d", &[("PGSSLMODE", v)]).unwrap_err();
+            assert_eq!(e.kind(), crate::error::ErrorKind::Usage);
+            assert!(e.message().contains("PGSSLMODE"), "{}", e.message());
+            assert!(e.message().contains(v), "{}", e.message());
+        }
+    }
+
+    #[test]
+    fn pgsslrootcert_applies_when_the_string_has_no_sslrootcert() {
+        let env = [
+            ("PGSSLROOTCERT", "/env/root.pem"),
+            ("PGSSLMODE", "verify-ca"),
+        ];
+        let c = parse_in("postgres://u@db.example/d", &env).unwrap();
+        assert_eq!(c.sslrootcert, Some(PathBuf::from("/env/root.pem")));
+        assert_eq!(c.sslmode, SslMode::VerifyCa);
+        let c = parse_in("postgres://u@db.example/d?sslrootcert=/url/root.pem", &env).unwrap();
+        assert_eq!(c.sslrootcert, Some(PathBuf::from("/url/root.pem")));
+        let c = parse_in("postgres://u@db.example/d", &[]).unwrap();
+        assert_eq!(c.sslrootcert, None);
+    }
+
+    #[test]
+    fn the_environment_fills_what_the_string_leaves_out() {
+        let env = [
+            ("PGHOST", "envhost"),
+            ("PGPORT", "6000"),
+            ("PGUSER", "envuser"),
+            ("PGPASSWORD", "envpw"),
+            ("PGDATABASE", "envdb"),
+        ];
+        let c = parse_in("postgres://", &env).unwrap();
+        assert_eq!(
+            (c.host.as_str(), c.port, c.user.as_str(), c.dbname.as_str()),
+            ("envhost", 6000, "envuser", "envdb")
+        );
+        assert_eq!(c.password.as_deref(), Some("envpw"));
+        let c = parse_in("postgres://u@h:1/d", &env).unwrap();
+        assert_eq!(
+            (c.host.as_str(), c.port, c.user.as_str(), c.dbname.as_str()),
+            ("h", 1, "u", "d")
+        );
     }
 }

@@ -29,7 +29,7 @@ use crate::wire::{Column, Commit, Cursor, Event, Header, Operation, Row, Schema,
 use conn::PgConn;
 use futures_util::StreamExt;
 use pgoutput::{Cell, Message, Relation};
-use pgwire_replication::{Lsn, ReplicationClient, ReplicationEvent};
+use pgwire_replication::{IdentifySystem, Lsn, ReplicationClient, ReplicationEvent};
 use std::collections::HashMap;
 use std::io::Write;
 use std::time::Duration;
@@ -125,29 +125,93 @@ impl PgSource {
         })
     }
 
+    /// Run one whole phase of connecting (TCP, TLS, startup, authentication
+    /// and, on a replication session, IDENTIFY_SYSTEM or START_REPLICATION)
+    /// within `connect_timeout`: a peer that accepts the connection but never
+    /// answers must not hold a tool up forever. The drivers bound at most the
+    /// TCP connect themselves.
+    async fn connecting<T>(
+        &self,
+        phase: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.conn.connect_timeout, phase).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Database,
+                format!(
+                    "cannot connect to {}: no answer within {} s (connect_timeout); is this a PostgreSQL server?",
+                    self.conn.display(),
+                    self.conn.connect_timeout.as_secs()
+                ),
+            )),
+        }
+    }
+
     async fn client(&self, role: &str) -> Result<Client> {
         let tls = self.conn.tls()?;
+        let config = self.conn.tokio_config(role);
         let (client, connection) = self
-            .conn
-            .tokio_config(role)
-            .connect(tls)
-            .await
-            .map_err(|e| pg_err(&format!("cannot connect to {}", self.conn.display()))(e))?;
+            .connecting(async {
+                config
+                    .connect(tls)
+                    .await
+                    .map_err(|e| pg_err(&format!("cannot connect to {}", self.conn.display()))(e))
+            })
+            .await?;
         tokio::spawn(async move {
             let _ = connection.await;
         });
         Ok(client)
     }
 
+    /// A replication session that has not started streaming, and its
+    /// IDENTIFY_SYSTEM answer (the first thing it says, so the connect
+    /// timeout covers it).
+    async fn replication_session(&self) -> Result<(ReplicationClient, IdentifySystem)> {
+        let cfg = self.conn.replication_config(&self.slot, &self.publication);
+        self.connecting(async {
+            let opening = format!(
+                "cannot open a replication session to {}",
+                self.conn.display()
+            );
+            let mut c = ReplicationClient::connect_gated(cfg)
+                .await
+                .map_err(repl_err(&opening))?;
+            // Connecting and authenticating run in the background: their
+            // errors (TLS, I/O) surface here too; only the server's own
+            // refusals point at the role.
+            let id = c.identify_system().await.map_err(|e| match e {
+                pgwire_replication::PgWireError::Server(_) => repl_err(
+                    "IDENTIFY_SYSTEM failed (does the role have the REPLICATION attribute?)",
+                )(e),
+                e => repl_err(&opening)(e),
+            })?;
+            Ok((c, id))
+        })
+        .await
+    }
+
+    /// A replication stream from `cfg`, once the server has accepted START_REPLICATION.
+    async fn replication_stream(
+        &self,
+        cfg: pgwire_replication::ReplicationConfig,
+    ) -> Result<ReplicationClient> {
+        self.connecting(async {
+            let mut client = ReplicationClient::connect(cfg)
+                .await
+                .map_err(repl_err("cannot open the replication stream"))?;
+            client
+                .wait_started()
+                .await
+                .map_err(repl_err("cannot start replication"))?;
+            Ok(client)
+        })
+        .await
+    }
+
     /// The identity, from IDENTIFY_SYSTEM on a replication session.
     async fn identity(&self) -> Result<String> {
-        let cfg = self.conn.replication_config(&self.slot, &self.publication);
-        let mut c = ReplicationClient::connect_gated(cfg)
-            .await
-            .map_err(repl_err("cannot open a replication session"))?;
-        let id = c.identify_system().await.map_err(repl_err(
-            "IDENTIFY_SYSTEM failed (does the role have the REPLICATION attribute?)",
-        ))?;
+        let (mut c, id) = self.replication_session().await?;
         c.abort();
         Ok(format!(
             "postgres:{}/{}/{}",
@@ -487,13 +551,7 @@ impl PgSource {
         } else {
             cfg.with_stop_lsn(Lsn::from_u64(wal_end.max(start_lsn)))
         };
-        let mut client = ReplicationClient::connect(cfg)
-            .await
-            .map_err(repl_err("cannot open the replication stream"))?;
-        client
-            .wait_started()
-            .await
-            .map_err(repl_err("cannot start replication"))?;
+        let mut client = self.replication_stream(cfg).await?;
 
         let high_water = sequence(wal_end, 0).max(start);
         let mut w = BatchOut::new(id.clone(), start, high_water, catalog.schemas(), out);
@@ -578,6 +636,7 @@ impl PgSource {
                                 }
                                 let e = catalog.event(seq, msg)?;
                                 let len = w.encoded_len(&e) as u64;
+                                limits.check_line(len as usize, &e)?;
                                 // Like SQLite reads: stop before the bytes written
                                 // would exceed the limit (one event at least).
                                 if total > 0 && limits.max_bytes.is_some_and(|m| bytes + len > m) {
@@ -661,11 +720,7 @@ impl PgSource {
                 }
                 tables.iter().map(|t| if t.contains('.') { t.clone() } else { format!("public.{t}") }).collect()
             };
-            let cfg = self.conn.replication_config(&self.slot, &self.publication);
-            let mut exporter = ReplicationClient::connect_gated(cfg)
-                .await
-                .map_err(repl_err("cannot open a replication session"))?;
-            let sys = exporter.identify_system().await.map_err(repl_err("IDENTIFY_SYSTEM failed"))?;
+            let (mut exporter, sys) = self.replication_session().await?;
             let id = format!("postgres:{}/{}/{}", sys.system_id, self.conn.dbname, self.slot);
             let tmp = format!("mooncdc_snap_{}_{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0));
             let created = tokio::time::timeout(
@@ -878,6 +933,7 @@ impl<'a> BatchOut<'a> {
                     start: Cursor::new(self.id.clone(), self.position),
                     high_water: self.high_water,
                     schemas: Some(self.schemas.clone()),
+                    compacted: false,
                 },
             );
             self.out.write_all(&self.line).map_err(io_out)?;
@@ -1353,5 +1409,139 @@ impl AuditSource {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+    use std::time::Instant;
+
+    /// A source at 127.0.0.1:`port` with `connect_timeout=1` and `query`
+    /// appended to the URL; the process environment is not read.
+    fn source(port: u16, query: &str) -> PgSource {
+        let url = format!("postgres://u@127.0.0.1:{port}/db?connect_timeout=1{query}");
+        PgSource {
+            conn: PgConn::parse_with_env(&url, &|_| None).unwrap(),
+            slot: "s".into(),
+            publication: "p".into(),
+        }
+    }
+
+    /// A peer that accepts connections and holds them open without a word.
+    fn silent_peer() -> u16 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for s in l.incoming().flatten() {
+                held.push(s);
+            }
+        });
+        port
+    }
+
+    /// The connecting phases, each run to its end (the stream with a stop
+    /// position, as a read that does not follow).
+    fn each_phase(src: &PgSource) -> Vec<(&'static str, Result<()>)> {
+        let rt = runtime().unwrap();
+        let stream_cfg = src
+            .conn
+            .replication_config(&src.slot, &src.publication)
+            .with_stop_lsn(Lsn::from_u64(1));
+        vec![
+            ("client", rt.block_on(src.client("test")).map(drop)),
+            ("identity", rt.block_on(src.identity()).map(drop)),
+            (
+                "replication_session",
+                rt.block_on(src.replication_session()).map(drop),
+            ),
+            (
+                "replication_stream",
+                rt.block_on(src.replication_stream(stream_cfg)).map(drop),
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_connecting_phase_ends_at_connect_timeout_when_the_peer_is_silent() {
+        let port = silent_peer();
+        // Plaintext: stuck at startup; require: stuck at the SSLRequest.
+        for query in ["", "&sslmode=require"] {
+            let src = source(port, query);
+            let t0 = Instant::now();
+            for (phase, r) in each_phase(&src) {
+                let e = r
+                    .err()
+                    .unwrap_or_else(|| panic!("{phase}{query}: connected to a silent peer"));
+                assert_eq!(e.kind(), ErrorKind::Database, "{phase}{query}: {e}");
+                assert_eq!(
+                    e.message(),
+                    format!(
+                        "cannot connect to postgres://u@127.0.0.1:{port}/db: no answer within 1 s (connect_timeout); is this a PostgreSQL server?"
+                    ),
+                    "{phase}{query}"
+                );
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(4 * 3),
+                "four phases of 1 s took {:?}",
+                t0.elapsed()
+            );
+        }
+    }
+
+    /// A server without TLS: answers the SSLRequest with `N`, then reports on
+    /// `tx` whether the client sent anything more on that connection (a
+    /// startup message in plaintext) before closing it.
+    fn server_without_tls() -> (u16, mpsc::Receiver<Option<usize>>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for mut s in l.incoming().flatten() {
+                let mut req = [0u8; 8];
+                if s.read_exact(&mut req).is_err() || req != [0, 0, 0, 8, 4, 210, 22, 47] {
+                    // Not an SSLRequest: the client started in plaintext.
+                    let _ = tx.send(Some(8));
+                    continue;
+                }
+                let _ = s.write_all(b"N");
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let mut rest = [0u8; 64];
+                let _ = tx.send(match s.read(&mut rest) {
+                    Ok(0) | Err(_) => None,
+                    Ok(n) => Some(n),
+                });
+            }
+        });
+        (port, rx)
+    }
+
+    #[test]
+    fn sslmode_require_never_falls_back_to_plaintext() {
+        let (port, rx) = server_without_tls();
+        let src = source(port, "&sslmode=require");
+        assert_eq!(src.conn.sslmode, conn::SslMode::Require);
+        for (phase, r) in each_phase(&src) {
+            let e = r
+                .err()
+                .unwrap_or_else(|| panic!("{phase}: connected without TLS"));
+            assert!(
+                e.message().contains("TLS") || e.message().contains("tls"),
+                "{phase}: {e}"
+            );
+            assert!(!e.message().contains("connect_timeout"), "{phase}: {e}");
+            let sent = rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the server saw the connection");
+            assert_eq!(
+                sent, None,
+                "{phase}: the client went on in plaintext after the server refused TLS"
+            );
+        }
     }
 }
