@@ -644,3 +644,415 @@ fn an_image_narrower_than_the_table_is_refused_without_schemas() {
     assert!(r.stderr.contains("values but table"), "{}", r.stderr);
     assert_eq!(db.target_cursor().unwrap(), cur);
 }
+
+// ---------------------------------------------------------------- streams are not trusted
+
+/// The declared types of the target table `t`, by column.
+fn declared_types(conn: &rusqlite::Connection, table: &str) -> Vec<(String, String)> {
+    let mut st = conn
+        .prepare("SELECT name, type FROM pragma_table_info(?1) ORDER BY cid")
+        .unwrap();
+    let v = st
+        .query_map([table], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<Vec<(String, String)>, _>>()
+        .unwrap();
+    v
+}
+
+fn table_names(conn: &rusqlite::Connection) -> Vec<String> {
+    let mut st = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+        .unwrap();
+    let v = st
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<Vec<String>, _>>()
+        .unwrap();
+    v
+}
+
+/// Nothing in a stream's declared types becomes SQL text: a type that tries
+/// to end the column list, add a column or a constraint is replaced by the
+/// name of its affinity, and the application's own tables are untouched.
+#[test]
+fn declared_types_in_a_stream_never_become_sql() {
+    let db = Dbs::new();
+    db.proj_sql("CREATE TABLE users(id INTEGER PRIMARY KEY); INSERT INTO users VALUES (1);");
+    let cols = [
+        ("id", "INTEGER"),
+        ("a", "INTEGER); DROP TABLE users; --"),
+        ("b", "TEXT, evil INTEGER DEFAULT 666"),
+        ("c", "'it''s text'"),
+        ("d", "INTEGER PRIMARY KEY"),
+        ("e", "TEXT COLLATE NOCASE"),
+        ("f", "VARCHAR(10)"),
+    ];
+    let sch = json!({
+        "table": "t",
+        "columns": cols.iter().map(|(n, t)| json!({"name": n, "type": t, "nullable": *n != "id"})).collect::<Vec<_>>(),
+        "key": ["id"],
+    });
+    let values = json!([
+        int(1),
+        int(5),
+        int(6),
+        common::text("x"),
+        int(7),
+        common::text("Z"),
+        common::text("v")
+    ]);
+    let batch = Spec::new(0, 1)
+        .schemas(vec![sch])
+        .events(vec![common::ins(1, "t", values)]);
+    let r = db.apply(batch.jsonl().as_bytes(), &[]);
+    expect(&r, 0, "apply");
+    let conn = db.proj_conn();
+    assert_eq!(table_names(&conn), ["_mooncdc_cursor", "t", "users"]);
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM users", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1, "the application's table is untouched");
+    let got = declared_types(&conn, "t");
+    let want: Vec<(String, String)> = [
+        ("id", "INTEGER"),
+        ("a", "INTEGER"),
+        ("b", "INTEGER"),
+        ("c", "TEXT"),
+        ("d", "INTEGER"),
+        ("e", "TEXT"),
+        ("f", "VARCHAR(10)"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(got, want);
+    // "e" holds its value as given, compared without NOCASE.
+    let z: i64 = conn
+        .query_row("SELECT count(*) FROM t WHERE e = 'z'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(z, 0, "no collation was smuggled in");
+}
+
+/// Every declared-type family of SQLite, STRICT tables included, keeps every
+/// value's class in the projection: snapshot, then changes, compared cell by
+/// cell (class and bits) with the source, and by the audit.
+#[test]
+fn every_declared_type_family_keeps_each_value_class() {
+    let db = Dbs::new();
+    db.src_sql(
+        "CREATE TABLE loose(id INTEGER PRIMARY KEY, a, b ANY, c NUMERIC, d VARCHAR(10), e DOUBLE PRECISION,
+                            f BOOLEAN, g DATETIME, h 'it''s text', i DECIMAL(10,2), j BLOB, k REAL, l INT);
+         CREATE TABLE tight(id INTEGER PRIMARY KEY, v ANY, i INT, r REAL, t TEXT, b BLOB) STRICT;",
+    );
+    db.init(&[]);
+    let values = [
+        "NULL",
+        "42",
+        "-7",
+        "1.5",
+        "2.0",
+        "-0.0",
+        "1e300",
+        "'123'",
+        "'1.50'",
+        "' 7'",
+        "'abc'",
+        "'1e5'",
+        "x'00ff'",
+        "9223372036854775807",
+        "'9223372036854775808'",
+        "''",
+    ];
+    let n = values.len();
+    let fill = |shift: usize| {
+        let mut sql = String::new();
+        for (i, _) in values.iter().enumerate() {
+            let v = values[(i + shift) % n];
+            sql.push_str(&if shift == 0 {
+                format!("INSERT INTO loose VALUES ({i}, {v}, {v}, {v}, {v}, {v}, {v}, {v}, {v}, {v}, {v}, {v}, {v});\n")
+            } else {
+                format!("UPDATE loose SET a = {v}, b = {v}, c = {v}, d = {v}, e = {v}, f = {v}, g = {v}, h = {v}, i = {v}, j = {v}, k = {v}, l = {v} WHERE id = {i};\n")
+            });
+        }
+        sql
+    };
+    db.src_sql(&format!("BEGIN; {} COMMIT;", fill(0)));
+    // STRICT: ANY keeps every class; typed columns only their own.
+    db.src_sql(
+        "INSERT INTO tight VALUES (1, '123', 1, 1.5, 'a', x'01'), (2, '1.50', 2, 2.0, '7', x''),
+                                  (3, ' 7', NULL, NULL, NULL, NULL), (4, 2.0, -5, -0.0, ' 8', x'ff'),
+                                  (5, x'00', 9, 1e-300, '', NULL), (6, 12, 0, 3.0, 'z', x'aa')",
+    );
+    let snap = exec(SNAPSHOT, &["--source", &db.src_url()], None);
+    expect(&snap, 0, "snapshot");
+    db.apply_ok(&snap.stdout);
+    db.assert_same_rows(&["loose", "tight"]);
+    db.audit_equal();
+    let proj = db.proj_conn();
+    let types: Vec<String> = declared_types(&proj, "loose")
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "INTEGER",
+            "",
+            "",
+            "NUMERIC",
+            "VARCHAR(10)",
+            "DOUBLE PRECISION",
+            "BOOLEAN",
+            "DATETIME",
+            "TEXT",
+            "DECIMAL(10,2)",
+            "BLOB",
+            "REAL",
+            "INT"
+        ]
+    );
+    drop(proj);
+    // Changes of every row, then of the STRICT table's ANY column.
+    db.src_sql(&format!("BEGIN; {} COMMIT;", fill(5)));
+    db.src_sql("UPDATE tight SET v = CASE id WHEN 1 THEN '4.0' WHEN 2 THEN 3 ELSE ' 9 ' END");
+    db.src_sql("UPDATE tight SET v = v || '' WHERE id = 2");
+    db.catch_up();
+    db.assert_same_rows(&["loose", "tight"]);
+    db.audit_equal();
+    db.sqldiff_clean(&["loose", "tight"]);
+}
+
+/// A value that the target column's affinity would turn into another class
+/// is refused, naming the table, column and event; nothing is applied.
+#[test]
+fn a_value_the_target_column_would_change_is_refused() {
+    let sch = common::schema(
+        "t",
+        &[
+            ("id", "INTEGER", false),
+            ("n", "INTEGER", true),
+            ("m", "NUMERIC", true),
+        ],
+        &["id"],
+    );
+    let cases = [
+        (json!([int(1), common::text("12"), int(1)]), "\"n\""),
+        (json!([int(1), int(3), json!(["real", "1", "1"])]), "\"m\""),
+        (json!([int(1), json!(["real", "3", "0"]), int(1)]), "\"n\""),
+    ];
+    for (values, column) in cases {
+        let db = Dbs::new();
+        let ok = Spec::new(0, 1)
+            .schemas(vec![sch.clone()])
+            .events(vec![common::ins(1, "t", json!([int(9), int(9), int(9)]))]);
+        db.apply_ok(ok.jsonl().as_bytes());
+        let bad = Spec::new(1, 2)
+            .schemas(vec![sch.clone()])
+            .events(vec![common::ins(2, "t", values)]);
+        let r = db.apply(bad.jsonl().as_bytes(), &[]);
+        expect(&r, 1, "apply of a value the column would change");
+        assert!(
+            r.stderr.contains(column)
+                && r.stderr.contains("event 2")
+                && r.stderr.contains("affinity"),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(db.target_cursor().unwrap().sequence(), 1);
+        let n: i64 = db
+            .proj_conn()
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+}
+
+/// Input that is not a good stream never changes a database that is not a
+/// projection yet: no MoonCDC table, no journal-mode switch, no new file.
+#[test]
+fn a_failed_first_apply_leaves_the_database_as_it_was() {
+    let db = Dbs::new();
+    {
+        let c = db.proj_conn();
+        c.query_row("PRAGMA journal_mode = DELETE", [], |_| Ok(()))
+            .unwrap();
+        c.execute_batch("CREATE TABLE app(x); INSERT INTO app VALUES (1);")
+            .unwrap();
+    }
+    let sch = kv_schema("t");
+    let bad_event = format!(
+        "{}{}\n{}",
+        Spec::new(0, 1).schemas(vec![sch.clone()]).header_line(),
+        json!({"kind": "event", "event": common::ins(1, "t", json!([int(1)]))}),
+        Spec::new(0, 1).commit_line()
+    );
+    let no_commit = Spec::new(0, 1)
+        .schemas(vec![sch.clone()])
+        .events(vec![common::ins(1, "t", row(1, "a"))]);
+    let no_commit = format!("{}{}", no_commit.header_line(), no_commit.event_lines());
+    for input in [
+        "garbage\n".to_string(),
+        bad_event.clone(),
+        no_commit.clone(),
+    ] {
+        let r = db.apply(input.as_bytes(), &[]);
+        expect(&r, 1, "apply of bad input");
+        let c = db.proj_conn();
+        assert_eq!(table_names(&c), ["app"], "after {input:?}");
+        let mode: String = c
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "delete");
+    }
+    // A target that does not exist yet is not created by a failed apply.
+    let fresh = db.path_str("fresh.db");
+    for input in ["garbage\n", &bad_event, &no_commit] {
+        let r = exec(
+            APPLY,
+            &["--target", &format!("sqlite:{fresh}")],
+            Some(input.as_bytes()),
+        );
+        expect(&r, 1, "apply of bad input to a new file");
+        assert!(
+            !std::path::Path::new(&fresh).exists(),
+            "{fresh} was created"
+        );
+        assert!(!std::path::Path::new(&format!("{fresh}-journal")).exists());
+    }
+    // A good first batch makes it a projection, in WAL mode.
+    let good = Spec::new(0, 1)
+        .schemas(vec![sch])
+        .events(vec![common::ins(1, "t", row(1, "a"))]);
+    db.apply_ok(good.jsonl().as_bytes());
+    let c = db.proj_conn();
+    assert_eq!(table_names(&c), ["_mooncdc_cursor", "app", "t"]);
+    let mode: String = c
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+/// A snapshot refuses a target table that already holds rows unless told to
+/// replace or keep them.
+#[test]
+fn a_snapshot_into_a_table_that_holds_rows_is_refused_unless_told() {
+    let setup = || {
+        let (db, _) = kv_source();
+        db.src_sql("INSERT INTO t VALUES (1, 'a'), (2, 'b')");
+        db.proj_sql(
+            "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (99, 'stale');",
+        );
+        let snap = exec(SNAPSHOT, &["--source", &db.src_url()], None);
+        expect(&snap, 0, "snapshot");
+        (db, snap.stdout)
+    };
+    let ids = |db: &Dbs| -> Vec<i64> {
+        let c = db.proj_conn();
+        let mut st = c.prepare("SELECT id FROM t ORDER BY id").unwrap();
+        let v = st
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<Vec<i64>, _>>()
+            .unwrap();
+        v
+    };
+    let (db, snap) = setup();
+    let r = db.apply(&snap, &[]);
+    expect(&r, 1, "snapshot into a table with rows");
+    assert!(
+        r.stderr.contains("\"t\"") && r.stderr.contains("--existing-rows"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(ids(&db), [99]);
+    assert!(db.target_cursor().is_none());
+
+    let r = db.apply(&snap, &["--existing-rows", "replace"]);
+    expect(&r, 0, "snapshot replacing rows");
+    assert_eq!(ids(&db), [1, 2]);
+    db.audit_equal();
+
+    let (db, snap) = setup();
+    let r = db.apply(&snap, &["--existing-rows", "keep"]);
+    expect(&r, 0, "snapshot keeping rows");
+    assert_eq!(ids(&db), [1, 2, 99]);
+    expect(&db.audit(&[]), 1, "audit finds the kept row");
+}
+
+/// The summary names the cursor the target holds at the end, also when
+/// another apply moved it while this one ran.
+#[test]
+fn the_summary_names_the_cursor_held_at_the_end() {
+    let (db, _) = kv_source();
+    db.src_sql("INSERT INTO t VALUES (1, 'a')");
+    let (first, _) = db.capture_ok(&[]);
+    db.apply_ok(&first);
+    db.src_sql("INSERT INTO t VALUES (2, 'b')");
+    let (all, _) = db.capture_ok(&[]);
+    // This apply opens the target and reads its cursor (1) before any input…
+    let mut slow = Command::new(bin(APPLY))
+        .args(["--target", &db.proj_url()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // …another one moves it to 2…
+    let s = db.apply_ok(&all);
+    assert_eq!(s.cursor.unwrap().sequence(), 2);
+    // …and the first is given what is already held.
+    use std::io::Write;
+    slow.stdin.take().unwrap().write_all(&first).unwrap();
+    let out = slow.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let s = Summary::parse(&String::from_utf8_lossy(&out.stderr));
+    assert_eq!(s.applied, 0);
+    assert_eq!(
+        s.cursor.unwrap().sequence(),
+        2,
+        "stale cursor in the summary"
+    );
+}
+
+/// A compacted batch that starts before the target's cursor and ends after
+/// it is refused: the target would keep a row the source deleted.
+#[test]
+fn a_compacted_batch_across_the_cursor_is_refused() {
+    let db = Dbs::new();
+    let sch = kv_schema("t");
+    let events = vec![
+        common::ins(1, "t", row(1, "a")),
+        common::del(2, "t", row(1, "a")),
+        common::ins(3, "t", row(2, "b")),
+        common::upd(4, "t", row(2, "b"), row(2, "c")),
+    ];
+    let first = Spec::new(0, 1)
+        .schemas(vec![sch.clone()])
+        .events(events[..1].to_vec());
+    db.apply_ok(first.jsonl().as_bytes());
+    let whole = Spec::new(0, 4)
+        .schemas(vec![sch.clone()])
+        .events(events.clone());
+    let compacted = exec(COMPACT, &[], Some(whole.jsonl().as_bytes()));
+    expect(&compacted, 0, "compact");
+    let r = db.apply(&compacted.stdout, &[]);
+    expect(&r, 1, "compacted batch across the cursor");
+    assert!(r.stderr.contains("compacted"), "{}", r.stderr);
+    assert_eq!(db.target_cursor().unwrap().sequence(), 1);
+    assert_eq!(rows_by_key(&db.proj_conn(), "t", &[0]).len(), 1);
+    // The uncompacted rest applies, and so does the compacted batch on a
+    // target that holds none of it.
+    let rest = Spec::new(1, 4)
+        .schemas(vec![sch])
+        .events(events[1..].to_vec());
+    db.apply_ok(rest.jsonl().as_bytes());
+    let fresh = Dbs::new();
+    fresh.apply_ok(&compacted.stdout);
+    assert_eq!(
+        rows_by_key(&db.proj_conn(), "t", &[0]),
+        rows_by_key(&fresh.proj_conn(), "t", &[0])
+    );
+    assert_eq!(rows_by_key(&db.proj_conn(), "t", &[0]).len(), 1);
+}

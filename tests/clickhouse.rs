@@ -20,7 +20,7 @@ mod common;
 
 use common::ch::{self, ChDb, PASSWORD, PASSWORD_MARK};
 use common::sqlite::{
-    bin, exec, expect, pipeline, seed, shell_quote, Dbs, Rng, Summary, APPLY, AUDIT,
+    bin, exec, expect, pipeline, seed, shell_quote, Dbs, Rng, Summary, APPLY, AUDIT, COMPACT,
 };
 use common::{int, kv_schema, schema, text, Run, Spec, SRC};
 use mooncdc::wire::value::{normalize_zero, write_value};
@@ -2458,4 +2458,244 @@ fn nothing_of_a_bad_batch_is_written_even_past_the_insert_size() {
         "no row of the bad batch"
     );
     assert_eq!(cursor_seq(&url), Some(2));
+}
+
+// ---------------------------------------------------------------- compacted batches
+
+/// Events 1–4 of table `t`: insert key 1, delete key 1, insert key 2, update
+/// key 2. Compaction folds 1 into 2 and 3 into 4.
+fn folding_events() -> Vec<J> {
+    vec![
+        ins(1, "t", vec![int(1), text("one")]),
+        del(2, "t", vec![int(1), text("one")]),
+        ins(3, "t", vec![int(2), text("two")]),
+        upd(
+            4,
+            "t",
+            vec![int(2), text("two")],
+            vec![int(2), text("two updated")],
+        ),
+    ]
+}
+
+/// The batch 0→4 of [`folding_events`] through the real `mooncdc-compact`
+/// (`extra`: its options); checked to be one batch marked compacted.
+#[track_caller]
+fn compacted_0_to_4(extra: &[&str]) -> Vec<u8> {
+    let full = Spec::new(0, 4)
+        .schemas(vec![kv_schema("t")])
+        .events(folding_events());
+    let r = exec(COMPACT, extra, Some(full.jsonl().as_bytes()));
+    expect(&r, 0, "mooncdc-compact");
+    let batches = if extra.contains(&"json") {
+        common::json_batches(&r.stdout)
+    } else {
+        common::batches(&r.stdout)
+    };
+    assert_eq!(batches.len(), 1, "{}", r.stdout_str());
+    let b = &batches[0];
+    assert!(
+        b.compacted && b.start.sequence() == 0 && b.end.sequence() == 4 && b.events.len() < 4,
+        "compact should fold events of 0→4 and mark the batch compacted:\n{}",
+        r.stdout_str()
+    );
+    r.stdout
+}
+
+/// A target holding event 1 (cursor 1) refuses the compacted 0→4 batch, JSONL
+/// or JSON: it would skip the folded insert of key 1 and so never see its
+/// delete. Nothing is written, the cursor stays; the uncompacted 1→4 then
+/// brings the target to the source's state.
+#[test]
+fn a_compacted_batch_across_the_cursor_is_refused() {
+    let db = ch::db("compacted_across_cursor");
+    let url = db.url();
+    let ev = folding_events();
+    let first = Spec::new(0, 1)
+        .schemas(vec![kv_schema("t")])
+        .event(ev[0].clone());
+    apply_ok(&url, first.jsonl().as_bytes(), &[]);
+    assert_eq!(cursor_seq(&url), Some(1));
+    let raw_before = db.rows("SELECT * FROM t ORDER BY id");
+
+    for extra in [&[][..], &["--output-format", "json"][..]] {
+        let compacted = compacted_0_to_4(extra);
+        let err = apply_fails(&url, &compacted, &[]);
+        assert!(
+            err.contains("was compacted"),
+            "the error should say the batch was compacted ({extra:?}): {err}"
+        );
+        assert_eq!(cursor_seq(&url), Some(1), "the cursor moved ({extra:?})");
+        assert_rows(
+            &format!("view after the refusal ({extra:?})"),
+            &strs(&[&["1", "one"]]),
+            &kv_view(&db, "t"),
+        );
+        assert_eq!(
+            db.rows("SELECT * FROM t ORDER BY id"),
+            raw_before,
+            "the refused batch wrote rows ({extra:?})"
+        );
+    }
+
+    // The uncompacted changes after the cursor apply.
+    let rest = Spec::new(1, 4)
+        .schemas(vec![kv_schema("t")])
+        .events(ev[1..].to_vec());
+    let s = apply_ok(&url, rest.jsonl().as_bytes(), &[]);
+    assert_eq!((s.applied, s.skipped), (3, 0), "{s:?}");
+    assert_eq!(cursor_seq(&url), Some(4));
+    assert_rows(
+        "view after 1→4",
+        &strs(&[&["2", "two updated"]]),
+        &kv_view(&db, "t"),
+    );
+}
+
+/// A target holding none of a compacted batch applies it (and one holding all
+/// of it skips it): same state as the uncompacted changes.
+#[test]
+fn a_compacted_batch_applies_to_a_target_without_a_cursor() {
+    let db = ch::db("compacted_fresh");
+    let url = db.url();
+    let compacted = compacted_0_to_4(&[]);
+    apply_ok(&url, &compacted, &[]);
+    assert_eq!(cursor_seq(&url), Some(4));
+    assert_rows(
+        "view after the compacted batch",
+        &strs(&[&["2", "two updated"]]),
+        &kv_view(&db, "t"),
+    );
+    // Held through its end: skipped, nothing changes.
+    let s = apply_ok(&url, &compacted, &[]);
+    assert_eq!(s.applied, 0, "{s:?}");
+    assert_eq!(cursor_seq(&url), Some(4));
+    assert_rows(
+        "view after the replay",
+        &strs(&[&["2", "two updated"]]),
+        &kv_view(&db, "t"),
+    );
+}
+
+// ---------------------------------------------------------------- snapshot into a table that holds rows
+
+/// A target whose table `t` holds row 9 "stale" but which holds no cursor:
+/// a batch applied, then `_mooncdc_cursor` emptied by hand.
+#[track_caller]
+fn stale_target(name: &str) -> (ChDb, String) {
+    let db = ch::db(name);
+    let url = db.url();
+    let b = Spec::new(0, 1).schemas(vec![kv_schema("t")]).event(ins(
+        1,
+        "t",
+        vec![int(9), text("stale")],
+    ));
+    apply_ok(&url, b.jsonl().as_bytes(), &[]);
+    db.query("TRUNCATE TABLE `_mooncdc_cursor`");
+    assert_eq!(cursor_seq(&url), None);
+    assert_rows("stale row", &strs(&[&["9", "stale"]]), &kv_view(&db, "t"));
+    (db, url)
+}
+
+/// A JSONL snapshot of `t` at cursor 5: rows 1 "a" and 2 "b".
+fn snapshot_rows_at_5() -> String {
+    format!(
+        "{}\n{}\n{}\n{}\n",
+        json!({"kind": "header", "format": "mooncdc.snapshot-jsonl.v1", "cursor": common::cursor(SRC, 5), "schemas": [kv_schema("t")]}),
+        json!({"kind": "row", "table": "t", "row": [int(1), text("a")]}),
+        json!({"kind": "row", "table": "t", "row": [int(2), text("b")]}),
+        json!({"kind": "commit", "count": "2"})
+    )
+}
+
+/// By default a snapshot into a table holding rows (no cursor) is refused,
+/// naming the table and the option, and changes nothing; `--existing-rows
+/// replace` then empties the table and loads only the snapshot's rows.
+#[test]
+fn a_snapshot_into_a_table_holding_rows_is_refused_then_replaces() {
+    let (db, url) = stale_target("existing_rows_refuse");
+    let snap = snapshot_rows_at_5();
+    let err = apply_fails(&url, snap.as_bytes(), &[]);
+    assert!(
+        err.contains("\"t\"") && err.contains("--existing-rows"),
+        "the error should name the table and --existing-rows: {err}"
+    );
+    assert_eq!(cursor_seq(&url), None, "a refused snapshot stored a cursor");
+    assert_rows(
+        "view after the refusal",
+        &strs(&[&["9", "stale"]]),
+        &kv_view(&db, "t"),
+    );
+    assert_eq!(db.query("SELECT count() FROM t").trim(), "1");
+
+    apply_ok(&url, snap.as_bytes(), &["--existing-rows", "replace"]);
+    assert_rows(
+        "view after --existing-rows replace",
+        &strs(&[&["1", "a"], &["2", "b"]]),
+        &kv_view(&db, "t"),
+    );
+    assert_eq!(db.query("SELECT count() FROM t").trim(), "2");
+    let c = ch_cursor(&url).expect("a cursor after the snapshot");
+    assert_eq!((c.source.as_str(), c.sequence()), (SRC, 5));
+}
+
+/// `--existing-rows keep` loads the snapshot beside the rows held.
+#[test]
+fn existing_rows_keep_loads_the_snapshot_beside_the_held_rows() {
+    let (db, url) = stale_target("existing_rows_keep");
+    apply_ok(
+        &url,
+        snapshot_rows_at_5().as_bytes(),
+        &["--existing-rows", "keep"],
+    );
+    assert_rows(
+        "view after --existing-rows keep",
+        &strs(&[&["1", "a"], &["2", "b"], &["9", "stale"]]),
+        &kv_view(&db, "t"),
+    );
+    assert_eq!(cursor_seq(&url), Some(5));
+}
+
+/// `--existing-rows replace` empties a table only once the snapshot is known
+/// to be whole: a truncated one (no commit line) leaves the held rows.
+#[test]
+fn a_truncated_snapshot_with_existing_rows_replace_keeps_the_held_rows() {
+    let (db, url) = stale_target("existing_rows_truncated");
+    let snap = snapshot_rows_at_5();
+    let truncated: String = snap.lines().take(3).map(|l| format!("{l}\n")).collect();
+    assert!(!truncated.contains("\"commit\""));
+    let err = apply_fails(&url, truncated.as_bytes(), &["--existing-rows", "replace"]);
+    assert!(err.contains("truncated"), "{err}");
+    assert_eq!(cursor_seq(&url), None);
+    assert_rows(
+        "view after the truncated snapshot",
+        &strs(&[&["9", "stale"]]),
+        &kv_view(&db, "t"),
+    );
+    assert_eq!(
+        db.query("SELECT count() FROM t").trim(),
+        "1",
+        "rows of the truncated snapshot were written"
+    );
+}
+
+// ---------------------------------------------------------------- a malformed URL, no server
+
+/// A ClickHouse URL whose port is not a number is the user's typing: exit 2
+/// (usage), saying the host and port are not valid, before any request. No
+/// server is needed, so this test never starts one.
+#[test]
+fn a_clickhouse_url_with_a_bad_port_is_a_usage_error() {
+    let input = next_kv_batch().jsonl();
+    let url = "clickhouse://u@127.0.0.1:notaport/db";
+    let r = apply(url, input.as_bytes(), &[]);
+    expect(&r, 2, &format!("apply --target {url}"));
+    assert!(
+        r.stderr.contains("host and port")
+            && r.stderr.contains("not valid")
+            && r.stderr.contains("127.0.0.1:notaport"),
+        "the error should say the host and port are not valid: {}",
+        r.stderr
+    );
+    assert!(r.stdout.is_empty(), "{}", r.stdout_str());
 }

@@ -1290,6 +1290,34 @@ proptest! {
         prop_assert_eq!(enc_events(&out[0].events), enc_events(&c));
     }
 
+    /// A target that already holds part of a history is given the compacted
+    /// batch of all of it: it either refuses (only when the batch is marked
+    /// compacted and the target's cursor lies strictly inside it) or ends in
+    /// exactly the state of the uncompacted stream. Never a silent divergence.
+    #[test]
+    fn a_target_holding_part_of_a_compacted_batch_refuses_it_or_ends_right(
+        h in history_strategy(40),
+        cut in any::<Index>(),
+    ) {
+        let k = cut.index(h.events.len() + 1);
+        let held_to = if k == 0 { h.start } else { h.events[k - 1].sequence };
+        let prefix = history_batch(&h, h.events[..k].to_vec(), h.start, held_to);
+        let full = history_batch(&h, h.events.clone(), h.start, h.end);
+        let plain = apply_all(&[&full])?;
+        let out = stream_compact(&[&full])?;
+        prop_assert_eq!(out.len(), 1);
+        prop_assert_eq!(out[0].compacted, out[0].events.len() < h.events.len());
+        let mut t = apply_all(&[&prefix])?;
+        match t.apply(&out[0]) {
+            Ok(()) => prop_assert_eq!(target_state(&t), target_state(&plain),
+                "held through {}; compacted:\n{}", held_to, enc_events(&out[0].events).join("\n")),
+            Err(e) => prop_assert!(
+                out[0].compacted && held_to > h.start && held_to < h.end,
+                "refused without cause (held through {held_to}): {e}"
+            ),
+        }
+    }
+
     #[test]
     fn compaction_is_idempotent(h in history_strategy(40)) {
         let once = compacted(&h, &h.events)?;

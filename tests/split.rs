@@ -776,3 +776,34 @@ fn closed_downstream_pipe_ends_quietly() {
         assert_eq!(code, Some(0), "pipeline status (split's, with pipefail)");
     }
 }
+
+/// `--prefix` is part of a file name: one that names another folder is a
+/// usage error, and nothing is written or created anywhere.
+#[test]
+fn a_prefix_with_a_path_separator_is_a_usage_error() {
+    let input = Spec::new(0, 4).events(inserts(&[1, 2, 3, 4], 1));
+    for prefix in ["../escaped", "a/b", "/abs", "a\\b", ""] {
+        let dir = tempdir();
+        std::fs::create_dir(dir.path().join("work")).unwrap();
+        let r = run_in(
+            SPLIT,
+            &[
+                "--max-events",
+                "2",
+                "--output-dir",
+                "out",
+                "--prefix",
+                prefix,
+            ],
+            Some(&input.jsonl()),
+            Some(&dir.path().join("work")),
+        );
+        r.expect_code(2).stdout_empty();
+        assert!(r.stderr.contains("prefix"), "{}", r.stderr);
+        assert_eq!(list(dir.path()), vec!["work"], "prefix {prefix:?}");
+        assert!(
+            list(&dir.path().join("work")).is_empty(),
+            "prefix {prefix:?}"
+        );
+    }
+}
