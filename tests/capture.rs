@@ -1148,6 +1148,543 @@ fn an_infinite_real_fails_the_read_clearly() {
     assert!(!String::from_utf8_lossy(&r.stdout).contains(r#""kind":"commit""#));
 }
 
+/// The way out of a value capture cannot carry, as docs/OPERATIONS.md §8 gives
+/// it (after the row is fixed): a new target from a new snapshot, caught up,
+/// its cursor acknowledged, put in place of the old one.
+const NEW_SNAPSHOT_WAY_OUT: &str = r#"mooncdc-snapshot --source sqlite:app.db | mooncdc-apply --target sqlite:proj.new.db
+mooncdc-capture --source sqlite:app.db --after "$(mooncdc-apply cursor --target sqlite:proj.new.db)" \
+  | mooncdc-apply --target sqlite:proj.new.db
+mooncdc-capture ack --source sqlite:app.db --cursor "$(mooncdc-apply cursor --target sqlite:proj.new.db)"
+# stop every program that uses proj.db, then:
+rm -f proj.db-wal proj.db-shm && mv proj.new.db proj.db
+"#;
+
+/// Run documented shell commands in the test's folder, with the built tools
+/// on `PATH` and `app.db` standing for the source `src.db`.
+fn run_documented(db: &Dbs, script: &str) -> common::Run {
+    let tools = bin(CAPTURE)
+        .parent()
+        .expect("the tools' folder")
+        .display()
+        .to_string();
+    let dir = db.dir.path().display().to_string();
+    exec_program(
+        std::path::Path::new("bash"),
+        &[
+            "-c",
+            &format!(
+                "set -euo pipefail; cd {}; PATH={}:\"$PATH\"\n{}",
+                shell_quote(&dir),
+                shell_quote(&tools),
+                script.replace("app.db", "src.db")
+            ),
+        ],
+        None,
+    )
+}
+
+/// Whether a batch stream holds a commit line.
+fn has_commit(out: &[u8]) -> bool {
+    String::from_utf8_lossy(out)
+        .lines()
+        .any(|l| l.starts_with(r#"{"kind":"commit""#))
+}
+
+/// A cursor of `source` at `seq`, as JSON.
+fn cursor_json(source: &str, seq: u128) -> String {
+    format!(r#"{{"source":"{source}","sequence":"{seq}"}}"#)
+}
+
+/// A row holding a value the wire cannot carry (written by the sqlite3 shell
+/// with `bad`) stops every read at its change; fixing the row (`fix`) is
+/// logged as an update whose before image holds the value, so reads keep
+/// failing. The documented way out (docs/OPERATIONS.md §8) must end in a
+/// target that is equal to the source and a pipeline that runs again.
+fn a_value_capture_cannot_carry_is_recovered_with_a_new_snapshot(bad: &str, fix: &str, rule: &str) {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE items(id INTEGER PRIMARY KEY, name TEXT, price REAL)");
+    let id = db.init(&[]);
+    db.src_sql("INSERT INTO items VALUES (1, 'tea', 2.5)");
+    let r = pipeline(&format!(
+        "{{snapshot}} --source {} | {{apply}} --target {}",
+        shell_quote(&db.src_url()),
+        shell_quote(&db.proj_url())
+    ));
+    expect(&r, 0, "bootstrap of the target");
+    let old = db.target_cursor().expect("the target holds a cursor");
+    assert_eq!(old.sequence(), 1);
+    let old = old.to_json();
+
+    // Change 2 holds the bad value, change 3 is a good one after it.
+    expect(&db.sqlite3(bad), 0, "sqlite3 writes the bad row");
+    db.src_sql("INSERT INTO items VALUES (3, 'jam', 4.0)");
+    let refused = |after: &str, change: u128, what: &str| {
+        let r = db.capture(&["--after", after]);
+        expect(&r, 1, what);
+        let at = format!("change {change} of table \"items\"");
+        assert!(
+            r.stderr.contains(&at) && r.stderr.contains(rule),
+            "{what}: the message should name {at:?} and say {rule:?}: {}",
+            r.stderr
+        );
+        assert!(
+            !has_commit(&r.stdout),
+            "{what}: a failed read must not write a commit line:\n{}",
+            String::from_utf8_lossy(&r.stdout)
+        );
+    };
+    refused(&old, 2, "read over the bad change");
+    // In the pipeline apply gets a batch without its commit line and applies nothing.
+    let r = pipeline(&format!(
+        "{{capture}} --source {s} --after \"$({{apply}} cursor --target {t})\" \
+         | {{apply}} --target {t}",
+        s = shell_quote(&db.src_url()),
+        t = shell_quote(&db.proj_url())
+    ));
+    expect(&r, 1, "the catch-up pipeline over the bad change");
+    assert!(r.stderr.contains(rule), "{}", r.stderr);
+    assert!(r.stderr.contains("truncated stream"), "{}", r.stderr);
+    assert_eq!(db.target_cursor().unwrap().sequence(), 1);
+    // A snapshot refuses the row as well, naming the table.
+    let r = exec(SNAPSHOT, &["--source", &db.src_url()], None);
+    expect(&r, 1, "snapshot of the bad row");
+    assert!(
+        r.stderr.contains("\"items\"") && r.stderr.contains(rule),
+        "{}",
+        r.stderr
+    );
+
+    // The application fixes the row (change 4): reads still fail, at the bad
+    // insert, and from after it at the fix, whose before image holds the value.
+    db.src_sql(fix);
+    assert_eq!(db.status().high_water, 4);
+    refused(&old, 2, "read over the bad change after the fix");
+    refused(
+        &cursor_json(&id, 3),
+        4,
+        "read of the fix (its before image holds the bad value)",
+    );
+
+    // The documented way out, run as written.
+    let r = run_documented(&db, NEW_SNAPSHOT_WAY_OUT);
+    expect(
+        &r,
+        0,
+        "the documented way out (new snapshot, catch up, ack, swap)",
+    );
+    assert!(
+        !db.path("proj.new.db").exists(),
+        "the new target was moved into place"
+    );
+    let new = db.target_cursor().expect("the new target holds a cursor");
+    assert_eq!(new.source, id);
+    assert_eq!(new.sequence(), 4, "the new snapshot is taken after the fix");
+    let st = db.status();
+    assert_eq!((st.acknowledged, st.backlog), (4, 0), "{st:?}");
+    // Acknowledging the new cursor (again) succeeds.
+    expect(
+        &db.capture_cmd("ack", &["--cursor", &new.to_json()]),
+        0,
+        "ack of the new target's cursor",
+    );
+    // Capture after the new cursor succeeds and applies; the target is equal.
+    let (raw, b) = db.capture_ok(&["--after", &new.to_json()]);
+    assert_eq!((b.len(), events(&b).len()), (1, 0));
+    let s = db.apply_ok(&raw);
+    assert_eq!(s.cursor.map(|c| c.sequence()), Some(4));
+    db.audit_equal();
+    db.assert_same_rows(&["items"]);
+    db.sqldiff_clean(&["items"]);
+    // The old target's cursor can no longer be fed: its changes are gone.
+    let r = db.capture(&["--after", &old]);
+    expect(&r, 1, "read after the old target's cursor");
+    assert!(r.stderr.contains("acknowledged position 4"), "{}", r.stderr);
+    // The pipeline runs on as before.
+    db.src_sql("UPDATE items SET price = 5.0 WHERE id = 2; DELETE FROM items WHERE id = 3;");
+    let (_, s) = db.catch_up();
+    assert_eq!((s.applied, s.cursor.map(|c| c.sequence())), (2, Some(6)));
+    db.audit_equal();
+    db.assert_same_rows(&["items"]);
+}
+
+#[test]
+fn an_infinite_real_is_recovered_with_a_new_snapshot_after_the_fix() {
+    a_value_capture_cannot_carry_is_recovered_with_a_new_snapshot(
+        "INSERT INTO items VALUES (2, 'cake', 1e999);",
+        "UPDATE items SET price = 3.75 WHERE id = 2",
+        "REAL inf cannot be carried",
+    );
+}
+
+#[test]
+fn text_that_is_not_utf8_is_recovered_with_a_new_snapshot_after_the_fix() {
+    a_value_capture_cannot_carry_is_recovered_with_a_new_snapshot(
+        "INSERT INTO items VALUES (2, CAST(x'ff' AS TEXT), 3.75);",
+        "UPDATE items SET name = 'cake' WHERE id = 2",
+        "TEXT is not valid UTF-8",
+    );
+}
+
+// ---------------------------------------------------------------- events over the line cap
+
+#[test]
+fn an_event_over_max_line_bytes_fails_the_read_without_a_commit() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, b BLOB)");
+    db.init(&[]);
+    let mut rng = Rng::new(0x11_2E_CA9);
+    let big: Vec<u8> = (0..2000).map(|_| rng.next() as u8).collect();
+    {
+        let c = db.src_conn();
+        c.execute("INSERT INTO t VALUES (1, x'00')", []).unwrap();
+        c.execute("INSERT INTO t VALUES (2, ?1)", [&big]).unwrap();
+        c.execute("INSERT INTO t VALUES (3, x'01')", []).unwrap();
+    }
+    // Event 2 is about 4 KB on the wire.
+    let r = db.capture(&["--max-line-bytes", "1000"]);
+    expect(&r, 1, "read of an event over --max-line-bytes 1000");
+    for needle in [
+        "event 2",
+        "table \"t\"",
+        "limit of 1000 bytes",
+        "--max-line-bytes",
+    ] {
+        assert!(
+            r.stderr.contains(needle),
+            "the message should name {needle:?}: {}",
+            r.stderr
+        );
+    }
+    // The header and event 1 may be written, but neither event 2 nor a commit
+    // line: nothing of the batch can be applied.
+    assert!(
+        !has_commit(&r.stdout),
+        "a refused read must not write a commit line:\n{}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+    assert!(
+        !String::from_utf8_lossy(&r.stdout).contains(&hex::encode(&big)),
+        "the refused event must not be written"
+    );
+    let a = db.apply(&r.stdout, &[]);
+    expect(&a, 1, "apply of the refused read's output");
+    assert!(a.stderr.contains("truncated stream"), "{}", a.stderr);
+    assert!(db.target_cursor().is_none(), "nothing may be applied");
+    // The cap is per event: the event before it reads under the same cap.
+    let (_, b) = db.capture_ok(&["--max-line-bytes", "1000", "--max-events", "1"]);
+    assert_events(&[e_ins("t", vec![vi(1), vb(&[0])])], &events(&b));
+
+    // Under a cap it fits, capture writes it and apply reads it with the same cap.
+    let (raw, b) = db.capture_ok(&["--max-line-bytes", "100000"]);
+    assert_events(
+        &[
+            e_ins("t", vec![vi(1), vb(&[0])]),
+            e_ins("t", vec![vi(2), vb(&big)]),
+            e_ins("t", vec![vi(3), vb(&[1])]),
+        ],
+        &events(&b),
+    );
+    let a = db.apply(&raw, &["--max-line-bytes", "100000"]);
+    expect(&a, 0, "apply --max-line-bytes 100000");
+    assert_eq!(Summary::parse(&a.stderr).applied, 3);
+    db.audit_equal();
+    db.assert_same_rows(&["t"]);
+
+    // The N the message asks for works for capture and for apply alike.
+    let n: String = r
+        .stderr
+        .split_once("N ≥ ")
+        .map(|(_, rest)| rest.chars().take_while(char::is_ascii_digit).collect())
+        .unwrap_or_default();
+    assert!(!n.is_empty(), "the message should name N: {}", r.stderr);
+    let (raw_n, _) = db.capture_ok(&["--max-line-bytes", &n]);
+    assert_eq!(raw_n, raw);
+    let other = format!("sqlite:{}", db.path_str("other.db"));
+    let a = exec(
+        APPLY,
+        &["--target", &other, "--max-line-bytes", &n],
+        Some(&raw_n),
+    );
+    expect(&a, 0, "apply with the N the message names");
+}
+
+#[test]
+fn capture_refuses_by_default_an_event_line_that_apply_refuses_by_default() {
+    // 33 MiB of BLOB is 66 MiB of hex: over the 64 MiB (67108864 bytes) line
+    // cap that readers apply by default.
+    const BLOB: usize = 33 * 1024 * 1024;
+    const CAP: u64 = 64 * 1024 * 1024;
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE files(id INTEGER PRIMARY KEY, data BLOB)");
+    db.init(&[]);
+    db.src_sql(&format!(
+        "INSERT INTO files VALUES (1, x'00'); INSERT INTO files VALUES (2, randomblob({BLOB}));"
+    ));
+    let r = db.capture(&[]);
+    expect(&r, 1, "read with default options of an event over 64 MiB");
+    for needle in [
+        "event 2",
+        "table \"files\"",
+        "limit of 67108864 bytes",
+        "--max-line-bytes",
+    ] {
+        assert!(
+            r.stderr.contains(needle),
+            "the message should name {needle:?}: {}",
+            r.stderr
+        );
+    }
+    assert!(
+        !has_commit(&r.stdout),
+        "a refused read must not write a commit line"
+    );
+    assert!(
+        r.stdout.len() < 1 << 20,
+        "the refused event must not be written ({} bytes written)",
+        r.stdout.len()
+    );
+
+    // With the cap raised on capture and on apply, the pipeline works.
+    let f = db.path_str("big.jsonl");
+    let r = pipeline(&format!(
+        "{{capture}} --source {} --max-line-bytes 200000000 | tee {} \
+         | {{apply}} --max-line-bytes 200000000 --target {}",
+        shell_quote(&db.src_url()),
+        shell_quote(&f),
+        shell_quote(&db.proj_url())
+    ));
+    expect(
+        &r,
+        0,
+        "capture | apply, both with --max-line-bytes 200000000",
+    );
+    let s = Summary::parse(&r.stderr);
+    assert_eq!((s.applied, s.cursor.map(|c| c.sequence())), (2, Some(2)));
+    assert!(
+        std::fs::metadata(&f).unwrap().len() > CAP,
+        "the stream should hold a line over 64 MiB"
+    );
+    db.audit_equal();
+    db.sqldiff_clean(&["files"]);
+    // apply with its default cap refuses that stream, at the same limit.
+    let other = format!("sqlite:{}", db.path_str("other.db"));
+    let a = exec(APPLY, &["--target", &other, &f], None);
+    expect(&a, 1, "apply with default options of a line over 64 MiB");
+    assert!(
+        a.stderr.contains("67108864") && a.stderr.contains("--max-line-bytes"),
+        "{}",
+        a.stderr
+    );
+}
+
+// ---------------------------------------------------------------- wide tables
+
+/// `CREATE TABLE wide(id INTEGER PRIMARY KEY, c1, …)` with `n` columns in
+/// all, declared INTEGER, REAL, TEXT, BLOB and without a type in turn.
+fn wide_table_sql(n: usize) -> String {
+    const TYPES: [&str; 5] = [" INTEGER", " REAL", " TEXT", " BLOB", ""];
+    let mut cols = vec!["id INTEGER PRIMARY KEY".to_string()];
+    cols.extend((1..n).map(|i| format!("c{i}{}", TYPES[i % 5])));
+    format!("CREATE TABLE wide({})", cols.join(", "))
+}
+
+/// A row of [`wide_table_sql`]`(n)`: a value of each column's class, NULLs
+/// and REALs in the untyped columns.
+fn wide_row_sql(id: i64, n: usize) -> String {
+    let mut v = vec![id.to_string()];
+    v.extend((1..n).map(|i| match i % 5 {
+        0 => (id * 100_000 + i as i64).to_string(),
+        1 => format!("{i}.{id}"),
+        2 => format!("'r{id} c{i} é'"),
+        3 => format!("x'{i:04x}{id:02x}'"),
+        _ if i % 2 == 0 => "NULL".to_string(),
+        _ => format!("-{i}.25e-300"),
+    }));
+    format!("INSERT INTO wide VALUES ({})", v.join(", "))
+}
+
+/// The number of columns of the change log.
+fn log_columns(db: &Dbs) -> i64 {
+    db.src_conn()
+        .query_row(
+            "SELECT count(*) FROM pragma_table_info('_mooncdc_log')",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+/// Every row of `wide` in key order, exactly (class, REAL bits, bytes); the
+/// shared `dump` reads three values a column, over SQLite's 2000.
+fn wide_rows(conn: &rusqlite::Connection) -> Vec<Vec<Cell>> {
+    use rusqlite::types::ValueRef;
+    let mut st = conn.prepare("SELECT * FROM wide ORDER BY id").unwrap();
+    let n = st.column_count();
+    let mut rows = st.query([]).unwrap();
+    let mut out = Vec::new();
+    while let Some(r) = rows.next().unwrap() {
+        out.push(
+            (0..n)
+                .map(|i| match r.get_ref(i).unwrap() {
+                    ValueRef::Null => Cell::Null,
+                    ValueRef::Integer(n) => Cell::Int(n),
+                    ValueRef::Real(x) => Cell::Real(x.to_bits()),
+                    ValueRef::Text(b) => Cell::Text(b.to_vec()),
+                    ValueRef::Blob(b) => Cell::Blob(b.to_vec()),
+                })
+                .collect(),
+        );
+    }
+    out
+}
+
+/// Every schema object of MoonCDC in the source (tables, triggers, indexes), with its SQL.
+fn mooncdc_objects(db: &Dbs) -> Vec<String> {
+    let c = db.src_conn();
+    let mut st = c
+        .prepare(
+            "SELECT type || ' ' || name || ' ' || ifnull(sql, '') FROM sqlite_schema
+             WHERE substr(name, 1, 9) = '_mooncdc_' OR substr(tbl_name, 1, 9) = '_mooncdc_'
+             ORDER BY 1",
+        )
+        .unwrap();
+    let v = st
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<Vec<String>, _>>()
+        .unwrap();
+    v
+}
+
+#[test]
+fn a_table_over_998_columns_is_refused_by_name_and_nothing_is_installed() {
+    let db = Dbs::new();
+    db.src_sql(&wide_table_sql(999));
+    db.src_sql("CREATE TABLE small(id INTEGER PRIMARY KEY, v TEXT)");
+    let url = db.src_url();
+    let refused = |args: &[&str], what: &str| {
+        let r = exec(CAPTURE, args, None);
+        expect(&r, 1, what);
+        assert!(
+            r.stderr.contains("table \"wide\" has 999 columns") && r.stderr.contains("998"),
+            "{what}: the message should name the table and the limit of 998 columns: {}",
+            r.stderr
+        );
+        assert!(r.stdout.is_empty(), "{what}: {}", r.stdout_str());
+    };
+    refused(&["init", "--source", &url], "init of every table");
+    // Nothing was installed: no capture table, no trigger.
+    assert_eq!(mooncdc_objects(&db), Vec::<String>::new());
+    let r = db.capture_cmd("status", &[]);
+    expect(&r, 1, "status after a refused init");
+    assert!(r.stderr.contains("not installed"), "{}", r.stderr);
+    refused(
+        &["init", "--source", &url, "--table", "wide"],
+        "init --table wide",
+    );
+    assert_eq!(mooncdc_objects(&db), Vec::<String>::new());
+
+    // Installed for another table, a refused init changes nothing either.
+    let id = db.init(&["small"]);
+    let installed = mooncdc_objects(&db);
+    assert!(
+        installed.iter().any(|o| o.starts_with("trigger _mooncdc_")),
+        "{installed:?}"
+    );
+    assert_eq!(log_columns(&db), 3 + 2 * 2);
+    refused(
+        &["init", "--source", &url, "--table", "wide"],
+        "init --table wide on an installed capture",
+    );
+    refused(
+        &["init", "--source", &url],
+        "init of every table on an installed capture",
+    );
+    assert_eq!(mooncdc_objects(&db), installed);
+    assert_eq!(log_columns(&db), 3 + 2 * 2);
+    expect(&db.capture_cmd("verify", &[]), 0, "verify");
+    let st = db.status();
+    assert_eq!((st.identity, st.tables), (id, "small".to_string()));
+    db.src_sql(&wide_row_sql(1, 999));
+    db.src_sql("INSERT INTO small VALUES (1, 'a')");
+    let (_, b) = db.capture_ok(&[]);
+    assert_events(&[e_ins("small", vec![vi(1), vt("a")])], &events(&b));
+}
+
+#[test]
+fn a_table_of_998_columns_is_captured_and_upgrade_refuses_a_999th() {
+    const N: usize = 998;
+    let db = Dbs::new();
+    db.src_sql(&wide_table_sql(N));
+    db.init(&[]);
+    // seq, tid, op and two values a column: one column under SQLite's 2000.
+    assert_eq!(log_columns(&db), 3 + 2 * N as i64);
+    db.src_sql(&wide_row_sql(1, N));
+    let r = pipeline(&format!(
+        "{{snapshot}} --source {} | {{apply}} --target {}",
+        shell_quote(&db.src_url()),
+        shell_quote(&db.proj_url())
+    ));
+    expect(&r, 0, "bootstrap of the target");
+    db.src_sql(&wide_row_sql(2, N));
+    db.src_sql(&wide_row_sql(3, N));
+    db.src_sql(
+        "UPDATE wide SET c1 = 7, c996 = -0.5, c997 = 'last' WHERE id = 2;
+         DELETE FROM wide WHERE id = 3;",
+    );
+    let (raw, s) = db.catch_up();
+    let b = common::batches(&raw);
+    let ev = events(&b);
+    assert_eq!(
+        ev.iter().map(|e| e.operation).collect::<Vec<_>>(),
+        vec![
+            Operation::Insert,
+            Operation::Insert,
+            Operation::Update,
+            Operation::Delete
+        ]
+    );
+    for e in &ev {
+        for img in [&e.before, &e.after].into_iter().flatten() {
+            assert_eq!(img.len(), N, "every image holds the {N} columns");
+        }
+    }
+    let after = ev[2].after.as_ref().unwrap();
+    assert_eq!(
+        (&after[1], &after[996], &after[997]),
+        (&vr(7.0), &vr(-0.5), &vt("last"))
+    );
+    assert_eq!((s.applied, s.cursor.map(|c| c.sequence())), (4, Some(5)));
+    db.audit_equal();
+    let rows = wide_rows(&db.src_conn());
+    assert_eq!(rows.len(), 2);
+    assert_rows_eq("wide", &rows, &wide_rows(&db.proj_conn()));
+    db.sqldiff_clean(&["wide"]);
+
+    // A 999th column: upgrade refuses the table by name and changes nothing.
+    db.src_sql("ALTER TABLE wide ADD COLUMN c998");
+    let before = mooncdc_objects(&db);
+    let r = db.capture_cmd("upgrade", &[]);
+    expect(&r, 1, "upgrade of a table grown to 999 columns");
+    assert!(
+        r.stderr.contains("table \"wide\" has 999 columns") && r.stderr.contains("998"),
+        "the message should name the table and the limit of 998 columns: {}",
+        r.stderr
+    );
+    assert_eq!(mooncdc_objects(&db), before);
+    assert_eq!(log_columns(&db), 3 + 2 * N as i64);
+    let r = db.capture_cmd("verify", &[]);
+    expect(&r, 1, "verify after the refused upgrade");
+    assert!(r.stderr.contains("\"wide\""), "{}", r.stderr);
+    // The triggers installed before still capture the 998 columns.
+    db.src_sql("UPDATE wide SET c2 = 'after the alter' WHERE id = 1");
+    let (_, b) = db.capture_ok(&["--after", &db.target_cursor().unwrap().to_json()]);
+    let ev = events(&b);
+    assert_eq!(ev.len(), 1);
+    let after = ev[0].after.as_ref().unwrap();
+    assert_eq!((after.len(), &after[2]), (N, &vt("after the alter")));
+}
+
 // ---------------------------------------------------------------- follow
 
 /// The complete batches at the start of `bytes` (up to the last commit line).
@@ -1324,4 +1861,52 @@ fn follow_acknowledges_only_what_the_target_durably_holds() {
     let (_, s) = db.catch_up();
     assert_eq!(s.applied, 1);
     db.audit_equal();
+}
+
+/// capture's `--max-line-bytes` counts a line as the readers do (without its
+/// newline): a line of exactly N bytes passes both, one byte more fails both;
+/// and a limit of 0 is a usage error, as on the other tools.
+#[test]
+fn capture_and_apply_agree_on_the_line_cap_boundary() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, b BLOB)");
+    db.init(&[]);
+    db.src_sql("INSERT INTO t VALUES (1, zeroblob(1500))");
+    let (raw, _) = db.capture_ok(&[]);
+    let text = String::from_utf8(raw).unwrap();
+    let event = text.lines().find(|l| l.contains("\"event\"")).unwrap();
+    let n = event.len().to_string();
+    let less = (event.len() - 1).to_string();
+    let (ok, _) = db.capture_ok(&["--max-line-bytes", &n]);
+    expect(
+        &db.apply(&ok, &["--max-line-bytes", &n]),
+        0,
+        "apply at exactly N",
+    );
+    expect(
+        &exec(
+            APPLY,
+            &[
+                "--target",
+                &format!("sqlite:{}", db.path_str("x.db")),
+                "--max-line-bytes",
+                &less,
+            ],
+            Some(&ok),
+        ),
+        1,
+        "apply under N",
+    );
+    let r = db.capture(&["--max-line-bytes", &less]);
+    expect(&r, 1, "capture under N");
+    assert!(
+        r.stderr.contains("given by --max-line-bytes"),
+        "{}",
+        r.stderr
+    );
+    expect(
+        &db.capture(&["--max-line-bytes", "0"]),
+        2,
+        "capture --max-line-bytes 0",
+    );
 }

@@ -173,8 +173,11 @@ fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
         .ok_or_else(|| Error::usage("--source is required (e.g. --source sqlite:app.db)"))?;
     let src = source(&url, &r.pg)?;
     let after = cli::cursor_arg(r.after.after.as_deref(), r.after.after_file.as_deref())?;
-    if r.max_events == Some(0) || r.max_bytes == Some(0) {
-        return Err(Error::usage("--max-events and --max-bytes must be positive").into());
+    if r.max_events == Some(0) || r.max_bytes == Some(0) || r.max_line_bytes == Some(0) {
+        return Err(Error::usage(
+            "--max-events, --max-bytes and --max-line-bytes must be positive",
+        )
+        .into());
     }
     let limits = ReadLimits {
         max_events: r.max_events,

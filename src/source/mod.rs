@@ -28,11 +28,18 @@ impl ReadLimits {
     /// Refuse an event whose line is longer than the line cap, naming it, so
     /// a huge value stops capture with a way forward instead of a stream that
     /// no tool downstream will read.
-    pub fn check_line(&self, len: usize, e: &Event) -> Result<()> {
+    /// `line` is the event's JSONL line with its newline, which the readers'
+    /// line cap does not count.
+    pub fn check_line(&self, line: &[u8], e: &Event) -> Result<()> {
+        let len = line.strip_suffix(b"\n").unwrap_or(line).len() as u64;
         let cap = self.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES);
-        if len as u64 > cap {
+        if len > cap {
+            let which = match self.max_line_bytes {
+                Some(_) => "given by --max-line-bytes",
+                None => "that mooncdc-apply and the stream tools read by default",
+            };
             return Err(Error::data(format!(
-                "event {} ({} on table {:?}) encodes to a line of {len} bytes, over the line limit of {cap} bytes that mooncdc-apply and the stream tools read by default; read it with --max-line-bytes N (N ≥ {len}) and give every tool that reads the stream the same --max-line-bytes N",
+                "event {} ({} on table {:?}) encodes to a line of {len} bytes, over the line limit of {cap} bytes {which}; read it with --max-line-bytes N (N ≥ {len}) and give every tool that reads the stream the same --max-line-bytes N",
                 e.sequence,
                 e.operation.as_str(),
                 e.table

@@ -198,7 +198,7 @@ fn widen_log(conn: &Connection, schema: &Schema) -> Result<()> {
     let n = schema.columns.len();
     if n > MAX_CAPTURED_COLUMNS {
         return Err(Error::data(format!(
-            "table {:?} has {n} columns; SQLite capture takes tables of at most {MAX_CAPTURED_COLUMNS} columns (its change log holds two values a column, within SQLite's limit of 2000); leave the table out with --table",
+            "table {:?} has {n} columns; SQLite capture takes tables of at most {MAX_CAPTURED_COLUMNS} columns (its change log holds two values a column, within SQLite's limit of 2000); leave it out of capture (init --table names the tables to capture)",
             schema.table
         )));
     }
@@ -818,7 +818,7 @@ pub fn read_in(
             };
             line.clear();
             write_event_line(&mut line, &e);
-            limits.check_line(line.len(), &e)?;
+            limits.check_line(&line, &e)?;
             if written > 0
                 && limits
                     .max_bytes

@@ -636,7 +636,7 @@ impl PgSource {
                                 }
                                 let e = catalog.event(seq, msg)?;
                                 let len = w.encoded_len(&e) as u64;
-                                limits.check_line(len as usize, &e)?;
+                                limits.check_line(&w.line, &e)?;
                                 // Like SQLite reads: stop before the bytes written
                                 // would exceed the limit (one event at least).
                                 if total > 0 && limits.max_bytes.is_some_and(|m| bytes + len > m) {
