@@ -1332,7 +1332,7 @@ fn an_event_over_max_line_bytes_fails_the_read_without_a_commit() {
     let db = Dbs::new();
     db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, b BLOB)");
     db.init(&[]);
-    let mut rng = Rng::new(0x11_2E_CA9);
+    let mut rng = Rng::new(0x0112_ECA9);
     let big: Vec<u8> = (0..2000).map(|_| rng.next() as u8).collect();
     {
         let c = db.src_conn();
