@@ -241,12 +241,12 @@ fn compare_table(
 /// Where the audit's target rows come from.
 pub enum AuditTarget<'a> {
     Sqlite(&'a Path),
-    ClickHouse(&'a crate::target::clickhouse::ClickHouse),
+    ClickHouse(&'a crate::destination::clickhouse::ClickHouse),
 }
 
 enum OpenTarget<'a> {
     Sqlite(Connection),
-    ClickHouse(&'a crate::target::clickhouse::ClickHouse),
+    ClickHouse(&'a crate::destination::clickhouse::ClickHouse),
 }
 
 impl OpenTarget<'_> {
@@ -306,7 +306,7 @@ pub fn audit(
     let mut report = AuditReport {
         target_cursor: match &tgt {
             OpenTarget::Sqlite(c) if table_exists(c, "_mooncdc_cursor")? => {
-                crate::target::sqlite::stored_cursor(c)?
+                crate::destination::sqlite::stored_cursor(c)?
             }
             OpenTarget::Sqlite(_) => None,
             OpenTarget::ClickHouse(ch) => ch.cursor()?,

@@ -28,11 +28,11 @@
 
 pub mod audit;
 pub mod cli;
+pub mod destination;
 pub mod error;
 pub mod ops;
 pub mod source;
 pub mod sqlite_util;
-pub mod target;
 pub mod util;
 pub mod wire;
 

@@ -5,11 +5,11 @@
 //! dev profile. Failure persistence is off so that a failing run leaves no
 //! files behind; proptest prints the minimal failing input instead.
 
+use mooncdc::destination::memory::MemoryTarget;
 use mooncdc::ops::compact::{compact, compact_events};
 use mooncdc::ops::merge::merge;
 use mooncdc::ops::split::{split, SplitOptions};
 use mooncdc::ops::{OutputFormat, WriteSink};
-use mooncdc::target::memory::MemoryTarget;
 use mooncdc::wire::model::write_event;
 use mooncdc::wire::value::{
     parse_real_decimal, parse_real_pair, real_to_pair, write_row, write_value,

@@ -4,10 +4,10 @@ use clap::Parser;
 use mooncdc::cli::args::{ApplyArgs, ApplyCommand, EngineArg, ExistingRowsArg, OnConflictArg};
 use mooncdc::cli::url::Endpoint;
 use mooncdc::cli::{self, url, Input, Progress};
+use mooncdc::destination::clickhouse::{ChConfig, ClickHouse, Engine};
+use mooncdc::destination::sqlite::{read_cursor, ApplyStats, OnConflict, SqliteTarget};
+use mooncdc::destination::ExistingRows;
 use mooncdc::error::Error;
-use mooncdc::target::clickhouse::{ChConfig, ClickHouse, Engine};
-use mooncdc::target::sqlite::{read_cursor, ApplyStats, OnConflict, SqliteTarget};
-use mooncdc::target::ExistingRows;
 use std::process::ExitCode;
 
 enum Target {

@@ -5,8 +5,8 @@ use mooncdc::audit::{audit, write_summary, AuditFormat, AuditSource, AuditTarget
 use mooncdc::cli::args::{AuditArgs, AuditFormatArg};
 use mooncdc::cli::url::{self, Endpoint};
 use mooncdc::cli::{self, Progress};
+use mooncdc::destination::clickhouse::{ChConfig, ClickHouse, Engine};
 use mooncdc::source::postgres::PgSource;
-use mooncdc::target::clickhouse::{ChConfig, ClickHouse, Engine};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

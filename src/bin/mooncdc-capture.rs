@@ -189,9 +189,9 @@ fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
         None => None,
         Some(t) => match url::parse(t)? {
             Endpoint::ClickHouse(u) => {
-                let ch = mooncdc::target::clickhouse::ClickHouse::connect(
-                    mooncdc::target::clickhouse::ChConfig::parse(&u)?,
-                    mooncdc::target::clickhouse::Engine::Replacing,
+                let ch = mooncdc::destination::clickhouse::ClickHouse::connect(
+                    mooncdc::destination::clickhouse::ChConfig::parse(&u)?,
+                    mooncdc::destination::clickhouse::Engine::Replacing,
                 )?;
                 Some(Box::new(move || ch.cursor()))
             }
@@ -199,7 +199,7 @@ fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
                 let p = other.sqlite_path("target")?.clone();
                 Some(Box::new(move || {
                     if p.exists() {
-                        mooncdc::target::sqlite::read_cursor(&p)
+                        mooncdc::destination::sqlite::read_cursor(&p)
                     } else {
                         Ok(None)
                     }

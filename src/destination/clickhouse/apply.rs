@@ -1,0 +1,252 @@
+//! Applying batch streams and snapshots: rows held until a commit is
+//! checked, then sent in bounded inserts, then the cursor.
+
+use super::*;
+
+impl ClickHouse {
+    /// Send a table's held rows, in inserts cut at the recorded bounds.
+    pub(super) fn flush(&self, l: &Layout, held: &mut Held) -> Result<()> {
+        let total = held.spool.len();
+        if total == 0 {
+            return Ok(());
+        }
+        let cols: Vec<String> = l.schema.columns.iter().map(|c| qi(&c.name)).collect();
+        let cols = match self.engine {
+            Engine::Replacing => format!("{}, `_etl_version`, `_etl_deleted`", cols.join(", ")),
+            Engine::History => format!(
+                "`cdc_operation`, `cdc_lsn`, `cdc_tx_ordinal`, {}",
+                cols.join(", ")
+            ),
+        };
+        let sql = format!(
+            "INSERT INTO {}.{} ({cols}) FORMAT RowBinary",
+            qi(&self.cfg.database),
+            qi(&l.name)
+        );
+        let mut bounds = std::mem::take(&mut held.bounds);
+        if bounds.last() != Some(&total) {
+            bounds.push(total);
+        }
+        held.since = 0;
+        let mut rd = held.spool.drain()?;
+        let mut at = 0u64;
+        for b in bounds {
+            let mut body = Vec::with_capacity((b - at) as usize);
+            (&mut rd)
+                .take(b - at)
+                .read_to_end(&mut body)
+                .map_err(|e| Error::io("cannot read held rows", e))?;
+            at = b;
+            self.query(&sql, Some(body), Timeout::Insert)?;
+        }
+        Ok(())
+    }
+
+    /// Encode one image as a row for the engine.
+    /// `op` is the history row's operation; a `delete` is a tombstone in the replacing engine.
+    pub(super) fn encode(
+        &self,
+        l: &Layout,
+        out: &mut Vec<u8>,
+        op: &str,
+        row: &Row,
+        seq: Sequence,
+        snapshot: bool,
+    ) -> Result<()> {
+        let deleted = op == "delete";
+        match self.engine {
+            Engine::Replacing => {
+                l.encode_row(out, row, (!snapshot).then_some(seq))?;
+                out.extend(version(&l.source, seq)?.to_le_bytes());
+                out.push(deleted as u8);
+            }
+            Engine::History => {
+                leb128(out, op.len() as u64);
+                out.extend_from_slice(op.as_bytes());
+                out.extend(((seq >> 64) as u64).to_le_bytes());
+                out.extend((seq as u64).to_le_bytes());
+                l.encode_row(out, row, (!snapshot).then_some(seq))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn encode_event(&self, l: &Layout, out: &mut Vec<u8>, e: &Event) -> Result<()> {
+        match e.operation {
+            Operation::Insert => self.encode(
+                l,
+                out,
+                "insert",
+                e.after.as_ref().expect("insert"),
+                e.sequence,
+                false,
+            ),
+            Operation::Delete => self.encode(
+                l,
+                out,
+                "delete",
+                e.before.as_ref().expect("delete"),
+                e.sequence,
+                false,
+            ),
+            Operation::Update => {
+                let before = e.before.as_ref().expect("update");
+                let after = e.after.as_ref().expect("update");
+                let key_changed = l.key.iter().any(|&i| !before[i].same(&after[i]));
+                if key_changed {
+                    self.encode(l, out, "delete", before, e.sequence, false)?;
+                }
+                self.encode(l, out, "update", after, e.sequence, false)
+            }
+        }
+    }
+
+    /// Apply a batch stream. Batches before the stored cursor are skipped; a
+    /// gap or another source fails before anything of that batch is written.
+    pub fn apply_stream<R: BufRead>(
+        &mut self,
+        input: &mut BatchStreamReader<R>,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        let mut stats = ApplyStats {
+            cursor: self.cursor()?,
+            ..Default::default()
+        };
+        self.committed = stats.clone();
+        let mut layouts: HashMap<String, Layout> = HashMap::new();
+        let mut bufs: HashMap<String, Held> = HashMap::new();
+        let mut skip_through = 0u128;
+        let mut stored: Option<Cursor> = None;
+        let mut start: Option<(Cursor, bool)> = None;
+        while let Some(item) = input.next_item()? {
+            match item {
+                Item::Header(h) => {
+                    stored = self.cursor()?;
+                    skip_through = crate::destination::skip_through(stored.as_ref(), &h.start)?;
+                    start = Some((h.start.clone(), h.compacted));
+                    let schemas = h.schemas.as_ref().ok_or_else(|| {
+                        Error::data(
+                            "a ClickHouse target needs the tables' schemas in the batch header",
+                        )
+                    })?;
+                    layouts.clear();
+                    bufs.clear();
+                    for s in schemas {
+                        let l = Layout::new(s, &h.start.source);
+                        self.ensure(&l)?;
+                        layouts.insert(s.table.clone(), l);
+                    }
+                }
+                Item::Event(e) => {
+                    if e.sequence <= skip_through {
+                        stats.skipped += 1;
+                        continue;
+                    }
+                    let l = &layouts[&e.table];
+                    let held = bufs.entry(e.table.clone()).or_insert_with(Held::new);
+                    self.encode_event(l, &mut held.row, &e)?;
+                    held.take_row(self.cfg.max_insert_bytes)?;
+                    stats.applied += 1;
+                    if stats.applied % 65536 == 0 {
+                        progress(&stats);
+                    }
+                }
+                Item::Commit(c) => {
+                    let (s, compacted) = start.take().expect("validated stream");
+                    crate::destination::check_compacted(&s, compacted, skip_through, &c.end)?;
+                    // The batch is valid: now its rows go out.
+                    for (t, held) in bufs.iter_mut() {
+                        self.flush(&layouts[t], held)?;
+                    }
+                    bufs.clear();
+                    if c.end.sequence() > skip_through || stored.is_none() {
+                        self.set_cursor(&c.end)?;
+                        stats.cursor = Some(c.end.clone());
+                    }
+                    stats.batches += 1;
+                    self.committed = stats.clone();
+                    progress(&stats);
+                }
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Load a snapshot into a target holding no cursor; rows take the version
+    /// of the snapshot's cursor, so every later change supersedes them.
+    pub fn apply_snapshot<R: BufRead>(
+        &mut self,
+        input: &mut SnapshotReader<R>,
+        existing: ExistingRows,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        let mut stats = ApplyStats::default();
+        self.committed = stats.clone();
+        let mut layouts: HashMap<String, Layout> = HashMap::new();
+        let mut bufs: HashMap<String, Held> = HashMap::new();
+        let mut cursor: Option<Cursor> = None;
+        while let Some(item) = input.next_item()? {
+            match item {
+                SnapItem::Header { cursor: c, schemas } => {
+                    if let Some(held) = self.cursor()? {
+                        return Err(Error::state(format!(
+                            "the target already holds source {:?} at {}; a snapshot loads only into a target without a cursor",
+                            held.source,
+                            held.sequence()
+                        )));
+                    }
+                    for s in &schemas {
+                        let l = Layout::new(s, &c.source);
+                        self.ensure(&l)?;
+                        if existing == ExistingRows::Refuse && self.holds_rows(&l.name)? {
+                            return Err(crate::destination::existing_rows_error(&s.table));
+                        }
+                        layouts.insert(s.table.clone(), l);
+                    }
+                    cursor = Some(c);
+                }
+                SnapItem::Row { table, row } => {
+                    let c = cursor.as_ref().expect("validated snapshot");
+                    let l = &layouts[&table];
+                    let held = bufs.entry(table.clone()).or_insert_with(Held::new);
+                    self.encode(l, &mut held.row, "insert", &row, c.sequence(), true)?;
+                    held.take_row(self.cfg.max_insert_bytes)?;
+                    stats.applied += 1;
+                    if stats.applied % 65536 == 0 {
+                        progress(&stats);
+                    }
+                }
+                SnapItem::Commit { .. } => {
+                    // Emptied only now that the snapshot is known to be
+                    // whole: a bad one leaves the tables as they were. No
+                    // cursor is stored yet, so a crash from here on is
+                    // mended by loading the snapshot again.
+                    if existing == ExistingRows::Replace {
+                        for l in layouts.values() {
+                            self.query(
+                                &format!(
+                                    "TRUNCATE TABLE {}.{}",
+                                    qi(&self.cfg.database),
+                                    qi(&l.name)
+                                ),
+                                None,
+                                Timeout::Ddl,
+                            )?;
+                        }
+                    }
+                    for (t, held) in bufs.iter_mut() {
+                        self.flush(&layouts[t], held)?;
+                    }
+                    bufs.clear();
+                    let c = cursor.take().expect("validated snapshot");
+                    self.set_cursor(&c)?;
+                    stats.batches += 1;
+                    stats.cursor = Some(c);
+                    self.committed = stats.clone();
+                    progress(&stats);
+                }
+            }
+        }
+        Ok(stats)
+    }
+}

@@ -1,0 +1,127 @@
+//! A ClickHouse URL parsed once into its settings: host, credentials,
+//! database, timeouts and the insert size.
+
+use super::*;
+
+/// Table engines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Replacing,
+    History,
+}
+
+/// Connection settings.
+#[derive(Clone)]
+pub struct ChConfig {
+    pub(super) base: String,
+    pub(super) user: String,
+    pub(super) password: String,
+    pub database: String,
+    pub connectivity_timeout: Duration,
+    pub schema_timeout: Duration,
+    pub ddl_timeout: Duration,
+    pub insert_timeout: Duration,
+    pub max_insert_bytes: usize,
+}
+
+impl std::fmt::Debug for ChConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{} as {}", self.base, self.database, self.user)
+    }
+}
+
+pub(super) fn pct_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 3);
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl ChConfig {
+    pub fn parse(url: &str) -> Result<ChConfig> {
+        let (scheme, rest) = if let Some(r) = url.strip_prefix("clickhouses://") {
+            ("https", r)
+        } else if let Some(r) = url.strip_prefix("clickhouse://") {
+            ("http", r)
+        } else {
+            return Err(Error::usage(
+                "a ClickHouse URL starts with clickhouse:// or clickhouses://",
+            ));
+        };
+        let (main, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, db) = main.split_once('/').unwrap_or((main, ""));
+        let (userinfo, hostport) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let (user, password) = match userinfo {
+            Some(u) => match u.split_once(':') {
+                Some((a, b)) => (
+                    crate::util::percent_decode(a)?,
+                    Some(crate::util::percent_decode(b)?),
+                ),
+                None => (crate::util::percent_decode(u)?, None),
+            },
+            None => ("default".to_string(), None),
+        };
+        let password = password
+            .or_else(|| std::env::var("CLICKHOUSE_PASSWORD").ok())
+            .unwrap_or_default();
+        if hostport.is_empty() {
+            return Err(Error::usage("the ClickHouse URL needs a host"));
+        }
+        let hostport = if hostport.contains(':') && !hostport.ends_with(']') {
+            hostport.to_string()
+        } else {
+            format!("{hostport}:{}", if scheme == "https" { 8443 } else { 8123 })
+        };
+        let base = format!("{scheme}://{hostport}/");
+        // A bad host or port is the user's typing, not a failed request.
+        reqwest::Url::parse(&base).map_err(|e| {
+            Error::usage(format!(
+                "the ClickHouse URL's host and port {hostport:?} are not valid ({e}); write clickhouse://user@host:8123/db"
+            ))
+        })?;
+        let mut c = ChConfig {
+            base,
+            user,
+            password,
+            database: if db.is_empty() {
+                "default".into()
+            } else {
+                crate::util::percent_decode(db)?
+            },
+            connectivity_timeout: Duration::from_millis(8000),
+            schema_timeout: Duration::from_millis(16000),
+            ddl_timeout: Duration::from_millis(128000),
+            insert_timeout: Duration::from_millis(256000),
+            max_insert_bytes: 64 << 20,
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let n: u64 = v
+                .parse()
+                .map_err(|_| Error::usage(format!("ClickHouse URL option {k} needs a number")))?;
+            match k {
+                "connectivity_timeout_ms" => {
+                    c.connectivity_timeout = Duration::from_millis(n.max(1))
+                }
+                "schema_timeout_ms" => c.schema_timeout = Duration::from_millis(n.max(1)),
+                "ddl_timeout_ms" => c.ddl_timeout = Duration::from_millis(n.max(1)),
+                "insert_timeout_ms" => c.insert_timeout = Duration::from_millis(n.max(1)),
+                "max_insert_bytes" => c.max_insert_bytes = (n as usize).max(1),
+                other => {
+                    return Err(Error::usage(format!(
+                        "unknown ClickHouse URL option {other:?}"
+                    )))
+                }
+            }
+        }
+        Ok(c)
+    }
+}

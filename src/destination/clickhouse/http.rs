@@ -1,0 +1,107 @@
+//! Requests to the server: URLs with settings and timeouts, error texts,
+//! SQL quoting.
+
+use super::*;
+
+impl ClickHouse {
+    pub(super) fn url(&self, sql: &str, timeout: &Timeout, read: bool) -> String {
+        let mut u = format!(
+            "{}?database={}&query={}",
+            self.cfg.base,
+            pct_encode(&self.cfg.database),
+            pct_encode(sql)
+        );
+        if read {
+            // An HTTP interface parameter on every version (not a setting).
+            u.push_str("&wait_end_of_query=1");
+        }
+        let secs = match timeout {
+            Timeout::Connect => Some(self.cfg.connectivity_timeout),
+            Timeout::Schema => Some(self.cfg.schema_timeout),
+            Timeout::Ddl => Some(self.cfg.ddl_timeout),
+            Timeout::Insert => None,
+        };
+        if let (Some(t), true) = (secs, self.settings.contains("max_execution_time")) {
+            u.push_str(&format!("&max_execution_time={}", t.as_secs().max(1)));
+        }
+        u
+    }
+
+    pub(super) fn budget(&self, t: &Timeout) -> Duration {
+        let eps = Duration::from_millis(4000);
+        eps + match t {
+            Timeout::Connect => self.cfg.connectivity_timeout,
+            Timeout::Schema => self.cfg.schema_timeout,
+            Timeout::Ddl => self.cfg.ddl_timeout,
+            Timeout::Insert => self.cfg.insert_timeout,
+        }
+    }
+
+    pub(super) fn send(
+        &self,
+        sql: &str,
+        body: Option<Vec<u8>>,
+        timeout: Timeout,
+    ) -> Result<reqwest::blocking::Response> {
+        let read = body.is_none();
+        let req = self
+            .http
+            .post(self.url(sql, &timeout, read))
+            .header("X-ClickHouse-User", &self.cfg.user)
+            .header("X-ClickHouse-Key", &self.cfg.password)
+            .timeout(self.budget(&timeout))
+            .body(body.unwrap_or_default());
+        let resp = req.send().map_err(|e| {
+            let what = if e.is_timeout() {
+                "timed out"
+            } else if e.is_connect() {
+                "cannot connect"
+            } else {
+                "request failed"
+            };
+            Error::new(
+                ErrorKind::Database,
+                format!(
+                    "ClickHouse at {}: {what}: {}",
+                    self.cfg.base,
+                    e.without_url()
+                ),
+            )
+        })?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let text = resp.text().unwrap_or_default();
+            return Err(Error::new(
+                ErrorKind::Database,
+                format!("ClickHouse error (HTTP {status}): {}", error_text(&text)),
+            ));
+        }
+        Ok(resp)
+    }
+
+    /// Run a statement; the whole reply (small replies only).
+    pub(super) fn query(
+        &self,
+        sql: &str,
+        body: Option<Vec<u8>>,
+        timeout: Timeout,
+    ) -> Result<Vec<u8>> {
+        let mut resp = self.send(sql, body, timeout)?;
+        let mut v = Vec::new();
+        resp.read_to_end(&mut v)
+            .map_err(|e| Error::io("cannot read the ClickHouse reply", e))?;
+        // An error after output started comes appended to a 200 reply.
+        if let Some(i) = find(&v, b"Code: ") {
+            if find(&v[i..], b"DB::Exception").is_some() {
+                return Err(Error::new(
+                    ErrorKind::Database,
+                    format!(
+                        "ClickHouse error: {}",
+                        error_text(&String::from_utf8_lossy(&v[i..]))
+                    ),
+                ));
+            }
+        }
+        Ok(v)
+    }
+}

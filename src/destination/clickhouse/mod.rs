@@ -1,0 +1,203 @@
+//! The ClickHouse target, over HTTP(S).
+//!
+//! - URL `clickhouse://user[:password]@host:8123/db` (HTTP) or `clickhouses://…`
+//!   (HTTPS, checked against the system's trust store). The password may come
+//!   from `CLICKHOUSE_PASSWORD`. Credentials travel in the
+//!   `X-ClickHouse-User`/`X-ClickHouse-Key` headers, never in URLs or messages.
+//!   Optional query parameters: `connectivity_timeout_ms` (8000),
+//!   `schema_timeout_ms` (16000), `ddl_timeout_ms` (128000),
+//!   `insert_timeout_ms` (256000), `max_insert_bytes` (64 MiB).
+//! - Names: source `_` is doubled, then `.` becomes `_` (`public.my_table` →
+//!   `public_my__table`).
+//! - `replacing` engine (default): `ReplacingMergeTree(_etl_version)` ordered by
+//!   the key, with `_etl_deleted`, and a `<table>__current` view (`FINAL`, not
+//!   deleted). A delete writes a tombstone; an update that changes the key
+//!   writes a tombstone for the old key before the new row. Each row's version
+//!   derives from its event's sequence, so replays after a crash are idempotent.
+//! - `history` engine: `MergeTree` with `cdc_operation`, `cdc_lsn`,
+//!   `cdc_tx_ordinal` (the sequence's high and low 64 bits) and the row.
+//! - Values are written in RowBinary (bit-exact); types come from the schemas
+//!   (see `docs/CLICKHOUSE.md`); a value that does not fit its column fails,
+//!   naming table, column and sequence, and nothing is truncated or wrapped.
+//! - A batch's rows are held (memory, then a temporary file) until its commit
+//!   has been checked, then sent in inserts of at most `max_insert_bytes`;
+//!   the cursor lives in `_mooncdc_cursor`, written after them. ClickHouse has
+//!   no transactions: a crash between inserts leaves rows without the cursor,
+//!   and the replay rewrites them with the same versions.
+
+mod apply;
+mod config;
+mod cursor;
+mod http;
+mod read;
+mod rowbinary;
+mod schema;
+mod sql;
+mod types;
+
+use config::pct_encode;
+pub use config::{ChConfig, Engine};
+pub use read::ChRows;
+use rowbinary::*;
+use sql::*;
+pub use types::{column_type, table_name, version, ChType};
+
+use super::ExistingRows;
+use crate::error::{Error, ErrorKind, Result};
+use crate::wire::value::write_value;
+use crate::wire::{
+    BatchStreamReader, Column, Cursor, Event, Item, Operation, Row, Schema, Sequence, SnapItem,
+    SnapshotReader, Value,
+};
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, Read};
+use std::time::Duration;
+
+pub use super::sqlite::ApplyStats;
+
+/// A table's encoded rows of one batch, held (memory, then a temporary file)
+/// until the batch's commit has been checked, so that nothing of a bad batch
+/// reaches ClickHouse; `bounds` cuts it into inserts of at most about
+/// `max_insert_bytes`, at row boundaries.
+pub(super) struct Held {
+    pub(super) spool: crate::ops::spool::Spool,
+    pub(super) bounds: Vec<u64>,
+    pub(super) since: usize,
+    pub(super) row: Vec<u8>,
+}
+
+impl Held {
+    fn new() -> Self {
+        Held {
+            spool: crate::ops::spool::Spool::new(crate::ops::spool::DEFAULT_SPOOL_MEMORY),
+            bounds: Vec::new(),
+            since: 0,
+            row: Vec::with_capacity(256),
+        }
+    }
+
+    /// Move the rows encoded in `self.row` into the spool.
+    fn take_row(&mut self, max: usize) -> Result<()> {
+        self.spool.push(&self.row)?;
+        self.since += self.row.len();
+        self.row.clear();
+        if self.since >= max {
+            self.bounds.push(self.spool.len());
+            self.since = 0;
+        }
+        Ok(())
+    }
+}
+
+/// A ClickHouse database as a target.
+pub struct ClickHouse {
+    pub(super) cfg: ChConfig,
+    pub(super) http: reqwest::blocking::Client,
+    pub server_version: String,
+    pub(super) settings: HashSet<String>,
+    pub(super) engine: Engine,
+    pub(super) committed: ApplyStats,
+}
+
+pub(super) enum Timeout {
+    Connect,
+    Schema,
+    Ddl,
+    Insert,
+}
+
+impl ClickHouse {
+    /// Connect: ping, read the version and the settings the server knows.
+    pub fn connect(cfg: ChConfig, engine: Engine) -> Result<ClickHouse> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::blocking::Client::builder()
+            .connect_timeout(cfg.connectivity_timeout)
+            .build()
+            .map_err(|e| Error::new(ErrorKind::Database, format!("cannot set up HTTP: {e}")))?;
+        let mut ch = ClickHouse {
+            cfg,
+            http,
+            server_version: String::new(),
+            settings: HashSet::new(),
+            engine,
+            committed: ApplyStats::default(),
+        };
+        let v = ch.query("SELECT version()", None, Timeout::Connect)?;
+        ch.server_version = String::from_utf8_lossy(&v).trim().to_string();
+        let s = ch.query(
+            "SELECT name FROM system.settings WHERE name IN ('max_execution_time', 'wait_end_of_query', 'max_insert_block_size')",
+            None,
+            Timeout::Schema,
+        )?;
+        ch.settings = String::from_utf8_lossy(&s)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        ch.query(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {}.`_mooncdc_cursor` (source String, sequence String, seq_hi UInt64, seq_lo UInt64) ENGINE = MergeTree ORDER BY (source, seq_hi, seq_lo)",
+                qi(&ch.cfg.database)
+            ),
+            None,
+            Timeout::Ddl,
+        )?;
+        Ok(ch)
+    }
+
+    /// What the last apply committed (rows and cursor written), also when it then failed.
+    pub fn committed(&self) -> &ApplyStats {
+        &self.committed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_versions() {
+        assert_eq!(table_name("public.my_table"), "public_my__table");
+        assert_eq!(version("sqlite:x", 5).unwrap(), 5);
+        assert!(
+            version("postgres:x", (1u128 << 64) | 2).unwrap()
+                > version("postgres:x", 1u128 << 64).unwrap()
+        );
+        assert!(version("postgres:x", 1u128 << 64 | (1 << 24)).is_err());
+    }
+
+    #[test]
+    fn decimals_are_exact() {
+        assert_eq!(decimal_scaled("12.34", 10, 4).unwrap(), 123400);
+        assert_eq!(format_decimal(123400, 4), "12.3400");
+        assert_eq!(format_decimal(-5, 2), "-0.05");
+        assert!(decimal_scaled("1.234", 10, 2).is_err());
+        assert!(decimal_scaled("123456789012", 10, 2).is_err());
+        assert!(decimal_scaled("1e5", 10, 2).is_err());
+    }
+
+    #[test]
+    fn rowbinary_round_trips() {
+        let cases = [
+            (ChType::Int64, Value::Integer(i64::MIN)),
+            (ChType::Float64, Value::Real(5e-324)),
+            (ChType::Float32, Value::Real(0.1f32 as f64)),
+            (ChType::Text, Value::Text("\u{feff}a\u{0}😀".into())),
+            (ChType::Blob, Value::Blob(vec![0, 255])),
+            (ChType::Any, Value::Real(-1.5)),
+            (ChType::Decimal(10, 2), Value::Text("-12.30".into())),
+            (ChType::Bool, Value::Integer(1)),
+            (ChType::Int64, Value::Null),
+        ];
+        for (ty, v) in cases {
+            let mut b = Vec::new();
+            encode_value(&mut b, ty, true, &v).unwrap();
+            let back = decode_value(&mut &b[..], ty, true).unwrap();
+            assert!(back.same(&v), "{ty:?} {v:?} came back as {back:?}");
+        }
+        let mut b = Vec::new();
+        assert!(encode_value(&mut b, ChType::Int32, true, &Value::Integer(1 << 40)).is_err());
+        assert!(encode_value(&mut b, ChType::Float32, true, &Value::Real(0.1)).is_err());
+        assert!(encode_value(&mut b, ChType::Text, true, &Value::Blob(vec![])).is_err());
+        assert!(encode_value(&mut b, ChType::Int64, false, &Value::Null).is_err());
+    }
+}

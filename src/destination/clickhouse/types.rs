@@ -1,0 +1,100 @@
+//! How schemas map to ClickHouse: column types, table names, versions.
+
+use super::*;
+
+/// How a column is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChType {
+    Int64,
+    Int32,
+    Int16,
+    UInt32,
+    Bool,
+    Float64,
+    Float32,
+    Decimal(u8, u8),
+    /// TEXT values only.
+    Text,
+    /// BLOB values only.
+    Blob,
+    /// Any class, stored as the value's wire form (JSON) in a String.
+    Any,
+}
+
+impl ChType {
+    pub fn sql(self) -> String {
+        match self {
+            ChType::Int64 => "Int64".into(),
+            ChType::Int32 => "Int32".into(),
+            ChType::Int16 => "Int16".into(),
+            ChType::UInt32 => "UInt32".into(),
+            ChType::Bool => "UInt8".into(),
+            ChType::Float64 => "Float64".into(),
+            ChType::Float32 => "Float32".into(),
+            ChType::Decimal(p, s) => format!("Decimal({p}, {s})"),
+            ChType::Text | ChType::Blob | ChType::Any => "String".into(),
+        }
+    }
+}
+
+/// The ClickHouse type of a schema column, by the source's kind.
+pub fn column_type(c: &Column, source: &str) -> ChType {
+    let t = c.decl_type.to_ascii_lowercase();
+    if source.starts_with("postgres:") {
+        return match t.as_str() {
+            "smallint" => ChType::Int16,
+            "integer" => ChType::Int32,
+            "bigint" => ChType::Int64,
+            "oid" => ChType::UInt32,
+            "real" => ChType::Float32,
+            "double precision" => ChType::Float64,
+            "boolean" => ChType::Bool,
+            "bytea" => ChType::Blob,
+            _ => {
+                if let Some(ps) = t.strip_prefix("numeric(").and_then(|r| r.strip_suffix(')')) {
+                    let mut it = ps.split(',').map(|x| x.trim().parse::<u8>());
+                    if let (Some(Ok(p)), Some(Ok(s))) = (it.next(), it.next()) {
+                        if (1..=38).contains(&p) && s <= p {
+                            return ChType::Decimal(p, s);
+                        }
+                    }
+                }
+                ChType::Text
+            }
+        };
+    }
+    // SQLite: by declared type, as its affinity rules read it.
+    if t.contains("int") {
+        ChType::Int64
+    } else if t.contains("char") || t.contains("clob") || t.contains("text") {
+        ChType::Text
+    } else if t.contains("blob") {
+        ChType::Blob
+    } else if t.contains("real") || t.contains("floa") || t.contains("doub") {
+        ChType::Float64
+    } else {
+        ChType::Any
+    }
+}
+
+/// The target table name for a source table.
+pub fn table_name(source_table: &str) -> String {
+    source_table.replace('_', "__").replace('.', "_")
+}
+
+/// The 64-bit version of a sequence, keeping order for the source's scheme.
+pub fn version(source: &str, seq: Sequence) -> Result<u64> {
+    if source.starts_with("postgres:") {
+        let lsn = (seq >> 64) as u64;
+        let ord = seq as u64;
+        if lsn >= 1 << 40 || ord >= 1 << 24 {
+            return Err(Error::data(format!(
+                "sequence {seq} does not fit the 64-bit version scheme (LSN below 2^40, at most 2^24 changes per transaction)"
+            )));
+        }
+        Ok((lsn << 24) | ord)
+    } else {
+        u64::try_from(seq)
+            .map_err(|_| Error::data(format!("sequence {seq} does not fit a 64-bit version")))
+    }
+}

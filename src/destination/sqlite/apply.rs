@@ -1,0 +1,181 @@
+//! Applying batch streams and snapshots: each batch's rows and its cursor
+//! in one transaction.
+
+use super::*;
+
+impl SqliteTarget {
+    /// Apply a batch stream; each batch commits with its cursor in one
+    /// transaction. Batches already held are skipped; a gap or another source fails.
+    pub fn apply_stream<R: BufRead>(
+        &mut self,
+        input: &mut BatchStreamReader<R>,
+        on_conflict: OnConflict,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        let mut stats = ApplyStats {
+            cursor: self.cursor()?,
+            ..Default::default()
+        };
+        self.committed = stats.clone();
+        let mut tables: HashMap<String, TableSql> = HashMap::new();
+        let mut skip_through: u128 = 0;
+        let mut start: Option<(Cursor, bool)> = None;
+        let mut open = false;
+        let mut parked: Vec<(String, Row, u128)> = Vec::new();
+        let result = (|| -> Result<()> {
+            while let Some(item) = input.next_item()? {
+                match item {
+                    Item::Header(h) => {
+                        parked.clear();
+                        self.begin()?;
+                        open = true;
+                        let stored = stored_cursor(self.db())?;
+                        skip_through = crate::destination::skip_through(stored.as_ref(), &h.start)?;
+                        start = Some((h.start.clone(), h.compacted));
+                        tables.clear();
+                        if let Some(schemas) = &h.schemas {
+                            for s in schemas {
+                                let t = ensure_table(self.db(), s, &h.start.source)?;
+                                tables.insert(s.table.clone(), t);
+                            }
+                        }
+                    }
+                    Item::Event(e) => {
+                        if e.sequence <= skip_through {
+                            stats.skipped += 1;
+                            continue;
+                        }
+                        if !tables.contains_key(&e.table) {
+                            let t = existing_table(self.db(), &e.table)?;
+                            tables.insert(e.table.clone(), t);
+                        }
+                        let t = &tables[&e.table];
+                        // Without schemas in the header, the images were not
+                        // checked against this table's width yet.
+                        for img in [&e.before, &e.after].into_iter().flatten() {
+                            if img.len() != t.schema.columns.len() {
+                                return Err(input.locate(Error::data(format!(
+                                    "event {} has {} values but table {:?} has {} columns",
+                                    e.sequence,
+                                    img.len(),
+                                    e.table,
+                                    t.schema.columns.len()
+                                ))));
+                            }
+                            t.check_classes(img, &|| format!("event {}", e.sequence))
+                                .map_err(|err| input.locate(err))?;
+                        }
+                        match apply_event(self.db(), t, &e, on_conflict)? {
+                            Applied::Parked(row) => parked.push((e.table.clone(), row, e.sequence)),
+                            Applied::Done => {
+                                if !parked.is_empty() && e.operation != Operation::Insert {
+                                    retry_parked(self.db(), &tables, &mut parked)?;
+                                }
+                            }
+                        }
+                        stats.applied += 1;
+                        if stats.applied % 65536 == 0 {
+                            progress(&stats);
+                        }
+                    }
+                    Item::Commit(c) => {
+                        let (s, compacted) = start.take().expect("validated stream");
+                        crate::destination::check_compacted(&s, compacted, skip_through, &c.end)?;
+                        if let Some((table, _, seq)) = parked.first() {
+                            return Err(Error::state(format!(
+                                "event {seq} (update on table {table:?}): its new key is still held by another row at the end of the batch; the target diverges from the source"
+                            )));
+                        }
+                        if c.end.sequence() > skip_through || stored_cursor(self.db())?.is_none() {
+                            set_cursor(self.db(), &c.end)?;
+                            stats.cursor = Some(c.end.clone());
+                        }
+                        self.commit()?;
+                        open = false;
+                        stats.batches += 1;
+                        self.committed = stats.clone();
+                        progress(&stats);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            if open {
+                self.rollback();
+            }
+            return Err(e);
+        }
+        Ok(stats)
+    }
+
+    /// Load a snapshot into a target that holds no cursor yet, in one transaction.
+    pub fn apply_snapshot<R: BufRead>(
+        &mut self,
+        input: &mut SnapshotReader<R>,
+        on_conflict: OnConflict,
+        existing: ExistingRows,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        let mut stats = ApplyStats::default();
+        self.committed = stats.clone();
+        let mut tables: HashMap<String, TableSql> = HashMap::new();
+        let mut cursor: Option<Cursor> = None;
+        let mut open = false;
+        let result = (|| -> Result<()> {
+            while let Some(item) = input.next_item()? {
+                match item {
+                    SnapItem::Header { cursor: c, schemas } => {
+                        self.begin()?;
+                        open = true;
+                        if let Some(held) = stored_cursor(self.db())? {
+                            return Err(Error::state(format!(
+                                "the target already holds source {:?} at {}; a snapshot loads only into a target without a cursor (use a new target database)",
+                                held.source,
+                                held.sequence()
+                            )));
+                        }
+                        for s in &schemas {
+                            let t = ensure_table(self.db(), s, &c.source)?;
+                            empty_or_replace(self.db(), &s.table, existing)?;
+                            tables.insert(s.table.clone(), t);
+                        }
+                        cursor = Some(c);
+                    }
+                    SnapItem::Row { table, row } => {
+                        let t = &tables[&table];
+                        t.check_classes(&row, &|| "snapshot row".to_string())
+                            .map_err(|err| input.locate(err))?;
+                        let sql = match on_conflict {
+                            OnConflict::Error => &t.insert,
+                            OnConflict::Overwrite => &t.replace,
+                        };
+                        insert_row(self.db(), t, sql, &row, None)?;
+                        stats.applied += 1;
+                        if stats.applied % 65536 == 0 {
+                            progress(&stats);
+                        }
+                    }
+                    SnapItem::Commit { .. } => {
+                        let c = cursor.take().expect("validated snapshot");
+                        set_cursor(self.db(), &c)?;
+                        self.commit()?;
+                        open = false;
+                        stats.batches += 1;
+                        stats.cursor = Some(c);
+                        self.committed = stats.clone();
+                        progress(&stats);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            if open {
+                self.rollback();
+            }
+            return Err(e);
+        }
+        Ok(stats)
+    }
+}

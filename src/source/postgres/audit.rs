@@ -1,0 +1,82 @@
+//! A source's rows for the audit, table by table in key order, in one
+//! REPEATABLE READ transaction.
+
+use super::*;
+
+/// Rows of every table for an audit, read in one REPEATABLE READ transaction.
+pub struct AuditSource {
+    pub(super) rt: tokio::runtime::Runtime,
+    pub(super) client: Client,
+    pub identity: String,
+    pub high_water: Sequence,
+    pub tables: Vec<(Schema, Vec<Class>)>,
+}
+
+impl AuditSource {
+    pub fn open(src: &PgSource, only: &[String]) -> Result<AuditSource> {
+        let rt = runtime()?;
+        let (client, identity, high_water, tables) = rt.block_on(async {
+            let c = src.client("audit").await?;
+            let id = src.identity().await?;
+            c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .await
+                .map_err(pg_err("cannot begin the audit transaction"))?;
+            let flushed: String = c
+                .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
+                .await
+                .map_err(pg_err("cannot read the WAL position"))?
+                .get(0);
+            let mut names = publication_tables(&c, &src.publication).await?;
+            if !only.is_empty() {
+                let want: Vec<String> = only
+                    .iter()
+                    .map(|t| {
+                        if t.contains('.') {
+                            t.clone()
+                        } else {
+                            format!("public.{t}")
+                        }
+                    })
+                    .collect();
+                for w in &want {
+                    if !names.contains(w) {
+                        return Err(Error::usage(format!(
+                            "table {w:?} is not in publication {:?}",
+                            src.publication
+                        )));
+                    }
+                }
+                names = want;
+            }
+            let mut tables = Vec::new();
+            for n in names {
+                let (s, t) = split_table(&n);
+                tables.push(table_schema(&c, &s, &t).await?);
+            }
+            Ok::<_, Error>((c, id, sequence(parse_lsn(&flushed)?, 0), tables))
+        })?;
+        Ok(AuditSource {
+            rt,
+            client,
+            identity,
+            high_water,
+            tables,
+        })
+    }
+
+    /// Call `f` with each row of the table in key order. Each row is fetched
+    /// in its own `block_on`, so `f` runs outside the async runtime (it may
+    /// itself do blocking I/O, such as reading a ClickHouse reply).
+    pub fn rows(&self, i: usize, f: &mut dyn FnMut(Row) -> Result<bool>) -> Result<()> {
+        let (schema, classes) = &self.tables[i];
+        let mut rows = self
+            .rt
+            .block_on(copy_table(&self.client, schema, classes))?;
+        while let Some(r) = self.rt.block_on(rows.next())? {
+            if !f(r)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,220 @@
+//! What the stream knows of each published table: schemas from the
+//! catalog and Relation messages, and row changes turned into events.
+
+use super::*;
+
+/// What the stream knows about each published table.
+pub(super) struct Catalog {
+    /// By relation OID: schema, classes per column.
+    pub(super) by_oid: HashMap<u32, (Schema, Vec<Class>)>,
+    /// By name, as loaded from the catalog at the start.
+    pub(super) by_name: Vec<(String, Schema, Vec<Class>)>,
+}
+
+impl Catalog {
+    pub(super) async fn load(c: &Client, publication: &str) -> Result<Catalog> {
+        let mut by_name = Vec::new();
+        for n in publication_tables(c, publication).await? {
+            let (s, t) = split_table(&n);
+            let (schema, cls) = table_schema(c, &s, &t).await?;
+            by_name.push((n, schema, cls));
+        }
+        if by_name.is_empty() {
+            return Err(Error::state(format!(
+                "publication {publication:?} has no tables (run init)"
+            )));
+        }
+        Ok(Catalog {
+            by_oid: HashMap::new(),
+            by_name,
+        })
+    }
+
+    pub(super) fn schemas(&self) -> Vec<Schema> {
+        self.by_name.iter().map(|(_, s, _)| s.clone()).collect()
+    }
+
+    pub(super) fn name(&self, oid: u32) -> String {
+        self.by_oid
+            .get(&oid)
+            .map_or_else(|| format!("relation {oid}"), |(s, _)| s.table.clone())
+    }
+
+    /// Take a Relation message; true when the table's schema differs from the
+    /// one the current header carries.
+    pub(super) async fn relation(&mut self, c: &Client, rel: Relation) -> Result<bool> {
+        let name = format!("{}.{}", rel.namespace, rel.name);
+        let mut columns = Vec::with_capacity(rel.columns.len());
+        let mut classes = Vec::with_capacity(rel.columns.len());
+        for col in &rel.columns {
+            let ty: String = c
+                .query_one(
+                    "SELECT format_type($1::oid, $2::int4)",
+                    &[&col.type_oid, &col.type_modifier],
+                )
+                .await
+                .map_err(pg_err("cannot name a column type"))?
+                .get(0);
+            columns.push((col.name.clone(), ty));
+            classes.push(class_of(col.type_oid));
+        }
+        let known = self.by_name.iter().position(|(n, _, _)| *n == name);
+        let same = known.is_some_and(|i| {
+            let s = &self.by_name[i].1;
+            s.columns.len() == columns.len()
+                && s.columns
+                    .iter()
+                    .zip(&columns)
+                    .all(|(a, (n, t))| &a.name == n && &a.decl_type == t)
+        });
+        if same {
+            let (_, s, cls) = &self.by_name[known.expect("known")];
+            self.by_oid.insert(rel.oid, (s.clone(), cls.clone()));
+            return Ok(false);
+        }
+        // New or changed: nullability and key from the catalog as it is now.
+        let (s, t) = (rel.namespace.clone(), rel.name.clone());
+        let (fresh, _) = table_schema(c, &s, &t).await?;
+        let schema = Schema {
+            table: name.clone(),
+            columns: columns
+                .into_iter()
+                .map(|(n, ty)| {
+                    let nullable = fresh
+                        .columns
+                        .iter()
+                        .find(|c| c.name == n)
+                        .is_none_or(|c| c.nullable);
+                    Column {
+                        name: n,
+                        decl_type: ty,
+                        nullable,
+                    }
+                })
+                .collect(),
+            key: fresh.key,
+        };
+        schema.check().map_err(Error::data)?;
+        match known {
+            Some(i) => self.by_name[i] = (name, schema.clone(), classes.clone()),
+            None => self.by_name.push((name, schema.clone(), classes.clone())),
+        }
+        self.by_oid.insert(rel.oid, (schema, classes));
+        Ok(true)
+    }
+
+    pub(super) fn event(&self, seq: Sequence, msg: Message) -> Result<Event> {
+        let (relation, op, old, new) = match msg {
+            Message::Insert { relation, new } => (relation, Operation::Insert, None, Some(new)),
+            Message::Update { relation, old, new } => (relation, Operation::Update, old, Some(new)),
+            Message::Delete { relation, old } => (relation, Operation::Delete, Some(old), None),
+            _ => unreachable!("row changes only"),
+        };
+        let (schema, classes) = self.by_oid.get(&relation).ok_or_else(|| {
+            Error::data(format!(
+                "row change for relation {relation} before its Relation message"
+            ))
+        })?;
+        let here = |e: String| Error::data(format!("table {:?}, change {seq}: {e}", schema.table));
+        let convert = |t: &[Cell], fallback: Option<&Row>| -> Result<Row> {
+            if t.len() != classes.len() {
+                return Err(here(format!(
+                    "row has {} values, the table {}",
+                    t.len(),
+                    classes.len()
+                )));
+            }
+            t.iter()
+                .zip(classes)
+                .enumerate()
+                .map(|(i, (cell, cls))| match cell {
+                    Cell::Null => Ok(Value::Null),
+                    Cell::Text(b) => from_text(*cls, Some(b)).map_err(&here),
+                    Cell::Binary(_) => Err(here("binary-format value (the stream must be in text format)".into())),
+                    Cell::Unchanged => fallback
+                        .map(|r| r[i].clone())
+                        .ok_or_else(|| here("an unchanged TOAST value came without the old row (set REPLICA IDENTITY FULL)".into())),
+                })
+                .collect()
+        };
+        let before = match old {
+            None if op == Operation::Update => {
+                return Err(here("the update came without its old row: the table needs REPLICA IDENTITY FULL (run init)".into()))
+            }
+            None => None,
+            Some((kind, t)) => {
+                if kind != b'O' {
+                    return Err(here("only the key of the old row came: the table needs REPLICA IDENTITY FULL (run init)".into()));
+                }
+                Some(convert(&t, None)?)
+            }
+        };
+        let after = match new {
+            None => None,
+            Some(t) => Some(convert(&t, before.as_ref())?),
+        };
+        Ok(Event {
+            sequence: seq,
+            table: schema.table.clone(),
+            operation: op,
+            before,
+            after,
+        })
+    }
+}
+
+/// A table's schema (types by `format_type`, key = primary key) and the wire
+/// class of each column.
+pub async fn table_schema(c: &Client, schema: &str, table: &str) -> Result<(Schema, Vec<Class>)> {
+    let name = format!("{schema}.{table}");
+    let rel = c
+        .query_opt(
+            "SELECT to_regclass(format('%I.%I', $1::text, $2::text))::oid",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(pg_err("cannot look up a table"))?
+        .and_then(|r| r.get::<_, Option<u32>>(0))
+        .ok_or_else(|| Error::state(format!("table {name:?} does not exist")))?;
+    let cols = c
+        .query(
+            "SELECT attname::text, format_type(atttypid, atttypmod), attnotnull, atttypid::oid FROM pg_attribute \
+             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+            &[&rel],
+        )
+        .await
+        .map_err(pg_err("cannot read a table's columns"))?;
+    let key = c
+        .query(
+            "SELECT a.attname::text FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+             WHERE i.indrelid = $1 AND i.indisprimary ORDER BY k.ord",
+            &[&rel],
+        )
+        .await
+        .map_err(pg_err("cannot read a table's primary key"))?;
+    if key.is_empty() {
+        return Err(Error::state(format!(
+            "table {name:?} has no primary key; MoonCDC identifies rows by their key"
+        )));
+    }
+    let mut classes = Vec::new();
+    let columns = cols
+        .iter()
+        .map(|r| {
+            classes.push(class_of(r.get::<_, u32>(3)));
+            Column {
+                name: r.get(0),
+                decl_type: r.get(1),
+                nullable: !r.get::<_, bool>(2),
+            }
+        })
+        .collect();
+    let s = Schema {
+        table: name,
+        columns,
+        key: key.iter().map(|r| r.get(0)).collect(),
+    };
+    s.check().map_err(Error::data)?;
+    Ok((s, classes))
+}

@@ -1,0 +1,114 @@
+//! Connecting: SQL sessions, replication sessions and streams, each
+//! phase bounded by `connect_timeout`, and snapshot-importing sessions.
+
+use super::*;
+
+impl PgSource {
+    /// Run one whole phase of connecting (TCP, TLS, startup, authentication
+    /// and, on a replication session, IDENTIFY_SYSTEM or START_REPLICATION)
+    /// within `connect_timeout`: a peer that accepts the connection but never
+    /// answers must not hold a tool up forever. The drivers bound at most the
+    /// TCP connect themselves.
+    pub(super) async fn connecting<T>(
+        &self,
+        phase: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.conn.connect_timeout, phase).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Database,
+                format!(
+                    "cannot connect to {}: no answer within {} s (connect_timeout); is this a PostgreSQL server?",
+                    self.conn.display(),
+                    self.conn.connect_timeout.as_secs()
+                ),
+            )),
+        }
+    }
+
+    pub(super) async fn client(&self, role: &str) -> Result<Client> {
+        let tls = self.conn.tls()?;
+        let config = self.conn.tokio_config(role);
+        let (client, connection) = self
+            .connecting(async {
+                config
+                    .connect(tls)
+                    .await
+                    .map_err(|e| pg_err(&format!("cannot connect to {}", self.conn.display()))(e))
+            })
+            .await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        Ok(client)
+    }
+
+    /// A replication session that has not started streaming, and its
+    /// IDENTIFY_SYSTEM answer (the first thing it says, so the connect
+    /// timeout covers it).
+    pub(super) async fn replication_session(&self) -> Result<(ReplicationClient, IdentifySystem)> {
+        let cfg = self.conn.replication_config(&self.slot, &self.publication);
+        self.connecting(async {
+            let opening = format!(
+                "cannot open a replication session to {}",
+                self.conn.display()
+            );
+            let mut c = ReplicationClient::connect_gated(cfg)
+                .await
+                .map_err(repl_err(&opening))?;
+            // Connecting and authenticating run in the background: their
+            // errors (TLS, I/O) surface here too; only the server's own
+            // refusals point at the role.
+            let id = c.identify_system().await.map_err(|e| match e {
+                pgwire_replication::PgWireError::Server(_) => repl_err(
+                    "IDENTIFY_SYSTEM failed (does the role have the REPLICATION attribute?)",
+                )(e),
+                e => repl_err(&opening)(e),
+            })?;
+            Ok((c, id))
+        })
+        .await
+    }
+
+    /// A replication stream from `cfg`, once the server has accepted START_REPLICATION.
+    pub(super) async fn replication_stream(
+        &self,
+        cfg: pgwire_replication::ReplicationConfig,
+    ) -> Result<ReplicationClient> {
+        self.connecting(async {
+            let mut client = ReplicationClient::connect(cfg)
+                .await
+                .map_err(repl_err("cannot open the replication stream"))?;
+            client
+                .wait_started()
+                .await
+                .map_err(repl_err("cannot start replication"))?;
+            Ok(client)
+        })
+        .await
+    }
+
+    /// The identity, from IDENTIFY_SYSTEM on a replication session.
+    pub(super) async fn identity(&self) -> Result<String> {
+        let (mut c, id) = self.replication_session().await?;
+        c.abort();
+        Ok(format!(
+            "postgres:{}/{}/{}",
+            id.system_id, self.conn.dbname, self.slot
+        ))
+    }
+    /// A REPEATABLE READ READ ONLY session that imports an exported snapshot.
+    pub(super) async fn import_snapshot(&self, name: &str) -> Result<Client> {
+        let c = self.client("snapshot reader").await?;
+        c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await
+            .map_err(pg_err("cannot begin the snapshot transaction"))?;
+        c.batch_execute(&format!(
+            "SET TRANSACTION SNAPSHOT '{}'",
+            name.replace('\'', "''")
+        ))
+        .await
+        .map_err(pg_err("cannot import the exported snapshot"))?;
+        Ok(c)
+    }
+}

@@ -1,0 +1,345 @@
+//! Reading changes: the replication stream decoded into batch streams,
+//! once (`read`) or following, acknowledging what the target holds.
+
+use super::*;
+
+impl PgSource {
+    /// Write one batch stream of the changes after `after` (default: the
+    /// slot's confirmed position), up to the WAL flushed when the read began.
+    pub fn read(
+        &self,
+        after: Option<&Cursor>,
+        limits: crate::source::ReadLimits,
+        out: &mut dyn Write,
+    ) -> Result<u64> {
+        runtime()?.block_on(self.stream(after, limits, false, None, out))
+    }
+
+    /// Keep streaming, one batch per transaction; with `ack_target`,
+    /// acknowledge what the target durably holds.
+    pub fn follow(
+        &self,
+        after: Option<&Cursor>,
+        ack_target: Option<&dyn Fn() -> Result<Option<Cursor>>>,
+        out: &mut dyn Write,
+    ) -> Result<u64> {
+        let limits = crate::source::ReadLimits::default();
+        runtime()?.block_on(self.stream(after, limits, true, ack_target, out))
+    }
+
+    pub(super) async fn stream(
+        &self,
+        after: Option<&Cursor>,
+        limits: crate::source::ReadLimits,
+        follow: bool,
+        ack_target: Option<&dyn Fn() -> Result<Option<Cursor>>>,
+        out: &mut dyn Write,
+    ) -> Result<u64> {
+        let c = self.client("read").await?;
+        let id = self.identity().await?;
+        let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
+            Error::state(format!(
+                "slot {:?} does not exist (run mooncdc-capture init)",
+                self.slot
+            ))
+        })?;
+        if slot.plugin != "pgoutput" || slot.database != self.conn.dbname {
+            return Err(Error::state(format!(
+                "slot {:?} uses plugin {:?} in database {:?}; MoonCDC needs a pgoutput slot in {:?}",
+                self.slot, slot.plugin, slot.database, self.conn.dbname
+            )));
+        }
+        if slot.lost {
+            return Err(Error::state(format!(
+                "slot {:?} is invalidated: the changes it needed are gone (take a new snapshot)",
+                self.slot
+            )));
+        }
+        if slot.active {
+            return Err(Error::state(format!(
+                "slot {:?} is in use by another session",
+                self.slot
+            )));
+        }
+        let start = match after {
+            None => sequence(slot.confirmed, 0),
+            Some(cur) => {
+                if cur.source != id {
+                    return Err(Error::state(format!(
+                        "cursor is for source {:?} but this source is {id:?}",
+                        cur.source
+                    )));
+                }
+                if ((cur.sequence() >> 64) as u64) < slot.confirmed {
+                    return Err(Error::state(format!(
+                        "cursor LSN {} is before the slot's confirmed position {}: those changes are gone (take a new snapshot)",
+                        lsn_text((cur.sequence() >> 64) as u64),
+                        lsn_text(slot.confirmed)
+                    )));
+                }
+                cur.sequence()
+            }
+        };
+        let flushed: String = c
+            .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
+            .await
+            .map_err(pg_err("cannot read the WAL position"))?
+            .get(0);
+        let wal_end = parse_lsn(&flushed)?;
+        let start_lsn = (start >> 64) as u64;
+        if (start >> 64) as u64 > wal_end {
+            return Err(Error::state(format!(
+                "cursor LSN {} is beyond the server's WAL {flushed}",
+                lsn_text(start_lsn)
+            )));
+        }
+        let mut catalog = Catalog::load(&c, &self.publication).await?;
+
+        let cfg = self
+            .conn
+            .replication_config(&self.slot, &self.publication)
+            .with_start_lsn(Lsn::from_u64(start_lsn))
+            .with_ack_lsn(Lsn::from_u64(slot.confirmed));
+        let cfg = if follow {
+            cfg
+        } else {
+            cfg.with_stop_lsn(Lsn::from_u64(wal_end.max(start_lsn)))
+        };
+        let mut client = self.replication_stream(cfg).await?;
+
+        let high_water = sequence(wal_end, 0).max(start);
+        let mut w = BatchOut::new(id.clone(), start, high_water, catalog.schemas(), out);
+        let mut txn: Option<(u64, u64)> = None; // (commit lsn, ordinal)
+        let mut total = 0u64;
+        let mut bytes = 0u64;
+        let mut acked = slot.confirmed;
+        let mut last_ack_check = std::time::Instant::now();
+        let result: Result<()> = async {
+            loop {
+                let ev = if follow {
+                    match tokio::time::timeout(Duration::from_millis(500), client.recv()).await {
+                        Ok(r) => r.map_err(repl_err("replication stream failed"))?,
+                        Err(_) => {
+                            if let Some(get) = ack_target {
+                                acked = ack_from(get, &id, &client, acked)?;
+                            }
+                            continue;
+                        }
+                    }
+                } else {
+                    client.recv().await.map_err(repl_err("replication stream failed"))?
+                };
+                let Some(ev) = ev else { break };
+                match ev {
+                    ReplicationEvent::Begin { final_lsn, .. } => {
+                        if !follow && final_lsn.as_u64() >= wal_end {
+                            break;
+                        }
+                        txn = Some((final_lsn.as_u64(), 0));
+                        if follow {
+                            w.high_water = w.high_water.max(sequence(final_lsn.as_u64() + 1, 0));
+                        }
+                    }
+                    ReplicationEvent::Commit { lsn, .. } => {
+                        let commit = lsn.as_u64();
+                        txn = None;
+                        if follow {
+                            let end = sequence(commit + 1, 0);
+                            if end > w.position {
+                                w.high_water = w.high_water.max(end);
+                                w.finish_batch(end)?;
+                                w.out.flush().map_err(io_out)?;
+                            }
+                            if let Some(get) = ack_target {
+                                if last_ack_check.elapsed() > Duration::from_millis(200) {
+                                    acked = ack_from(get, &id, &client, acked)?;
+                                    last_ack_check = std::time::Instant::now();
+                                }
+                            }
+                        }
+                    }
+                    ReplicationEvent::KeepAlive { wal_end: we, .. } => {
+                        if !follow && txn.is_none() && we.as_u64() >= wal_end {
+                            break;
+                        }
+                    }
+                    ReplicationEvent::StoppedAt { .. } => break,
+                    ReplicationEvent::Message { .. } => {}
+                    ReplicationEvent::XLogData { data, .. } => {
+                        let msg = pgoutput::decode(&data).map_err(|e| Error::data(e.to_string()))?;
+                        match msg {
+                            Message::Relation(rel) => {
+                                if catalog.relation(&c, rel).await? {
+                                    // A table's shape changed: the batch ends here and
+                                    // the next header carries the new schema.
+                                    if w.open {
+                                        let at = w.position;
+                                        w.finish_batch(at)?;
+                                    }
+                                    w.schemas = catalog.schemas();
+                                }
+                            }
+                            Message::Insert { .. } | Message::Update { .. } | Message::Delete { .. } => {
+                                let Some((commit, ordinal)) = txn.as_mut() else {
+                                    return Err(Error::data("row change outside a transaction"));
+                                };
+                                *ordinal += 1;
+                                let seq = sequence(*commit, *ordinal);
+                                if seq <= start {
+                                    continue;
+                                }
+                                let e = catalog.event(seq, msg)?;
+                                let len = w.encoded_len(&e) as u64;
+                                limits.check_line(&w.line, &e)?;
+                                // Like SQLite reads: stop before the bytes written
+                                // would exceed the limit (one event at least).
+                                if total > 0 && limits.max_bytes.is_some_and(|m| bytes + len > m) {
+                                    let at = w.position;
+                                    w.finish_batch(at)?;
+                                    return Ok(());
+                                }
+                                w.write_encoded(e.sequence)?;
+                                total += 1;
+                                bytes += len;
+                                if limits.max_events.is_some_and(|m| total >= m) {
+                                    let at = w.position;
+                                    w.finish_batch(at)?;
+                                    return Ok(());
+                                }
+                            }
+                            Message::Truncate { relations, .. } => {
+                                let names: Vec<String> = relations.iter().map(|r| catalog.name(*r)).collect();
+                                let at = txn.map(|(c, _)| lsn_text(c)).unwrap_or_default();
+                                return Err(Error::data(format!(
+                                    "TRUNCATE of {} in the transaction committing at LSN {at} cannot be carried by the v1 format (take a new snapshot after it)",
+                                    names.join(", ")
+                                )));
+                            }
+                            Message::Type { .. } | Message::Origin { .. } | Message::Message { .. } => {}
+                            Message::Begin { .. } | Message::Commit { .. } => {}
+                        }
+                    }
+                }
+            }
+            // Caught up: the batch ends at the WAL position seen at the start
+            // (unless it is inside a transaction cut by a limit).
+            if !follow {
+                let end = w.position.max(high_water);
+                w.finish_batch(end)?;
+            }
+            Ok(())
+        }
+        .await;
+        client.abort();
+        result?;
+        w.out.flush().map_err(io_out)?;
+        Ok(total)
+    }
+}
+
+/// Acknowledge up to what the target holds, on the live stream's feedback.
+pub(super) fn ack_from(
+    get: &dyn Fn() -> Result<Option<Cursor>>,
+    id: &str,
+    client: &ReplicationClient,
+    acked: u64,
+) -> Result<u64> {
+    if let Some(held) = get()? {
+        if held.source == id {
+            let lsn = (held.sequence() >> 64) as u64;
+            if lsn > acked {
+                client.update_applied_lsn(Lsn::from_u64(lsn));
+                return Ok(lsn);
+            }
+        }
+    }
+    Ok(acked)
+}
+
+/// Streams batches: a header when the first event or the end comes, events,
+/// a commit at each end.
+pub(super) struct BatchOut<'a> {
+    pub(super) id: String,
+    pub(super) position: Sequence,
+    pub(super) high_water: Sequence,
+    pub(super) schemas: Vec<Schema>,
+    pub(super) out: &'a mut dyn Write,
+    pub(super) open: bool,
+    pub(super) count: u64,
+    pub(super) line: Vec<u8>,
+}
+
+impl<'a> BatchOut<'a> {
+    pub(super) fn new(
+        id: String,
+        start: Sequence,
+        high_water: Sequence,
+        schemas: Vec<Schema>,
+        out: &'a mut dyn Write,
+    ) -> Self {
+        BatchOut {
+            id,
+            position: start,
+            high_water,
+            schemas,
+            out,
+            open: false,
+            count: 0,
+            line: Vec::with_capacity(1024),
+        }
+    }
+
+    pub(super) fn open_batch(&mut self) -> Result<()> {
+        if !self.open {
+            self.line.clear();
+            write_header_line(
+                &mut self.line,
+                &Header {
+                    start: Cursor::new(self.id.clone(), self.position),
+                    high_water: self.high_water,
+                    schemas: Some(self.schemas.clone()),
+                    compacted: false,
+                },
+            );
+            self.out.write_all(&self.line).map_err(io_out)?;
+            self.open = true;
+            self.count = 0;
+        }
+        Ok(())
+    }
+
+    pub(super) fn encoded_len(&mut self, e: &Event) -> usize {
+        self.line.clear();
+        write_event_line(&mut self.line, e);
+        self.line.len()
+    }
+
+    /// Write the event last given to [`encoded_len`](Self::encoded_len).
+    pub(super) fn write_encoded(&mut self, sequence: Sequence) -> Result<()> {
+        if !self.open {
+            let event = std::mem::take(&mut self.line);
+            self.open_batch()?;
+            self.line = event;
+        }
+        self.out.write_all(&self.line).map_err(io_out)?;
+        self.count += 1;
+        self.position = sequence;
+        Ok(())
+    }
+
+    pub(super) fn finish_batch(&mut self, end: Sequence) -> Result<()> {
+        self.open_batch()?;
+        self.line.clear();
+        write_commit_line(
+            &mut self.line,
+            &Commit {
+                end: Cursor::new(self.id.clone(), end),
+                count: self.count,
+            },
+        );
+        self.out.write_all(&self.line).map_err(io_out)?;
+        self.open = false;
+        self.position = end;
+        Ok(())
+    }
+}
