@@ -7,18 +7,14 @@
 //! both cursors. A target behind the source's high water is warned about:
 //! differences may then be changes not yet applied.
 
+use crate::destination::{PullRow, Target};
 use crate::error::{Error, Result};
-use crate::sqlite_util::{
-    db_err, open_existing, order_by_key, quote_ident, row_values, table_exists, table_schema,
-    user_tables,
-};
+use crate::source::Source;
 use crate::wire::model::write_cursor;
 use crate::wire::value::{key_cmp, write_json_str, write_row};
 use crate::wire::{Cursor, Row, Schema, Value};
-use rusqlite::Connection;
 use std::cmp::Ordering;
 use std::io::Write;
-use std::path::Path;
 
 /// How findings are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -144,31 +140,6 @@ fn same_row(a: &[Value], b: &[Value]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same_normalized(y))
 }
 
-fn select_in_key_order(s: &Schema) -> String {
-    let cols: Vec<String> = s.columns.iter().map(|c| quote_ident(&c.name)).collect();
-    format!(
-        "SELECT {} FROM {} ORDER BY {}",
-        cols.join(", "),
-        quote_ident(&s.table),
-        order_by_key(s)
-    )
-}
-
-/// The next row of a key-ordered query, as (key, row).
-fn next_row(
-    rows: &mut rusqlite::Rows<'_>,
-    s: &Schema,
-    key: &[usize],
-) -> Result<Option<(Vec<Value>, Row)>> {
-    let Some(r) = rows.next().map_err(db_err("cannot read a table"))? else {
-        return Ok(None);
-    };
-    let row = row_values(r, 0, s.columns.len())
-        .map_err(|e| Error::data(format!("table {:?}: {e}", s.table)))?;
-    let k = key.iter().map(|&i| row[i].clone()).collect();
-    Ok(Some((k, row)))
-}
-
 /// Rows of one source table in key order, pushed to a callback that returns
 /// false to stop early.
 pub type RowFeed<'a> = dyn FnMut(&mut dyn FnMut(Row) -> Result<bool>) -> Result<()> + 'a;
@@ -177,7 +148,7 @@ pub type RowFeed<'a> = dyn FnMut(&mut dyn FnMut(Row) -> Result<bool>) -> Result<
 /// pulled from the projection; one row of each side is held at a time.
 fn compare_table(
     feed: &mut RowFeed<'_>,
-    pull_row: &mut dyn FnMut() -> Result<Option<Row>>,
+    pull_row: &mut PullRow<'_>,
     s: &Schema,
     findings: &mut Findings<'_>,
     seen: &mut u64,
@@ -238,215 +209,71 @@ fn compare_table(
     Ok(t)
 }
 
-/// Where the audit's target rows come from.
-pub enum AuditTarget<'a> {
-    Sqlite(&'a Path),
-    ClickHouse(&'a crate::destination::clickhouse::ClickHouse),
-}
-
-enum OpenTarget<'a> {
-    Sqlite(Connection),
-    ClickHouse(&'a crate::destination::clickhouse::ClickHouse),
-}
-
-impl OpenTarget<'_> {
-    /// Run `f` with a puller over the target's rows of `s` in key order.
-    fn with_rows<T>(
-        &self,
-        s: &Schema,
-        source: &str,
-        f: impl FnOnce(&mut dyn FnMut() -> Result<Option<Row>>) -> Result<T>,
-    ) -> Result<T> {
-        match self {
-            OpenTarget::Sqlite(tgt) => {
-                if !table_exists(tgt, &s.table)? {
-                    return f(&mut || Ok(None));
-                }
-                let sql = select_in_key_order(s);
-                let mut st = tgt
-                    .prepare(&sql)
-                    .map_err(db_err("cannot read a target table"))?;
-                let mut rows = st.query([]).map_err(db_err("cannot read a target table"))?;
-                let key = s.key_indices();
-                f(&mut || Ok(next_row(&mut rows, s, &key)?.map(|(_, r)| r)))
-            }
-            OpenTarget::ClickHouse(ch) => match ch.current_rows(s, source)? {
-                None => f(&mut || Ok(None)),
-                Some(mut rows) => f(&mut || rows.next_row()),
-            },
-        }
-    }
-}
-
-/// Where the audit's source rows come from.
-pub enum AuditSource<'a> {
-    Sqlite(&'a Path),
-    Postgres(&'a crate::source::postgres::PgSource),
-}
-
-/// Compare a source with a SQLite projection. Returns the report; the
-/// findings are written to `out` as they are found.
+/// Compare a source with a target, table by table in key order. Returns the
+/// report; the findings are written to `out` as they are found. Neither side
+/// is changed: the source is read in one consistent view, the target in one
+/// where it has them.
 pub fn audit(
-    source: AuditSource<'_>,
-    target: AuditTarget<'_>,
+    source: &dyn Source,
+    target: &mut dyn Target,
     tables: &[String],
     format: AuditFormat,
     out: &mut dyn Write,
     progress: &mut dyn FnMut(u64),
 ) -> Result<AuditReport> {
-    let tgt = match target {
-        AuditTarget::Sqlite(path) => {
-            let c = open_existing(path).map_err(|e| e.in_file(&path.display().to_string()))?;
-            c.execute_batch("BEGIN")
-                .map_err(db_err("cannot begin a read transaction"))?;
-            OpenTarget::Sqlite(c)
-        }
-        AuditTarget::ClickHouse(ch) => OpenTarget::ClickHouse(ch),
-    };
+    target.begin_audit()?;
+    let mut src = source.audit_rows(tables)?;
     let mut report = AuditReport {
-        target_cursor: match &tgt {
-            OpenTarget::Sqlite(c) if table_exists(c, "_mooncdc_cursor")? => {
-                crate::destination::sqlite::stored_cursor(c)?
-            }
-            OpenTarget::Sqlite(_) => None,
-            OpenTarget::ClickHouse(ch) => ch.cursor()?,
-        },
+        source_cursor: src.cursor(),
+        target_cursor: target.cursor()?,
         ..Default::default()
     };
+    let kind = source.kind();
     let mut findings = Findings { out, format };
     let mut seen = 0u64;
-    match source {
-        AuditSource::Sqlite(path) => {
-            let src = open_existing(path).map_err(|e| e.in_file(&path.display().to_string()))?;
-            src.execute_batch("BEGIN")
-                .map_err(db_err("cannot begin a read transaction"))?;
-            let installed = table_exists(&src, "_mooncdc_meta")?;
-            let schemas: Vec<Schema> = if installed {
-                let cur = crate::source::sqlite::current_tables(&src)?;
-                report.source_cursor = Some(Cursor::new(
-                    crate::source::sqlite::identity(&src)?,
-                    crate::source::sqlite::high_water(&src)?,
-                ));
-                cur.into_values().map(|t| t.schema).collect()
-            } else {
-                user_tables(&src)?
-                    .iter()
-                    .filter_map(|t| table_schema(&src, t).ok())
-                    .collect()
-            };
-            let source_id = report
-                .source_cursor
-                .as_ref()
-                .map_or(String::new(), |c| c.source.clone());
-            for s in choose(schemas, tables)? {
-                let mut feed = |f: &mut dyn FnMut(Row) -> Result<bool>| -> Result<()> {
-                    let sql = select_in_key_order(&s);
-                    let mut st = src
-                        .prepare(&sql)
-                        .map_err(db_err("cannot read a source table"))?;
-                    let mut rows = st.query([]).map_err(db_err("cannot read a source table"))?;
-                    let key = s.key_indices();
-                    while let Some((_, row)) = next_row(&mut rows, &s, &key)? {
-                        if !f(row)? {
-                            break;
-                        }
-                    }
-                    Ok(())
-                };
-                if let Some(msg) = tgt.schema_difference(&s)? {
-                    findings.schema(&s.table, &msg)?;
-                    report.tables.push(TableAudit {
-                        table: s.table.clone(),
-                        schema_differs: Some(msg),
-                        ..Default::default()
-                    });
-                    continue;
-                }
-                let t = tgt.with_rows(&s, &source_id, |pull| {
-                    compare_table(&mut feed, pull, &s, &mut findings, &mut seen, progress)
-                })?;
-                report.tables.push(t);
-            }
-            let _ = src.execute_batch("COMMIT");
+    for (i, s) in src.schemas().into_iter().enumerate() {
+        if let Some(msg) = schema_difference(&*target, &s)? {
+            findings.schema(&s.table, &msg)?;
+            report.tables.push(TableAudit {
+                table: s.table.clone(),
+                schema_differs: Some(msg),
+                ..Default::default()
+            });
+            continue;
         }
-        AuditSource::Postgres(pg) => {
-            let src = crate::source::postgres::AuditSource::open(pg, tables)?;
-            report.source_cursor = Some(Cursor::new(src.identity.clone(), src.high_water));
-            for i in 0..src.tables.len() {
-                let s = src.tables[i].0.clone();
-                let mut feed = |f: &mut dyn FnMut(Row) -> Result<bool>| src.rows(i, f);
-                if let Some(msg) = tgt.schema_difference(&s)? {
-                    findings.schema(&s.table, &msg)?;
-                    report.tables.push(TableAudit {
-                        table: s.table.clone(),
-                        schema_differs: Some(msg),
-                        ..Default::default()
-                    });
-                    continue;
-                }
-                let t = tgt.with_rows(&s, &src.identity, |pull| {
-                    compare_table(&mut feed, pull, &s, &mut findings, &mut seen, progress)
-                })?;
-                report.tables.push(t);
-            }
-        }
+        let mut t = TableAudit::default();
+        target.with_rows(&s, kind, &mut |pull| {
+            t = compare_table(
+                &mut |f| src.rows(i, f),
+                pull,
+                &s,
+                &mut findings,
+                &mut seen,
+                progress,
+            )?;
+            Ok(())
+        })?;
+        report.tables.push(t);
     }
     progress(seen);
-    if let OpenTarget::Sqlite(c) = &tgt {
-        let _ = c.execute_batch("COMMIT");
-    }
     Ok(report)
 }
 
-/// The schemas to audit: all, or the named ones.
-fn choose(schemas: Vec<Schema>, tables: &[String]) -> Result<Vec<Schema>> {
-    if tables.is_empty() {
-        return Ok(schemas);
+/// How the target's table differs in shape from the source's, if it does.
+fn schema_difference(target: &dyn Target, s: &Schema) -> Result<Option<String>> {
+    let want: Vec<String> = s.columns.iter().map(|c| c.name.clone()).collect();
+    let Some(have) = target.table_shape(s)? else {
+        return Ok(None);
+    };
+    if have.columns != want || have.key.as_ref().is_some_and(|k| *k != s.key) {
+        return Ok(Some(format!(
+            "the source has columns {want:?} (key {:?}), the target {:?}{}",
+            s.key,
+            have.columns,
+            have.key.map_or(String::new(), |k| format!(" (key {k:?})"))
+        )));
     }
-    tables
-        .iter()
-        .map(|t| {
-            schemas
-                .iter()
-                .find(|s| &s.table == t)
-                .cloned()
-                .ok_or_else(|| Error::usage(format!("table {t:?} is not in the source")))
-        })
-        .collect()
-}
-
-impl OpenTarget<'_> {
-    /// How the target's table differs in shape from the source's, if it does.
-    fn schema_difference(&self, s: &Schema) -> Result<Option<String>> {
-        let want: Vec<String> = s.columns.iter().map(|c| c.name.clone()).collect();
-        let (have, key) = match self {
-            OpenTarget::Sqlite(tgt) => {
-                if !table_exists(tgt, &s.table)? {
-                    return Ok(None);
-                }
-                let ts = table_schema(tgt, &s.table)?;
-                (
-                    ts.columns
-                        .iter()
-                        .map(|c| c.name.clone())
-                        .collect::<Vec<_>>(),
-                    Some(ts.key),
-                )
-            }
-            OpenTarget::ClickHouse(ch) => match ch.table_columns(s)? {
-                None => return Ok(None),
-                Some(cols) => (cols, None),
-            },
-        };
-        if have != want || key.as_ref().is_some_and(|k| *k != s.key) {
-            return Ok(Some(format!(
-                "the source has columns {want:?} (key {:?}), the target {have:?}{}",
-                s.key,
-                key.map_or(String::new(), |k| format!(" (key {k:?})"))
-            )));
-        }
-        Ok(None)
-    }
+    Ok(None)
 }
 
 /// Write the summary: per-table counts, both cursors, the verdict.

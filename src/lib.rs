@@ -28,7 +28,9 @@
 
 pub mod audit;
 pub mod cli;
+pub mod cmd;
 pub mod destination;
+pub mod endpoint;
 pub mod error;
 pub mod ops;
 pub mod source;

@@ -2707,3 +2707,28 @@ fn a_clickhouse_url_with_a_bad_port_is_a_usage_error() {
     );
     assert!(r.stdout.is_empty(), "{}", r.stdout_str());
 }
+
+/// Read-only commands create nothing on a ClickHouse target: `apply cursor`,
+/// `audit` and `capture --follow --ack-from-target`'s cursor reads used to
+/// create `_mooncdc_cursor` when they connected.
+#[test]
+fn read_only_commands_create_nothing_on_the_server() {
+    let c = ch::db("read_only");
+    let url = c.url();
+    let tables = || {
+        c.query("SELECT name FROM system.tables WHERE database = currentDatabase() ORDER BY name")
+    };
+    assert_eq!(ch_cursor(&url), None);
+    assert_eq!(tables().trim(), "", "apply cursor created a table");
+    let dbs = Dbs::new();
+    dbs.src_sql("CREATE TABLE kv(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO kv VALUES (1, 'a');");
+    let r = audit(&dbs.src_url(), &url, &[]);
+    no_secret(&r);
+    expect(&r, 1, "audit of an empty target says different");
+    assert_eq!(tables().trim(), "", "audit created a table");
+    // The first apply creates what it needs.
+    dbs.init(&[]);
+    snapshot_to(&dbs, &url);
+    assert!(tables().contains("_mooncdc_cursor"));
+    audit_equal(&dbs.src_url(), &url);
+}

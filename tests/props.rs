@@ -1266,6 +1266,7 @@ proptest! {
         let model = MemoryTarget {
             cursor: Some(Cursor::new("src", h.end)),
             tables: h.model.clone(),
+            ..Default::default()
         };
         prop_assert_eq!(target_state(&plain), target_state(&model));
 

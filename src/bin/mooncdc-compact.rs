@@ -2,34 +2,9 @@
 
 use clap::Parser;
 use mooncdc::cli::{self, args::CompactArgs};
-use mooncdc::ops::compact::compact;
-use mooncdc::ops::WriteSink;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args = CompactArgs::parse();
-    cli::run("mooncdc-compact", || run(args))
-}
-
-fn run(a: CompactArgs) -> anyhow::Result<ExitCode> {
-    let limits = cli::limits(&a.limits)?;
-    let format = cli::output_format(a.output_format);
-    let extra = match &a.schema {
-        Some(p) => cli::load_schemas(p, limits)?,
-        None => Vec::new(),
-    };
-    let mut out = cli::stdout();
-    for path in cli::input_paths(&a.files) {
-        let mut input = cli::open_batches(path, limits, "mooncdc-compact")?;
-        compact(
-            &mut input,
-            &extra,
-            &mut WriteSink {
-                out: &mut out,
-                format,
-            },
-        )?;
-    }
-    cli::finish_output(out)?;
-    Ok(ExitCode::SUCCESS)
+    cli::run("mooncdc-compact", || mooncdc::cmd::compact::run(args))
 }

@@ -3,7 +3,6 @@
 //! statuses (0 success, 1 bad data or failed operation, 2 usage).
 
 pub mod args;
-pub mod url;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::ops::OutputFormat;
@@ -12,7 +11,7 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-pub type DynRead = Box<dyn BufRead>;
+pub use crate::wire::DynRead;
 
 /// One opened input, of the kind detected.
 pub enum Input {

@@ -1,10 +1,18 @@
-//! An in-memory projection: the target contract without a database, for unit
-//! and property tests of the stream operations.
+//! An in-memory projection: the target contract without a database. It is
+//! the contract double: the contract tests (`tests/contract.rs`) run the same
+//! cases against it and the real targets, and the property tests use it as
+//! the model of a target.
 
+use super::{ApplyStats, ExistingRows, PullRow, StoredShape, Target, TargetOptions};
 use crate::error::{Error, Result};
+use crate::source::SourceKind;
 use crate::wire::batch::{shapes, TableShape};
+use crate::wire::value::key_cmp;
 use crate::wire::value::{write_row, Value};
-use crate::wire::{Batch, Cursor, Operation, Row};
+use crate::wire::{
+    Batch, BatchStreamReader, Cursor, DynRead, Item, Operation, Row, Schema, SnapItem,
+    SnapshotReader,
+};
 use std::collections::{BTreeMap, HashMap};
 
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -12,6 +20,10 @@ pub struct MemoryTarget {
     pub cursor: Option<Cursor>,
     /// table → encoded key → row
     pub tables: BTreeMap<String, BTreeMap<Vec<u8>, Row>>,
+    /// The schemas of the tables it was given.
+    pub schemas: BTreeMap<String, Schema>,
+    pub committed: ApplyStats,
+    pub options: TargetOptions,
 }
 
 fn encode_key(shape: &TableShape, row: &[Value]) -> Vec<u8> {
@@ -33,6 +45,9 @@ impl MemoryTarget {
             .as_deref()
             .ok_or_else(|| Error::data("the memory target needs schemas"))?;
         let shapes: HashMap<String, TableShape> = shapes(schemas)?;
+        for s in schemas {
+            self.schemas.insert(s.table.clone(), s.clone());
+        }
         let from = super::skip_through(self.cursor.as_ref(), &batch.start)?;
         super::check_compacted(&batch.start, batch.compacted, from, &batch.end)?;
         if self.cursor.is_some() && batch.end.sequence() <= from {
@@ -87,5 +102,142 @@ impl MemoryTarget {
         self.tables = next;
         self.cursor = Some(batch.end.clone());
         Ok(())
+    }
+}
+
+impl Target for MemoryTarget {
+    fn cursor(&self) -> Result<Option<Cursor>> {
+        Ok(self.cursor.clone())
+    }
+
+    fn apply_stream(
+        &mut self,
+        input: &mut BatchStreamReader<DynRead>,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        let mut stats = ApplyStats {
+            cursor: self.cursor.clone(),
+            ..Default::default()
+        };
+        self.committed = stats.clone();
+        let mut open: Option<Batch> = None;
+        while let Some(item) = input.next_item()? {
+            match item {
+                Item::Header(h) => {
+                    open = Some(Batch {
+                        start: h.start.clone(),
+                        end: h.start,
+                        high_water: h.high_water,
+                        schemas: h.schemas,
+                        compacted: h.compacted,
+                        events: Vec::new(),
+                    })
+                }
+                Item::Event(e) => open.as_mut().expect("validated stream").events.push(e),
+                Item::Commit(c) => {
+                    let mut b = open.take().expect("validated stream");
+                    b.end = c.end;
+                    let from = super::skip_through(self.cursor.as_ref(), &b.start)?;
+                    let n = b.events.iter().filter(|e| e.sequence > from).count() as u64;
+                    self.apply(&b)?;
+                    stats.batches += 1;
+                    stats.applied += n;
+                    stats.skipped += b.events.len() as u64 - n;
+                    stats.cursor = self.cursor.clone();
+                    self.committed = stats.clone();
+                    progress(&stats);
+                }
+            }
+        }
+        Ok(stats)
+    }
+
+    fn apply_snapshot(
+        &mut self,
+        input: &mut SnapshotReader<DynRead>,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        let mut stats = ApplyStats::default();
+        self.committed = stats.clone();
+        let mut next = self.tables.clone();
+        let mut shapes_now: HashMap<String, TableShape> = HashMap::new();
+        let mut cursor = None;
+        while let Some(item) = input.next_item()? {
+            match item {
+                SnapItem::Header { cursor: c, schemas } => {
+                    if let Some(held) = &self.cursor {
+                        return Err(Error::state(format!(
+                            "the target already holds source {:?} at {}; a snapshot loads only into a target without a cursor",
+                            held.source,
+                            held.sequence()
+                        )));
+                    }
+                    for s in &schemas {
+                        let t = next.entry(s.table.clone()).or_default();
+                        match self.options.existing_rows {
+                            ExistingRows::Refuse if !t.is_empty() => {
+                                return Err(super::existing_rows_error(&s.table))
+                            }
+                            ExistingRows::Replace => t.clear(),
+                            _ => {}
+                        }
+                    }
+                    shapes_now = shapes(&schemas)?;
+                    for s in schemas {
+                        self.schemas.insert(s.table.clone(), s);
+                    }
+                    cursor = Some(c);
+                }
+                SnapItem::Row { table, row } => {
+                    let k = encode_key(&shapes_now[&table], &row);
+                    let t = next.entry(table).or_default();
+                    if t.contains_key(&k) && self.options.on_conflict == super::OnConflict::Error {
+                        return Err(Error::state(
+                            "snapshot row of a key the target already holds",
+                        ));
+                    }
+                    t.insert(k, row);
+                    stats.applied += 1;
+                }
+                SnapItem::Commit { .. } => {
+                    self.tables = std::mem::take(&mut next);
+                    self.cursor = cursor.take();
+                    stats.batches += 1;
+                    stats.cursor = self.cursor.clone();
+                    self.committed = stats.clone();
+                    progress(&stats);
+                }
+            }
+        }
+        Ok(stats)
+    }
+
+    fn committed(&self) -> ApplyStats {
+        self.committed.clone()
+    }
+
+    fn table_shape(&self, schema: &Schema) -> Result<Option<StoredShape>> {
+        Ok(self.schemas.get(&schema.table).map(|s| StoredShape {
+            columns: s.columns.iter().map(|c| c.name.clone()).collect(),
+            key: Some(s.key.clone()),
+        }))
+    }
+
+    fn with_rows(
+        &self,
+        schema: &Schema,
+        _kind: SourceKind,
+        f: &mut dyn FnMut(&mut PullRow<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let key = schema.key_indices();
+        let mut rows: Vec<Row> = self
+            .tables
+            .get(&schema.table)
+            .map(|t| t.values().cloned().collect())
+            .unwrap_or_default();
+        let key_of = |r: &Row| key.iter().map(|&i| r[i].clone()).collect::<Vec<_>>();
+        rows.sort_by(|a, b| key_cmp(&key_of(a), &key_of(b)));
+        let mut it = rows.into_iter();
+        f(&mut || Ok(it.next()))
     }
 }

@@ -1,19 +1,113 @@
-//! Targets: where batches and snapshots land.
-//!
-//! The contract every target keeps (DESIGN §9): it stores its cursor next to the
-//! data; with no cursor for the source it accepts a batch from any start; a batch
-//! whose interval it already holds is a no-op; one that overlaps applies only the
-//! events after the stored cursor; one that starts after it is a gap and fails; a
-//! batch of another source fails. By default it checks images: inserting an
-//! existing key, or an update/delete whose `before` differs from the stored row,
-//! fails. A failed batch changes nothing.
+//! Destinations: where batches and snapshots land. One [`Target`] trait
+//! (the CLI's word is `--target`), one folder per backend, and the rules
+//! every backend shares ([`skip_through`], [`check_compacted`],
+//! [`ExistingRows`]).
 
 pub mod clickhouse;
 pub mod memory;
 pub mod sqlite;
 
 use crate::error::{Error, Result};
-use crate::wire::{Cursor, Sequence};
+use crate::source::SourceKind;
+use crate::wire::{BatchStreamReader, Cursor, DynRead, Row, Schema, Sequence, SnapshotReader};
+
+/// Totals of one apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApplyStats {
+    pub batches: u64,
+    pub applied: u64,
+    pub skipped: u64,
+    pub cursor: Option<Cursor>,
+}
+
+/// What to do when an image check fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnConflict {
+    /// Refuse the batch: the target diverges from the source.
+    #[default]
+    Error,
+    /// Make the row what the event says, whatever was stored.
+    Overwrite,
+}
+
+/// How a target applies what it is given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TargetOptions {
+    /// Image checks (targets that check images).
+    pub on_conflict: OnConflict,
+    /// Snapshots into tables that hold rows.
+    pub existing_rows: ExistingRows,
+}
+
+/// The shape a target's table has: its columns in order, and its key where
+/// the target records one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredShape {
+    pub columns: Vec<String>,
+    pub key: Option<Vec<String>>,
+}
+
+/// A puller of rows in key order: `Ok(None)` at the end.
+pub type PullRow<'a> = dyn FnMut() -> Result<Option<Row>> + 'a;
+
+/// A database that holds a projection (or a history) of one source.
+///
+/// The contract every target keeps (DESIGN §9):
+/// - **One cursor, of one source**, stored next to the data. A batch of
+///   another source fails.
+/// - **Replay.** With no cursor it accepts a batch from any start (and a
+///   snapshot); a batch whose interval it already holds is a no-op; one that
+///   overlaps applies only the events after the cursor; one that starts after
+///   it is a gap and fails; a compacted batch that starts before the cursor
+///   and ends after it fails ([`check_compacted`]).
+/// - **Durability.** When `apply_stream` returns from a batch's commit, that
+///   batch and its cursor are durable: transactional targets commit both in
+///   one transaction; others write the rows, then the cursor, so a crash in
+///   between is mended by replaying (same rows, same versions). A failed
+///   batch changes nothing (transactional) or nothing visible through the
+///   cursor (others); nothing of a batch is written before its commit line
+///   has been checked.
+/// - **Images.** Targets that can (SQLite) refuse an insert of a held key, or
+///   an update or delete whose before image differs from the stored row,
+///   unless [`OnConflict::Overwrite`].
+/// - **Snapshots** load only into a target without a cursor, and into tables
+///   without rows unless [`ExistingRows`] says otherwise.
+/// - **Read-only**: `cursor`, `table_shape` and `with_rows` create and change
+///   nothing, so `apply cursor`, `audit` and `--ack-from-target` never write.
+pub trait Target {
+    /// The stored cursor, if any.
+    fn cursor(&self) -> Result<Option<Cursor>>;
+    /// Apply a batch stream, batch by batch.
+    fn apply_stream(
+        &mut self,
+        input: &mut BatchStreamReader<DynRead>,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats>;
+    /// Load a snapshot.
+    fn apply_snapshot(
+        &mut self,
+        input: &mut SnapshotReader<DynRead>,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats>;
+    /// What the last apply committed, also when it then failed.
+    fn committed(&self) -> ApplyStats;
+    /// Begin a consistent view for an audit (a read transaction where the
+    /// target has them).
+    fn begin_audit(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// The shape of the table `schema` maps to; `None` when it is missing.
+    fn table_shape(&self, schema: &Schema) -> Result<Option<StoredShape>>;
+    /// Call `f` with a puller of the rows of the table `schema` maps to, in
+    /// key order (DESIGN §7); a missing table has no rows. `kind` says how
+    /// the schema's declared types read.
+    fn with_rows(
+        &self,
+        schema: &Schema,
+        kind: SourceKind,
+        f: &mut dyn FnMut(&mut PullRow<'_>) -> Result<()>,
+    ) -> Result<()>;
+}
 
 /// What a snapshot does with rows a target table already holds. A snapshot
 /// loads only into a target without a cursor, but such a target may still

@@ -1,16 +1,147 @@
-//! Sources: where changes come from.
-//!
-//! The contract every source keeps: `read` writes one batch stream of the
-//! changes after a cursor, in sequence order, and never acknowledges; a source
-//! discards changes only when told (`ack`) and never beyond its high water; a
-//! snapshot's cursor hands over exactly to `read`.
+//! Sources: where changes come from. One [`Source`] trait, one folder per
+//! backend (`sqlite/`, `postgres/`).
 
 pub mod postgres;
 pub mod sqlite;
 
 use crate::error::{Error, Result};
 use crate::wire::jsonl::DEFAULT_MAX_LINE_BYTES;
-use crate::wire::Event;
+use crate::wire::{Cursor, Event, Row, Schema};
+use std::io::Write;
+use std::time::Duration;
+
+/// The kind of a source. It decides how a stream's declared types read
+/// (SQLite declared types and affinities, PostgreSQL `format_type` names)
+/// and how its sequences map to other positions (a ClickHouse version).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    Sqlite,
+    Postgres,
+    /// A stream made by anything else (a test, a hand-written file): its
+    /// declared types are not trusted to mean anything.
+    Other,
+}
+
+impl SourceKind {
+    /// The kind a stream's source identity names (`sqlite:<uuid>`,
+    /// `postgres:<sysid>/<db>/<slot>`): the one place that reads it, since
+    /// the wire carries nothing else.
+    pub fn of_identity(identity: &str) -> SourceKind {
+        if identity.starts_with("sqlite:") {
+            SourceKind::Sqlite
+        } else if identity.starts_with("postgres:") {
+            SourceKind::Postgres
+        } else {
+            SourceKind::Other
+        }
+    }
+}
+
+/// What `status` reports: the identity, then the source's own figures as
+/// labelled lines, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceStatus {
+    pub identity: String,
+    pub fields: Vec<(&'static str, String)>,
+}
+
+/// What `snapshot` is asked for.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotRequest {
+    /// The tables (default: every captured one).
+    pub tables: Vec<String>,
+    /// A JSON document instead of JSONL.
+    pub json: bool,
+    /// Tables copied at once, where the source can (PostgreSQL).
+    pub jobs: usize,
+    /// How long to wait for a consistent point, where the source must.
+    pub slot_timeout: Duration,
+}
+
+/// A function that says which cursor a target durably holds: what
+/// `--follow --ack-from-target` acknowledges up to.
+pub type HeldCursor = dyn Fn() -> Result<Option<Cursor>>;
+
+/// A source's tables for an audit, read in one consistent view.
+pub trait AuditRows {
+    /// The source's identity and high water at the view, when capture is
+    /// installed.
+    fn cursor(&self) -> Option<Cursor>;
+    /// The tables, in the order they are audited.
+    fn schemas(&self) -> Vec<Schema>;
+    /// Call `f` with each row of table `i` in key order (DESIGN §7), until it
+    /// returns false.
+    fn rows(&mut self, i: usize, f: &mut dyn FnMut(Row) -> Result<bool>) -> Result<()>;
+}
+
+/// The schemas to audit or snapshot: all, or the named ones, in the order
+/// named.
+pub fn choose_tables(schemas: Vec<Schema>, tables: &[String]) -> Result<Vec<Schema>> {
+    if tables.is_empty() {
+        return Ok(schemas);
+    }
+    tables
+        .iter()
+        .map(|t| {
+            schemas
+                .iter()
+                .find(|s| &s.table == t)
+                .cloned()
+                .ok_or_else(|| Error::usage(format!("table {t:?} is not in the source")))
+        })
+        .collect()
+}
+
+/// A database whose changes MoonCDC captures.
+///
+/// The contract every source keeps:
+/// - **Ordering.** `read` writes one batch stream of the changes after a
+///   cursor (default: the acknowledged position) in sequence order, up to the
+///   high water it saw when it began; `follow` keeps writing batches as
+///   changes commit. A batch never splits a source transaction unless a limit
+///   forces it.
+/// - **Cursors.** A cursor is the position after which the next change comes;
+///   a cursor of another source, before the acknowledged position (changes
+///   gone) or beyond the high water is refused before anything is written.
+/// - **Acknowledgement.** Reading never acknowledges. Changes are discarded
+///   only by `ack` (or `follow` with a target whose stored cursor it reads),
+///   never beyond the high water, never backwards.
+/// - **Snapshots** are consistent with a cursor that hands over exactly to
+///   `read --after` it.
+/// - **Read-only**: `verify`, `status`, `read`, `snapshot` and `audit_rows`
+///   change nothing in the source (a PostgreSQL snapshot's temporary slot
+///   disappears with its session).
+pub trait Source {
+    fn kind(&self) -> SourceKind;
+    /// Install capture for the tables named (default: every table with a
+    /// key). Returns the identity and the tables newly captured.
+    fn init(&self, tables: &[String]) -> Result<(String, Vec<String>)>;
+    /// What differs from what this version would install (empty: current).
+    fn verify(&self) -> Result<Vec<String>>;
+    /// Bring capture up to date; returns what it did, one line each.
+    fn upgrade(&self) -> Result<Vec<String>>;
+    fn status(&self) -> Result<SourceStatus>;
+    /// Discard changes through `cursor`; returns where the source now stands.
+    fn ack(&self, cursor: &Cursor) -> Result<String>;
+    fn read(&self, after: Option<&Cursor>, limits: ReadLimits, out: &mut dyn Write) -> Result<()>;
+    fn follow(
+        &self,
+        after: Option<&Cursor>,
+        limits: ReadLimits,
+        poll: Duration,
+        held: Option<&HeldCursor>,
+        out: &mut dyn Write,
+    ) -> Result<()>;
+    /// Write a snapshot; returns the rows written.
+    fn snapshot(
+        &self,
+        req: &SnapshotRequest,
+        out: &mut dyn Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<u64>;
+    /// The tables for an audit (all, or the ones named).
+    fn audit_rows(&self, tables: &[String]) -> Result<Box<dyn AuditRows>>;
+}
 
 /// Limits of one read, the same for every source: stop after `max_events`
 /// events, or before the events written would exceed `max_bytes` (at least

@@ -16,3 +16,6 @@ pub use jsonl::Limits;
 pub use model::{Column, Cursor, Event, Operation, Row, Schema, Sequence};
 pub use snapshot::{SnapItem, SnapshotReader};
 pub use value::Value;
+
+/// Any buffered input, as the tools open it (a file or standard input).
+pub type DynRead = Box<dyn std::io::BufRead>;

@@ -57,7 +57,7 @@ impl ClickHouse {
         match self.engine {
             Engine::Replacing => {
                 l.encode_row(out, row, (!snapshot).then_some(seq))?;
-                out.extend(version(&l.source, seq)?.to_le_bytes());
+                out.extend(version(l.kind, seq)?.to_le_bytes());
                 out.push(deleted as u8);
             }
             Engine::History => {
@@ -121,6 +121,7 @@ impl ClickHouse {
         while let Some(item) = input.next_item()? {
             match item {
                 Item::Header(h) => {
+                    self.prepare_writes()?;
                     stored = self.cursor()?;
                     skip_through = crate::destination::skip_through(stored.as_ref(), &h.start)?;
                     start = Some((h.start.clone(), h.compacted));
@@ -132,7 +133,7 @@ impl ClickHouse {
                     layouts.clear();
                     bufs.clear();
                     for s in schemas {
-                        let l = Layout::new(s, &h.start.source);
+                        let l = Layout::new(s, SourceKind::of_identity(&h.start.source));
                         self.ensure(&l)?;
                         layouts.insert(s.table.clone(), l);
                     }
@@ -177,9 +178,9 @@ impl ClickHouse {
     pub fn apply_snapshot<R: BufRead>(
         &mut self,
         input: &mut SnapshotReader<R>,
-        existing: ExistingRows,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
+        let existing = self.options.existing_rows;
         let mut stats = ApplyStats::default();
         self.committed = stats.clone();
         let mut layouts: HashMap<String, Layout> = HashMap::new();
@@ -188,6 +189,7 @@ impl ClickHouse {
         while let Some(item) = input.next_item()? {
             match item {
                 SnapItem::Header { cursor: c, schemas } => {
+                    self.prepare_writes()?;
                     if let Some(held) = self.cursor()? {
                         return Err(Error::state(format!(
                             "the target already holds source {:?} at {}; a snapshot loads only into a target without a cursor",
@@ -196,7 +198,7 @@ impl ClickHouse {
                         )));
                     }
                     for s in &schemas {
-                        let l = Layout::new(s, &c.source);
+                        let l = Layout::new(s, SourceKind::of_identity(&c.source));
                         self.ensure(&l)?;
                         if existing == ExistingRows::Refuse && self.holds_rows(&l.name)? {
                             return Err(crate::destination::existing_rows_error(&s.table));

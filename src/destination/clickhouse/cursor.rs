@@ -5,6 +5,9 @@ use super::*;
 impl ClickHouse {
     /// The stored cursor, if any.
     pub fn cursor(&self) -> Result<Option<Cursor>> {
+        if !self.cursor_table && self.columns_of("_mooncdc_cursor")?.is_empty() {
+            return Ok(None);
+        }
         let v = self.query(
             &format!(
                 "SELECT source, sequence FROM {}.`_mooncdc_cursor` ORDER BY seq_hi DESC, seq_lo DESC LIMIT 1 FORMAT TabSeparated",

@@ -42,8 +42,9 @@ use rowbinary::*;
 use sql::*;
 pub use types::{column_type, table_name, version, ChType};
 
-use super::ExistingRows;
+use super::{ExistingRows, TargetOptions};
 use crate::error::{Error, ErrorKind, Result};
+use crate::source::SourceKind;
 use crate::wire::value::write_value;
 use crate::wire::{
     BatchStreamReader, Column, Cursor, Event, Item, Operation, Row, Schema, Sequence, SnapItem,
@@ -97,6 +98,10 @@ pub struct ClickHouse {
     pub(super) settings: HashSet<String>,
     pub(super) engine: Engine,
     pub(super) committed: ApplyStats,
+    pub(super) options: TargetOptions,
+    /// Whether `_mooncdc_cursor` is known to exist: created before the first
+    /// write, never by a read-only command.
+    pub(super) cursor_table: bool,
 }
 
 pub(super) enum Timeout {
@@ -108,6 +113,7 @@ pub(super) enum Timeout {
 
 impl ClickHouse {
     /// Connect: ping, read the version and the settings the server knows.
+    /// Nothing is created or changed on the server.
     pub fn connect(cfg: ChConfig, engine: Engine) -> Result<ClickHouse> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::blocking::Client::builder()
@@ -121,6 +127,8 @@ impl ClickHouse {
             settings: HashSet::new(),
             engine,
             committed: ApplyStats::default(),
+            options: TargetOptions::default(),
+            cursor_table: false,
         };
         let v = ch.query("SELECT version()", None, Timeout::Connect)?;
         ch.server_version = String::from_utf8_lossy(&v).trim().to_string();
@@ -133,20 +141,68 @@ impl ClickHouse {
             .lines()
             .map(str::to_string)
             .collect();
-        ch.query(
-            &format!(
-                "CREATE TABLE IF NOT EXISTS {}.`_mooncdc_cursor` (source String, sequence String, seq_hi UInt64, seq_lo UInt64) ENGINE = MergeTree ORDER BY (source, seq_hi, seq_lo)",
-                qi(&ch.cfg.database)
-            ),
-            None,
-            Timeout::Ddl,
-        )?;
         Ok(ch)
     }
 
-    /// What the last apply committed (rows and cursor written), also when it then failed.
-    pub fn committed(&self) -> &ApplyStats {
-        &self.committed
+    /// How batches and snapshots are applied.
+    pub fn with_options(mut self, options: TargetOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Create `_mooncdc_cursor` before the first write.
+    pub(super) fn prepare_writes(&mut self) -> Result<()> {
+        if !self.cursor_table {
+            self.query(
+                &format!(
+                    "CREATE TABLE IF NOT EXISTS {}.`_mooncdc_cursor` (source String, sequence String, seq_hi UInt64, seq_lo UInt64) ENGINE = MergeTree ORDER BY (source, seq_hi, seq_lo)",
+                    qi(&self.cfg.database)
+                ),
+                None,
+                Timeout::Ddl,
+            )?;
+            self.cursor_table = true;
+        }
+        Ok(())
+    }
+}
+
+impl super::Target for ClickHouse {
+    fn cursor(&self) -> Result<Option<Cursor>> {
+        ClickHouse::cursor(self)
+    }
+    fn apply_stream(
+        &mut self,
+        input: &mut BatchStreamReader<crate::wire::DynRead>,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        ClickHouse::apply_stream(self, input, progress)
+    }
+    fn apply_snapshot(
+        &mut self,
+        input: &mut SnapshotReader<crate::wire::DynRead>,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        ClickHouse::apply_snapshot(self, input, progress)
+    }
+    fn committed(&self) -> ApplyStats {
+        self.committed.clone()
+    }
+    fn table_shape(&self, schema: &Schema) -> Result<Option<super::StoredShape>> {
+        Ok(self
+            .table_columns(schema)?
+            .map(|columns| super::StoredShape { columns, key: None }))
+    }
+    fn with_rows(
+        &self,
+        schema: &Schema,
+        kind: SourceKind,
+        f: &mut dyn FnMut(&mut super::PullRow<'_>) -> Result<()>,
+    ) -> Result<()> {
+        match self.current_rows(schema, kind)? {
+            None => f(&mut || Ok(None)),
+            Some(mut rows) => f(&mut || rows.next_row()),
+        }
     }
 }
 
@@ -157,12 +213,12 @@ mod tests {
     #[test]
     fn names_and_versions() {
         assert_eq!(table_name("public.my_table"), "public_my__table");
-        assert_eq!(version("sqlite:x", 5).unwrap(), 5);
+        assert_eq!(version(SourceKind::Sqlite, 5).unwrap(), 5);
         assert!(
-            version("postgres:x", (1u128 << 64) | 2).unwrap()
-                > version("postgres:x", 1u128 << 64).unwrap()
+            version(SourceKind::Postgres, (1u128 << 64) | 2).unwrap()
+                > version(SourceKind::Postgres, 1u128 << 64).unwrap()
         );
-        assert!(version("postgres:x", 1u128 << 64 | (1 << 24)).is_err());
+        assert!(version(SourceKind::Postgres, 1u128 << 64 | (1 << 24)).is_err());
     }
 
     #[test]

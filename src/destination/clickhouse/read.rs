@@ -18,8 +18,8 @@ impl ClickHouse {
 
     /// Rows of a table's current state in key order, for an audit; `None`
     /// when the table does not exist.
-    pub fn current_rows(&self, schema: &Schema, source: &str) -> Result<Option<ChRows>> {
-        let l = Layout::new(schema, source);
+    pub fn current_rows(&self, schema: &Schema, kind: SourceKind) -> Result<Option<ChRows>> {
+        let l = Layout::new(schema, kind);
         let have = self.columns_of(&l.name)?;
         if have.is_empty() {
             return Ok(None);

@@ -218,21 +218,21 @@ pub(super) struct Layout {
     pub(super) name: String,
     pub(super) types: Vec<ChType>,
     pub(super) key: Vec<usize>,
-    pub(super) source: String,
+    pub(super) kind: SourceKind,
 }
 
 impl Layout {
-    pub(super) fn new(schema: &Schema, source: &str) -> Layout {
+    pub(super) fn new(schema: &Schema, kind: SourceKind) -> Layout {
         Layout {
             name: table_name(&schema.table),
             types: schema
                 .columns
                 .iter()
-                .map(|c| column_type(c, source))
+                .map(|c| column_type(c, kind))
                 .collect(),
             key: schema.key_indices(),
             schema: schema.clone(),
-            source: source.to_string(),
+            kind,
         }
     }
 

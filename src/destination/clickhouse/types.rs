@@ -38,9 +38,9 @@ impl ChType {
 }
 
 /// The ClickHouse type of a schema column, by the source's kind.
-pub fn column_type(c: &Column, source: &str) -> ChType {
+pub fn column_type(c: &Column, kind: SourceKind) -> ChType {
     let t = c.decl_type.to_ascii_lowercase();
-    if source.starts_with("postgres:") {
+    if kind == SourceKind::Postgres {
         return match t.as_str() {
             "smallint" => ChType::Int16,
             "integer" => ChType::Int32,
@@ -83,8 +83,8 @@ pub fn table_name(source_table: &str) -> String {
 }
 
 /// The 64-bit version of a sequence, keeping order for the source's scheme.
-pub fn version(source: &str, seq: Sequence) -> Result<u64> {
-    if source.starts_with("postgres:") {
+pub fn version(kind: SourceKind, seq: Sequence) -> Result<u64> {
+    if kind == SourceKind::Postgres {
         let lsn = (seq >> 64) as u64;
         let ord = seq as u64;
         if lsn >= 1 << 40 || ord >= 1 << 24 {

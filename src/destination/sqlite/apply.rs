@@ -9,9 +9,9 @@ impl SqliteTarget {
     pub fn apply_stream<R: BufRead>(
         &mut self,
         input: &mut BatchStreamReader<R>,
-        on_conflict: OnConflict,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
+        let on_conflict = self.options.on_conflict;
         let mut stats = ApplyStats {
             cursor: self.cursor()?,
             ..Default::default()
@@ -35,7 +35,11 @@ impl SqliteTarget {
                         tables.clear();
                         if let Some(schemas) = &h.schemas {
                             for s in schemas {
-                                let t = ensure_table(self.db(), s, &h.start.source)?;
+                                let t = ensure_table(
+                                    self.db(),
+                                    s,
+                                    crate::source::SourceKind::of_identity(&h.start.source),
+                                )?;
                                 tables.insert(s.table.clone(), t);
                             }
                         }
@@ -113,10 +117,12 @@ impl SqliteTarget {
     pub fn apply_snapshot<R: BufRead>(
         &mut self,
         input: &mut SnapshotReader<R>,
-        on_conflict: OnConflict,
-        existing: ExistingRows,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
+        let TargetOptions {
+            on_conflict,
+            existing_rows: existing,
+        } = self.options;
         let mut stats = ApplyStats::default();
         self.committed = stats.clone();
         let mut tables: HashMap<String, TableSql> = HashMap::new();
@@ -136,7 +142,11 @@ impl SqliteTarget {
                             )));
                         }
                         for s in &schemas {
-                            let t = ensure_table(self.db(), s, &c.source)?;
+                            let t = ensure_table(
+                                self.db(),
+                                s,
+                                crate::source::SourceKind::of_identity(&c.source),
+                            )?;
                             empty_or_replace(self.db(), &s.table, existing)?;
                             tables.insert(s.table.clone(), t);
                         }

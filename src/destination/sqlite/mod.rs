@@ -17,7 +17,7 @@ use table::*;
 use types::*;
 pub use types::{affinity, keeps_class, looks_numeric, Affinity};
 
-use super::ExistingRows;
+use super::{ExistingRows, TargetOptions};
 use crate::error::{Error, Result};
 use crate::sqlite_util::{
     db_err, open_or_create, quote_ident, row_values, table_exists, table_schema, Bind,
@@ -33,24 +33,7 @@ use std::path::{Path, PathBuf};
 
 const CURSOR: &str = "_mooncdc_cursor";
 
-/// What to do when an image check fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnConflict {
-    /// Refuse the batch: the target diverges from the source.
-    #[default]
-    Error,
-    /// Make the row what the event says, whatever was stored.
-    Overwrite,
-}
-
-/// Totals of one apply.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ApplyStats {
-    pub batches: u64,
-    pub applied: u64,
-    pub skipped: u64,
-    pub cursor: Option<Cursor>,
-}
+pub use super::{ApplyStats, OnConflict};
 
 pub struct SqliteTarget {
     /// Opened at the first batch or snapshot header, so input that is not
@@ -64,6 +47,7 @@ pub struct SqliteTarget {
     /// Whether this apply created the database file (removed again when
     /// nothing was ever committed to it).
     pub(super) created: bool,
+    pub(super) options: TargetOptions,
 }
 
 impl SqliteTarget {
@@ -77,6 +61,7 @@ impl SqliteTarget {
             committed: ApplyStats::default(),
             projection: false,
             created: false,
+            options: TargetOptions::default(),
         };
         if path.exists() {
             let conn = crate::sqlite_util::open_existing(path)?;
@@ -204,4 +189,83 @@ fn set_cursor(conn: &Connection, c: &Cursor) -> Result<()> {
     )
     .map_err(db_err("cannot write the target's cursor"))?;
     Ok(())
+}
+
+impl SqliteTarget {
+    /// How batches and snapshots are applied.
+    pub fn with_options(mut self, options: TargetOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// A read transaction over the whole audit, when the database exists.
+    fn begin_read(&mut self) -> Result<()> {
+        if let Some(c) = &self.conn {
+            c.execute_batch("BEGIN")
+                .map_err(db_err("cannot begin a read transaction"))?;
+        }
+        Ok(())
+    }
+}
+
+impl super::Target for SqliteTarget {
+    fn cursor(&self) -> Result<Option<Cursor>> {
+        SqliteTarget::cursor(self)
+    }
+    fn apply_stream(
+        &mut self,
+        input: &mut BatchStreamReader<crate::wire::DynRead>,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        SqliteTarget::apply_stream(self, input, progress)
+    }
+    fn apply_snapshot(
+        &mut self,
+        input: &mut SnapshotReader<crate::wire::DynRead>,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        SqliteTarget::apply_snapshot(self, input, progress)
+    }
+    fn committed(&self) -> ApplyStats {
+        self.committed.clone()
+    }
+    fn begin_audit(&mut self) -> Result<()> {
+        self.begin_read()
+    }
+    fn table_shape(&self, schema: &Schema) -> Result<Option<super::StoredShape>> {
+        let Some(c) = &self.conn else { return Ok(None) };
+        if !table_exists(c, &schema.table)? {
+            return Ok(None);
+        }
+        let ts = table_schema(c, &schema.table)?;
+        Ok(Some(super::StoredShape {
+            columns: ts.columns.iter().map(|c| c.name.clone()).collect(),
+            key: Some(ts.key),
+        }))
+    }
+    fn with_rows(
+        &self,
+        schema: &Schema,
+        _kind: crate::source::SourceKind,
+        f: &mut dyn FnMut(&mut super::PullRow<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let c = match &self.conn {
+            Some(c) if table_exists(c, &schema.table)? => c,
+            _ => return f(&mut || Ok(None)),
+        };
+        let sql = crate::source::sqlite::select_in_key_order(schema);
+        let mut st = c
+            .prepare(&sql)
+            .map_err(db_err("cannot read a target table"))?;
+        let mut rows = st.query([]).map_err(db_err("cannot read a target table"))?;
+        let width = schema.columns.len();
+        f(&mut || {
+            let Some(r) = rows.next().map_err(db_err("cannot read a target table"))? else {
+                return Ok(None);
+            };
+            row_values(r, 0, width)
+                .map(Some)
+                .map_err(|e| Error::data(format!("table {:?}: {e}", schema.table)))
+        })
+    }
 }

@@ -98,7 +98,11 @@ pub(super) fn is_constraint(e: &rusqlite::Error) -> bool {
 /// Create the table if missing; add trailing columns the stream has and the
 /// table lacks; refuse any other difference. Returns the table's SQL for the
 /// stream's schema, with the target columns' affinities.
-pub(super) fn ensure_table(conn: &Connection, s: &Schema, source: &str) -> Result<TableSql> {
+pub(super) fn ensure_table(
+    conn: &Connection,
+    s: &Schema,
+    kind: crate::source::SourceKind,
+) -> Result<TableSql> {
     if s.key.is_empty() {
         return Err(Error::data(format!(
             "table {:?} has no key; a SQLite projection identifies rows by their key",
@@ -116,7 +120,7 @@ pub(super) fn ensure_table(conn: &Connection, s: &Schema, source: &str) -> Resul
             .columns
             .iter()
             .map(|c| {
-                let ty = column_type(&c.decl_type, source);
+                let ty = column_type(&c.decl_type, kind);
                 let mut d = quote_ident(&c.name);
                 if !ty.is_empty() {
                     d.push(' ');
@@ -145,7 +149,7 @@ pub(super) fn ensure_table(conn: &Connection, s: &Schema, source: &str) -> Resul
         let affinity = s
             .columns
             .iter()
-            .map(|c| affinity(&column_type(&c.decl_type, source)))
+            .map(|c| affinity(&column_type(&c.decl_type, kind)))
             .collect();
         return Ok(TableSql::new(s.clone(), affinity));
     }
@@ -169,7 +173,7 @@ pub(super) fn ensure_table(conn: &Connection, s: &Schema, source: &str) -> Resul
         .map(|c| affinity(&c.decl_type))
         .collect();
     for c in &s.columns[hn.len()..] {
-        let ty = column_type(&c.decl_type, source);
+        let ty = column_type(&c.decl_type, kind);
         conn.execute_batch(&format!(
             "ALTER TABLE {} ADD COLUMN {} {}",
             quote_ident(&s.table),

@@ -97,9 +97,9 @@ pub(super) fn plain_type_name(decl: &str) -> bool {
 /// and applying an affinity twice changes nothing), else the type named after
 /// its affinity; `ANY` (no affinity in a STRICT table, NUMERIC elsewhere) and
 /// every column of other sources get no type, which means no affinity.
-pub(super) fn column_type(decl: &str, source: &str) -> String {
+pub(super) fn column_type(decl: &str, kind: crate::source::SourceKind) -> String {
     let decl = decl.trim();
-    if !source.starts_with("sqlite:") || decl.eq_ignore_ascii_case("ANY") {
+    if kind != crate::source::SourceKind::Sqlite || decl.eq_ignore_ascii_case("ANY") {
         return String::new();
     }
     if plain_type_name(decl) {
@@ -287,7 +287,7 @@ mod tests {
 
     #[test]
     fn declared_types_are_copied_only_when_plain() {
-        let s = "sqlite:x";
+        let s = crate::source::SourceKind::Sqlite;
         for plain in [
             "INTEGER",
             "VARCHAR(10)",
@@ -314,6 +314,9 @@ mod tests {
         ] {
             assert_eq!(column_type(odd, s), mapped, "{odd:?}");
         }
-        assert_eq!(column_type("INTEGER", "postgres:1/db/slot"), "");
+        assert_eq!(
+            column_type("INTEGER", crate::source::SourceKind::Postgres),
+            ""
+        );
     }
 }

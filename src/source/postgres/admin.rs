@@ -167,7 +167,7 @@ impl PgSource {
     }
 
     /// Identity, slot positions, WAL retained and lag.
-    pub fn status(&self) -> Result<Vec<(String, String)>> {
+    pub fn status(&self) -> Result<SourceStatus> {
         runtime()?.block_on(async {
             let c = self.client("status").await?;
             let id = self.identity().await?;
@@ -188,16 +188,18 @@ impl PgSource {
             let retained: Option<i64> = r.get(1);
             let lag: Option<i64> = r.get(2);
             let active: bool = r.get(3);
-            Ok(vec![
-                ("identity".into(), id.clone()),
-                ("acknowledged".into(), Cursor::new(id, sequence(s.confirmed, 0)).to_json()),
-                ("confirmed_flush_lsn".into(), lsn_text(s.confirmed)),
-                ("restart_lsn".into(), lsn_text(s.restart)),
-                ("wal_flush_lsn".into(), wal),
-                ("wal_retained_bytes".into(), retained.unwrap_or(0).to_string()),
-                ("lag_bytes".into(), lag.unwrap_or(0).to_string()),
-                ("slot_active".into(), active.to_string()),
-            ])
+            Ok(SourceStatus {
+                identity: id.clone(),
+                fields: vec![
+                    ("acknowledged", Cursor::new(id, sequence(s.confirmed, 0)).to_json()),
+                    ("confirmed_flush_lsn", lsn_text(s.confirmed)),
+                    ("restart_lsn", lsn_text(s.restart)),
+                    ("wal_flush_lsn", wal),
+                    ("wal_retained_bytes", retained.unwrap_or(0).to_string()),
+                    ("lag_bytes", lag.unwrap_or(0).to_string()),
+                    ("slot_active", active.to_string()),
+                ],
+            })
         })
     }
 

@@ -63,11 +63,21 @@ impl AuditSource {
             tables,
         })
     }
+}
 
-    /// Call `f` with each row of the table in key order. Each row is fetched
-    /// in its own `block_on`, so `f` runs outside the async runtime (it may
-    /// itself do blocking I/O, such as reading a ClickHouse reply).
-    pub fn rows(&self, i: usize, f: &mut dyn FnMut(Row) -> Result<bool>) -> Result<()> {
+impl AuditRows for AuditSource {
+    fn cursor(&self) -> Option<Cursor> {
+        Some(Cursor::new(self.identity.clone(), self.high_water))
+    }
+
+    fn schemas(&self) -> Vec<Schema> {
+        self.tables.iter().map(|(s, _)| s.clone()).collect()
+    }
+
+    /// Each row is fetched in its own `block_on`, so `f` runs outside the
+    /// async runtime (it may itself do blocking I/O, such as reading a
+    /// ClickHouse reply).
+    fn rows(&mut self, i: usize, f: &mut dyn FnMut(Row) -> Result<bool>) -> Result<()> {
         let (schema, classes) = &self.tables[i];
         let mut rows = self
             .rt

@@ -37,6 +37,9 @@ use snapshot::*;
 pub use snapshot::{select_in_key_order, CopyRows};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::source::{
+    AuditRows, HeldCursor, ReadLimits, SnapshotRequest, Source, SourceKind, SourceStatus,
+};
 use crate::wire::batch::{write_commit_line, write_event_line, write_header_line};
 use crate::wire::snapshot::SnapshotWriter;
 use crate::wire::{Column, Commit, Cursor, Event, Header, Operation, Row, Schema, Sequence, Value};
@@ -129,14 +132,76 @@ pub fn sequence(lsn: u64, ordinal: u64) -> Sequence {
 }
 
 impl PgSource {
-    pub fn new(url: &str, slot: Option<&str>, publication: Option<&str>) -> Result<Self> {
+    /// A source over parsed connection settings, with its slot and
+    /// publication (default `mooncdc_main` both).
+    pub fn new(conn: PgConn, slot: Option<&str>, publication: Option<&str>) -> Result<Self> {
         let slot = slot.unwrap_or(DEFAULT_SLOT).to_string();
         check_slot_name(&slot)?;
         Ok(PgSource {
-            conn: PgConn::parse(url)?,
+            conn,
             slot,
             publication: publication.unwrap_or(DEFAULT_PUBLICATION).to_string(),
         })
+    }
+}
+
+impl Source for PgSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Postgres
+    }
+    fn init(&self, tables: &[String]) -> Result<(String, Vec<String>)> {
+        PgSource::init(self, tables)
+    }
+    fn verify(&self) -> Result<Vec<String>> {
+        PgSource::verify(self)
+    }
+    fn upgrade(&self) -> Result<Vec<String>> {
+        // Replica identity and the slot, for the tables already published;
+        // no table is added.
+        let tables = PgSource::upgrade(self)?;
+        Ok(vec![format!(
+            "replica identity and slot checked for {}",
+            tables.join(", ")
+        )])
+    }
+    fn status(&self) -> Result<SourceStatus> {
+        PgSource::status(self)
+    }
+    fn ack(&self, cursor: &Cursor) -> Result<String> {
+        let lsn = PgSource::ack(self, cursor)?;
+        Ok(format!("slot confirmed through LSN {}", lsn_text(lsn)))
+    }
+    fn read(&self, after: Option<&Cursor>, limits: ReadLimits, out: &mut dyn Write) -> Result<()> {
+        PgSource::read(self, after, limits, out).map(|_| ())
+    }
+    fn follow(
+        &self,
+        after: Option<&Cursor>,
+        _limits: ReadLimits,
+        _poll: Duration,
+        held: Option<&HeldCursor>,
+        out: &mut dyn Write,
+    ) -> Result<()> {
+        PgSource::follow(self, after, held, out).map(|_| ())
+    }
+    fn snapshot(
+        &self,
+        req: &SnapshotRequest,
+        out: &mut dyn Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<u64> {
+        PgSource::snapshot(
+            self,
+            &req.tables,
+            req.json,
+            req.jobs,
+            req.slot_timeout,
+            out,
+            progress,
+        )
+    }
+    fn audit_rows(&self, tables: &[String]) -> Result<Box<dyn AuditRows>> {
+        Ok(Box::new(AuditSource::open(self, tables)?))
     }
 }
 

@@ -27,9 +27,12 @@
 //! trigger's insert rolls back with it. SQLite has one writer at a time, so
 //! sequence order is commit order and a read transaction sees a prefix.
 
+mod audit;
 mod install;
 mod log;
 mod snapshot;
+
+pub use audit::{select_in_key_order, SqliteAuditRows};
 
 use install::*;
 pub use install::{init, trigger_sql, upgrade, verify, MAX_CAPTURED_COLUMNS};
@@ -243,4 +246,65 @@ pub fn ack(path: &Path, cursor: &Cursor) -> Result<Sequence> {
     meta_set(&tx, "acknowledged", &through.to_string())?;
     tx.commit().map_err(db_err("cannot commit"))?;
     Ok(through)
+}
+
+/// A SQLite database file as a [`Source`](crate::source::Source).
+#[derive(Debug, Clone)]
+pub struct SqliteSource {
+    pub path: std::path::PathBuf,
+}
+
+impl crate::source::Source for SqliteSource {
+    fn kind(&self) -> crate::source::SourceKind {
+        crate::source::SourceKind::Sqlite
+    }
+    fn init(&self, tables: &[String]) -> Result<(String, Vec<String>)> {
+        let added = init(&self.path, tables)?;
+        Ok((status(&self.path)?.identity, added))
+    }
+    fn verify(&self) -> Result<Vec<String>> {
+        verify(&self.path)
+    }
+    fn upgrade(&self) -> Result<Vec<String>> {
+        upgrade(&self.path)
+    }
+    fn status(&self) -> Result<crate::source::SourceStatus> {
+        let st = status(&self.path)?;
+        Ok(crate::source::SourceStatus {
+            identity: st.identity,
+            fields: vec![
+                ("acknowledged", st.acknowledged.to_string()),
+                ("high water", st.high_water.to_string()),
+                ("backlog", format!("{} changes", st.backlog)),
+                ("tables", st.tables.join(", ")),
+            ],
+        })
+    }
+    fn ack(&self, cursor: &Cursor) -> Result<String> {
+        Ok(format!("acknowledged through {}", ack(&self.path, cursor)?))
+    }
+    fn read(&self, after: Option<&Cursor>, limits: ReadLimits, out: &mut dyn Write) -> Result<()> {
+        read(&self.path, after, limits, out).map(|_| ())
+    }
+    fn follow(
+        &self,
+        after: Option<&Cursor>,
+        limits: ReadLimits,
+        poll: std::time::Duration,
+        held: Option<&crate::source::HeldCursor>,
+        out: &mut dyn Write,
+    ) -> Result<()> {
+        follow(&self.path, after, limits, poll, held, out)
+    }
+    fn snapshot(
+        &self,
+        req: &crate::source::SnapshotRequest,
+        out: &mut dyn Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<u64> {
+        snapshot(&self.path, &req.tables, req.json, out, progress)
+    }
+    fn audit_rows(&self, tables: &[String]) -> Result<Box<dyn crate::source::AuditRows>> {
+        Ok(Box::new(SqliteAuditRows::open(&self.path, tables)?))
+    }
 }

@@ -1,0 +1,121 @@
+//! `mooncdc-apply`: apply snapshots and batch streams to a target, and
+//! print the cursor it holds (`apply cursor`).
+
+use crate::cli::args::{ApplyArgs, ApplyCommand, EngineArg, ExistingRowsArg, OnConflictArg};
+use crate::cli::{self, Input, Progress};
+use crate::destination::clickhouse::Engine;
+use crate::destination::{ApplyStats, ExistingRows, OnConflict, TargetOptions};
+use crate::endpoint;
+use crate::error::Error;
+use std::process::ExitCode;
+
+pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
+    if let Some(ApplyCommand::Cursor {
+        target,
+        source_identity,
+    }) = a.command
+    {
+        return cursor(&target, source_identity.as_deref());
+    }
+    let url = a
+        .target
+        .ok_or_else(|| Error::usage("--target is required (e.g. --target sqlite:proj.db)"))?;
+    let options = TargetOptions {
+        on_conflict: match a.on_conflict {
+            OnConflictArg::Error => OnConflict::Error,
+            OnConflictArg::Overwrite => OnConflict::Overwrite,
+        },
+        existing_rows: match a.existing_rows {
+            ExistingRowsArg::Refuse => ExistingRows::Refuse,
+            ExistingRowsArg::Replace => ExistingRows::Replace,
+            ExistingRowsArg::Keep => ExistingRows::Keep,
+        },
+    };
+    let engine = match a.engine {
+        EngineArg::Replacing => Engine::Replacing,
+        EngineArg::History => Engine::History,
+    };
+    let limits = cli::limits(&a.limits)?;
+    let mut t = endpoint::parse(&url)?.target(options, engine)?;
+    let mut total = ApplyStats {
+        cursor: t.cursor()?,
+        ..Default::default()
+    };
+    let mut progress = Progress::new("events", a.quiet);
+    let (mut snapshots, mut rows) = (0u64, 0u64);
+    let result = (|| -> anyhow::Result<()> {
+        for p in cli::input_paths(&a.files) {
+            let base = total.applied;
+            let mut tick = |s: &ApplyStats| progress.update(base + s.applied);
+            let input = cli::open_input(p, limits)?;
+            let is_snapshot = matches!(input, Input::Snapshot(_));
+            let r = match input {
+                Input::Batches(mut r) => t.apply_stream(&mut r, &mut tick),
+                Input::Snapshot(mut r) => t.apply_snapshot(&mut r, &mut tick),
+            };
+            // On failure, count what was committed before it.
+            let s = match &r {
+                Ok(s) => s.clone(),
+                Err(_) => t.committed(),
+            };
+            if is_snapshot {
+                snapshots += s.batches;
+                rows += s.applied;
+            } else {
+                total.batches += s.batches;
+                total.applied += s.applied;
+                total.skipped += s.skipped;
+            }
+            if s.cursor.is_some() {
+                total.cursor = s.cursor;
+            }
+            r?;
+        }
+        Ok(())
+    })();
+    progress.done();
+    // The summary names the cursor the target holds now: another apply may
+    // have moved it while this one skipped what was already held.
+    if let Ok(Some(c)) = t.cursor() {
+        total.cursor = Some(c);
+    }
+    let cursor = total
+        .cursor
+        .as_ref()
+        .map_or("none".to_string(), |c| c.to_json());
+    let loaded = if snapshots > 0 {
+        format!("{snapshots} snapshot ({rows} rows loaded), ")
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "mooncdc-apply: {loaded}{} batches, {} events applied, {} skipped as already held, cursor {}",
+        total.batches, total.applied, total.skipped, cursor
+    );
+    result?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `apply cursor`: print the stored cursor; exit 1 when there is none (or
+/// it is of another source than the one named).
+fn cursor(target: &str, source_identity: Option<&str>) -> anyhow::Result<ExitCode> {
+    let c = endpoint::parse(target)?.cursor_reader()?()?;
+    Ok(match c {
+        Some(c) if source_identity.is_none_or(|id| id == c.source) => {
+            println!("{}", c.to_json());
+            ExitCode::SUCCESS
+        }
+        Some(c) => {
+            eprintln!(
+                "mooncdc-apply: the target holds a cursor of source {:?}, not {:?}",
+                c.source,
+                source_identity.unwrap_or_default()
+            );
+            ExitCode::from(1)
+        }
+        None => {
+            eprintln!("mooncdc-apply: the target holds no cursor");
+            ExitCode::from(1)
+        }
+    })
+}

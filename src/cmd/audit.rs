@@ -1,0 +1,43 @@
+//! `mooncdc-audit`: compare a source with a target; exit 0 equal, 1
+//! different, 2 trouble.
+
+use crate::audit::{audit, write_summary, AuditFormat};
+use crate::cli::args::{AuditArgs, AuditFormatArg};
+use crate::cli::{self, Progress};
+use crate::destination::clickhouse::Engine;
+use crate::destination::TargetOptions;
+use crate::endpoint;
+use std::process::ExitCode;
+
+pub fn run(a: AuditArgs) -> anyhow::Result<ExitCode> {
+    let source = endpoint::parse(&a.source)?.source(&super::snapshot::pg_names(&a.pg))?;
+    let target_endpoint = endpoint::parse(&a.target)?;
+    if let endpoint::Endpoint::Sqlite(p) = &target_endpoint {
+        // An audit reads; a target that does not exist is trouble, not a
+        // target with every row missing.
+        crate::sqlite_util::open_existing(p)?;
+    }
+    let mut target = target_endpoint.target(TargetOptions::default(), Engine::Replacing)?;
+    let format = match a.format {
+        AuditFormatArg::Text => AuditFormat::Text,
+        AuditFormatArg::Jsonl => AuditFormat::Jsonl,
+    };
+    let mut out = cli::stdout();
+    let mut progress = Progress::new("rows", a.quiet);
+    let report = audit(
+        &*source,
+        &mut *target,
+        &a.tables,
+        format,
+        &mut out,
+        &mut |n| progress.update(n),
+    )?;
+    progress.done();
+    write_summary(&report, format, &mut out)?;
+    cli::finish_output(out)?;
+    Ok(if report.equal() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,121 @@
+//! `mooncdc-capture`: install, check, read and acknowledge change capture.
+
+use crate::cli;
+use crate::cli::args::{CaptureArgs, CaptureCommand, PgArgs, ReadArgs};
+use crate::endpoint;
+use crate::error::Error;
+use crate::source::{ReadLimits, Source};
+use crate::wire::Cursor;
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+fn open(url: &str, pg: &PgArgs) -> anyhow::Result<Box<dyn Source>> {
+    Ok(endpoint::parse(url)?.source(&super::snapshot::pg_names(pg))?)
+}
+
+pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
+    match a.command {
+        None => read(a.read),
+        Some(CaptureCommand::Read(r)) => read(r),
+        Some(CaptureCommand::Init { source, tables, pg }) => {
+            let (identity, tables) = open(&source, &pg)?.init(&tables)?;
+            for t in &tables {
+                eprintln!("mooncdc-capture: capturing table {t:?}");
+            }
+            println!("{identity}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(CaptureCommand::Verify { source, pg }) => {
+            let drift = open(&source, &pg)?.verify()?;
+            if drift.is_empty() {
+                println!("capture is installed and current");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                for d in &drift {
+                    eprintln!("mooncdc-capture: drift: {d}");
+                }
+                Ok(ExitCode::from(1))
+            }
+        }
+        Some(CaptureCommand::Upgrade { source, pg }) => {
+            for line in open(&source, &pg)?.upgrade()? {
+                eprintln!("mooncdc-capture: {line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(CaptureCommand::Status { source, pg }) => {
+            let st = open(&source, &pg)?.status()?;
+            let mut out = cli::stdout();
+            writeln!(out, "identity: {}", st.identity)?;
+            for (k, v) in &st.fields {
+                writeln!(out, "{k}: {v}")?;
+            }
+            cli::finish_output(out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(CaptureCommand::Ack {
+            source,
+            through,
+            cursor_file,
+            cursor,
+            pg,
+        }) => {
+            let src = open(&source, &pg)?;
+            let given = cli::cursor_arg(cursor.as_deref(), cursor_file.as_deref())?;
+            let c = match (through, given) {
+                (Some(seq), _) => {
+                    let n = crate::wire::model::parse_sequence(&seq).map_err(Error::usage)?;
+                    Cursor::new(src.status()?.identity, n)
+                }
+                (None, Some(c)) => c,
+                (None, None) => {
+                    return Err(
+                        Error::usage("ack needs --through, --cursor-file or --cursor").into(),
+                    )
+                }
+            };
+            eprintln!("mooncdc-capture: {}", src.ack(&c)?);
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
+    let url = r
+        .source
+        .clone()
+        .ok_or_else(|| Error::usage("--source is required (e.g. --source sqlite:app.db)"))?;
+    let src = open(&url, &r.pg)?;
+    let after = cli::cursor_arg(r.after.after.as_deref(), r.after.after_file.as_deref())?;
+    if r.max_events == Some(0) || r.max_bytes == Some(0) || r.max_line_bytes == Some(0) {
+        return Err(Error::usage(
+            "--max-events, --max-bytes and --max-line-bytes must be positive",
+        )
+        .into());
+    }
+    let limits = ReadLimits {
+        max_events: r.max_events,
+        max_bytes: r.max_bytes,
+        max_line_bytes: r.max_line_bytes,
+    };
+    // The target whose durable cursor --follow acknowledges up to.
+    let held = match &r.ack_from_target {
+        None => None,
+        Some(t) => Some(endpoint::parse(t)?.cursor_reader()?),
+    };
+    let mut out = cli::stdout();
+    if r.follow {
+        src.follow(
+            after.as_ref(),
+            limits,
+            Duration::from_millis(r.poll_ms.max(1)),
+            held.as_deref(),
+            &mut out,
+        )?;
+    } else {
+        src.read(after.as_ref(), limits, &mut out)?;
+    }
+    cli::finish_output(out)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,34 @@
+//! `mooncdc-split`: cut a batch stream into smaller batches.
+
+use crate::cli::{self, args::SplitArgs};
+use crate::ops::split::{split, SplitOptions};
+use crate::ops::WriteSink;
+use std::process::ExitCode;
+
+pub fn run(a: SplitArgs) -> anyhow::Result<ExitCode> {
+    let limits = cli::limits(&a.limits)?;
+    let opts = SplitOptions {
+        max_events: a.max_events,
+        max_bytes: a.max_bytes,
+    };
+    let format = cli::output_format(a.output_format);
+    let mut out = cli::stdout();
+    for path in cli::input_paths(&a.files) {
+        let mut input = cli::open_batches(path, limits, "mooncdc-split")?;
+        match &a.output_dir {
+            None => {
+                let mut sink = WriteSink {
+                    out: &mut out,
+                    format,
+                };
+                split(&mut input, opts, &mut sink)?;
+            }
+            Some(dir) => {
+                let mut sink = cli::DirSink::new(dir, &a.prefix, format, &mut out)?;
+                split(&mut input, opts, &mut sink)?;
+            }
+        }
+    }
+    cli::finish_output(out)?;
+    Ok(ExitCode::SUCCESS)
+}

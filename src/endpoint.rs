@@ -1,0 +1,204 @@
+//! Endpoints: a database URL parsed once into a typed configuration, shown
+//! redacted, and opened as a [`Source`] or a [`Target`]. The binaries and the
+//! audit never look at a URL's scheme themselves.
+//!
+//! | URL | endpoint |
+//! | --- | --- |
+//! | `sqlite:PATH` (relative or absolute; `sqlite://PATH` too) | a SQLite database file |
+//! | `postgres://…`, `postgresql://…`, or a libpq `key=value` string | PostgreSQL ([`PgConn`]) |
+//! | `clickhouse://…` (HTTP), `clickhouses://…` (HTTPS) | ClickHouse ([`ChConfig`]) |
+
+use crate::destination::clickhouse::{ChConfig, ClickHouse, Engine};
+use crate::destination::sqlite::{read_cursor, SqliteTarget};
+use crate::destination::{Target, TargetOptions};
+use crate::error::{Error, Result};
+use crate::source::postgres::conn::PgConn;
+use crate::source::postgres::PgSource;
+use crate::source::sqlite::SqliteSource;
+use crate::source::{HeldCursor, Source};
+use std::path::PathBuf;
+
+/// A database named on the command line, parsed.
+#[derive(Debug, Clone)]
+pub enum Endpoint {
+    Sqlite(PathBuf),
+    Postgres(Box<PgConn>),
+    ClickHouse(Box<ChConfig>),
+}
+
+/// The names a PostgreSQL source uses beside its URL.
+#[derive(Debug, Clone, Default)]
+pub struct PgNames {
+    pub slot: Option<String>,
+    pub publication: Option<String>,
+}
+
+/// Parse a URL into its typed configuration. Passwords never appear in the
+/// messages.
+pub fn parse(url: &str) -> Result<Endpoint> {
+    if let Some(p) = url.strip_prefix("sqlite:") {
+        let p = p.strip_prefix("//").unwrap_or(p);
+        if p.is_empty() {
+            return Err(Error::usage("sqlite: URL needs a path, e.g. sqlite:app.db"));
+        }
+        return Ok(Endpoint::Sqlite(PathBuf::from(p)));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") || url.contains("dbname=")
+    {
+        return Ok(Endpoint::Postgres(Box::new(PgConn::parse(url)?)));
+    }
+    if url.starts_with("clickhouse://") || url.starts_with("clickhouses://") {
+        return Ok(Endpoint::ClickHouse(Box::new(ChConfig::parse(url)?)));
+    }
+    Err(Error::usage(format!(
+        "unknown database URL {:?} (expected sqlite:PATH, postgres://… or clickhouse://…)",
+        redact(url)
+    )))
+}
+
+impl Endpoint {
+    /// For messages: never holds a password.
+    pub fn display(&self) -> String {
+        match self {
+            Endpoint::Sqlite(p) => format!("sqlite:{}", p.display()),
+            Endpoint::Postgres(c) => c.display(),
+            Endpoint::ClickHouse(c) => format!("{c:?}"),
+        }
+    }
+
+    /// Open as a source of changes.
+    pub fn source(&self, pg: &PgNames) -> Result<Box<dyn Source>> {
+        match self {
+            Endpoint::Sqlite(p) => Ok(Box::new(SqliteSource { path: p.clone() })),
+            Endpoint::Postgres(c) => Ok(Box::new(PgSource::new(
+                (**c).clone(),
+                pg.slot.as_deref(),
+                pg.publication.as_deref(),
+            )?)),
+            Endpoint::ClickHouse(_) => Err(Error::usage("ClickHouse is a target, not a source")),
+        }
+    }
+
+    /// Open as a target. Nothing is created or changed until something is
+    /// applied.
+    pub fn target(&self, options: TargetOptions, engine: Engine) -> Result<Box<dyn Target>> {
+        if engine == Engine::History && !matches!(self, Endpoint::ClickHouse(_)) {
+            return Err(Error::usage(
+                "--engine history is for ClickHouse targets; a SQLite target holds the current state",
+            ));
+        }
+        match self {
+            Endpoint::Sqlite(p) => Ok(Box::new(SqliteTarget::open(p)?.with_options(options))),
+            Endpoint::ClickHouse(c) => Ok(Box::new(
+                ClickHouse::connect((**c).clone(), engine)?.with_options(options),
+            )),
+            Endpoint::Postgres(_) => Err(Error::usage(format!(
+                "PostgreSQL targets ({}) are not supported by this build yet",
+                self.display()
+            ))),
+        }
+    }
+
+    /// A reader of the cursor this target stores, for `apply cursor` and
+    /// `--ack-from-target`: read-only, and a missing SQLite file holds none.
+    pub fn cursor_reader(&self) -> Result<Box<HeldCursor>> {
+        match self {
+            Endpoint::Sqlite(p) => {
+                let p = p.clone();
+                Ok(Box::new(move || {
+                    if p.exists() {
+                        read_cursor(&p)
+                    } else {
+                        Ok(None)
+                    }
+                }))
+            }
+            _ => {
+                let t = self.target(TargetOptions::default(), Engine::Replacing)?;
+                Ok(Box::new(move || t.cursor()))
+            }
+        }
+    }
+}
+
+/// A URL (or `key=value` connection string) with any password replaced by `***`.
+pub fn redact(url: &str) -> String {
+    if !url.contains("://") && url.contains('=') {
+        // key=value: hide the value of password=…, quoted or not.
+        let mut out = String::new();
+        let mut rest = url;
+        while let Some(i) = rest.find("password") {
+            out.push_str(&rest[..i]);
+            let after = &rest[i + "password".len()..];
+            let trimmed = after.trim_start();
+            if let Some(v) = trimmed.strip_prefix('=') {
+                let v = v.trim_start();
+                let end = if let Some(q) = v.strip_prefix('\'') {
+                    q.find('\'').map_or(v.len(), |j| j + 2)
+                } else {
+                    v.find(char::is_whitespace).unwrap_or(v.len())
+                };
+                out.push_str("password=***");
+                rest = &v[end.min(v.len())..];
+            } else {
+                out.push_str("password");
+                rest = after;
+            }
+        }
+        out.push_str(rest);
+        return out;
+    }
+    // A password may also come as a query option (libpq: ?password=…).
+    let (url, query) = match url.split_once('?') {
+        Some((u, q)) => (u, Some(q)),
+        None => (url, None),
+    };
+    let query = query.map(|q| {
+        q.split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => kv.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("&")
+    });
+    let with_query = |u: String| match &query {
+        Some(q) => format!("{u}?{q}"),
+        None => u,
+    };
+    if let Some((scheme, rest)) = url.split_once("://") {
+        if let Some((auth, host)) = rest.split_once('@') {
+            if let Some((user, _)) = auth.split_once(':') {
+                return with_query(format!("{scheme}://{user}:***@{host}"));
+            }
+        }
+    }
+    with_query(url.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_redacts() {
+        assert!(
+            matches!(parse("sqlite:a.db").unwrap(), Endpoint::Sqlite(p) if p == std::path::Path::new("a.db"))
+        );
+        assert!(
+            matches!(parse("sqlite:/x/a.db").unwrap(), Endpoint::Sqlite(p) if p == std::path::Path::new("/x/a.db"))
+        );
+        assert!(parse("mysql://x").is_err());
+        assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
+        let e = parse("postgres://u:secret@h/db").unwrap();
+        assert!(!e.display().contains("secret"));
+        let err = e
+            .target(TargetOptions::default(), Engine::Replacing)
+            .err()
+            .unwrap();
+        assert!(!err.to_string().contains("secret"));
+        assert!(
+            matches!(parse("clickhouse://h:notaport/db"), Err(e) if e.kind() == crate::ErrorKind::Usage)
+        );
+    }
+}
