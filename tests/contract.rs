@@ -1,0 +1,250 @@
+//! The Target contract (`mooncdc::destination::Target`, DESIGN §9), run
+//! case by case against every target through the trait: the in-memory
+//! double, a SQLite projection and a ClickHouse database (a throwaway
+//! server). A new target passes these before anything else.
+
+mod common;
+
+use common::{ch, del, ins, kv_schema, row, upd, Spec};
+use mooncdc::destination::clickhouse::Engine;
+use mooncdc::destination::memory::MemoryTarget;
+use mooncdc::destination::{Target, TargetOptions};
+use mooncdc::endpoint;
+use mooncdc::source::SourceKind;
+use mooncdc::wire::{BatchStreamReader, DynRead, Limits, Row, Schema, SnapshotReader, Value};
+use serde_json::Value as J;
+
+/// Makes a fresh target for the case named; files go in the folder given.
+type Make = Box<dyn Fn(&std::path::Path, &str, TargetOptions) -> Box<dyn Target>>;
+
+/// How to make a fresh, empty target of one kind.
+struct Kind {
+    name: &'static str,
+    /// Whether the target refuses events whose images contradict its rows.
+    checks_images: bool,
+    make: Make,
+}
+
+fn kinds() -> Vec<Kind> {
+    vec![
+        Kind {
+            name: "memory",
+            checks_images: true,
+            make: Box::new(|_, _, o| {
+                Box::new(MemoryTarget {
+                    options: o,
+                    ..Default::default()
+                })
+            }),
+        },
+        Kind {
+            name: "sqlite",
+            checks_images: true,
+            make: Box::new(|dir, case, o| {
+                let url = format!("sqlite:{}", dir.join(format!("{case}.db")).display());
+                endpoint::parse(&url)
+                    .unwrap()
+                    .target(o, Engine::Replacing)
+                    .unwrap()
+            }),
+        },
+        Kind {
+            name: "clickhouse",
+            checks_images: false,
+            make: Box::new(|_, case, o| {
+                let db = ch::db(&format!("contract_{case}"));
+                endpoint::parse(&db.url())
+                    .unwrap()
+                    .target(o, Engine::Replacing)
+                    .unwrap()
+            }),
+        },
+    ]
+}
+
+fn stream(text: &str) -> BatchStreamReader<DynRead> {
+    let r: DynRead = Box::new(std::io::Cursor::new(text.as_bytes().to_vec()));
+    BatchStreamReader::jsonl(r, "contract", Limits::default())
+}
+
+fn snapshot(text: &str) -> SnapshotReader<DynRead> {
+    let r: DynRead = Box::new(std::io::Cursor::new(text.as_bytes().to_vec()));
+    SnapshotReader::jsonl(r, "contract", Limits::default())
+}
+
+fn apply(t: &mut dyn Target, text: &str) -> mooncdc::Result<mooncdc::destination::ApplyStats> {
+    t.apply_stream(&mut stream(text), &mut |_| {})
+}
+
+fn kv() -> Schema {
+    serde_json::from_value(kv_schema("t")).unwrap()
+}
+
+/// The target's rows of `t`, in the order it yields them.
+fn rows(t: &dyn Target) -> Vec<Row> {
+    let mut out = Vec::new();
+    t.with_rows(&kv(), SourceKind::Sqlite, &mut |pull| {
+        while let Some(r) = pull()? {
+            out.push(r);
+        }
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+fn expect_rows(k: &Kind, t: &dyn Target, want: &[(i64, &str)]) {
+    let got = rows(t);
+    let want: Vec<Row> = want
+        .iter()
+        .map(|(i, v)| vec![Value::Integer(*i), Value::Text(v.to_string())])
+        .collect();
+    let same = got.len() == want.len()
+        && got
+            .iter()
+            .zip(&want)
+            .all(|(a, b)| a.iter().zip(b).all(|(x, y)| x.same_normalized(y)));
+    assert!(same, "{}: rows {got:?}, expected {want:?}", k.name);
+}
+
+fn batch(start: u128, end: u128, events: Vec<J>) -> Spec {
+    Spec::new(start, end)
+        .schemas(vec![kv_schema("t")])
+        .events(events)
+}
+
+fn seq(t: &dyn Target) -> Option<u128> {
+    t.cursor().unwrap().map(|c| c.sequence())
+}
+
+#[test]
+fn the_target_contract_holds_for_every_target() {
+    let dir = tempfile::tempdir().unwrap();
+    for k in kinds() {
+        let mut t = (k.make)(dir.path(), "main", TargetOptions::default());
+        let t = &mut *t;
+        // A new target holds nothing.
+        assert_eq!(seq(t), None, "{}", k.name);
+        expect_rows(&k, t, &[]);
+
+        // A batch, committed with its cursor.
+        let b1 = batch(
+            0,
+            3,
+            vec![ins(1, "t", row(1, "a")), ins(2, "t", row(2, "b"))],
+        );
+        let s = apply(t, &b1.jsonl()).unwrap();
+        assert_eq!((s.batches, s.applied, s.skipped), (1, 2, 0), "{}", k.name);
+        assert_eq!(seq(t), Some(3), "{}", k.name);
+        assert_eq!(t.committed().cursor.map(|c| c.sequence()), Some(3));
+        expect_rows(&k, t, &[(1, "a"), (2, "b")]);
+
+        // Replaying it is a no-op.
+        let s = apply(t, &b1.jsonl()).unwrap();
+        assert_eq!((s.applied, s.skipped), (0, 2), "{}: replay", k.name);
+        expect_rows(&k, t, &[(1, "a"), (2, "b")]);
+
+        // An overlapping batch applies only what is after the cursor.
+        let b2 = batch(
+            1,
+            6,
+            vec![
+                ins(2, "t", row(2, "b")),
+                upd(4, "t", row(1, "a"), row(1, "A")),
+                del(6, "t", row(2, "b")),
+            ],
+        );
+        let s = apply(t, &b2.jsonl()).unwrap();
+        assert_eq!((s.applied, s.skipped), (2, 1), "{}: overlap", k.name);
+        assert_eq!(seq(t), Some(6));
+        expect_rows(&k, t, &[(1, "A")]);
+
+        // A gap, another source, a compacted batch across the cursor: each
+        // refused, nothing changed.
+        let gap = batch(7, 8, vec![ins(8, "t", row(8, "x"))]);
+        let other = batch(6, 8, vec![ins(8, "t", row(8, "x"))]).source("sqlite:other");
+        let compacted = batch(5, 9, vec![ins(9, "t", row(9, "x"))]).compacted(true);
+        for (what, b) in [
+            ("gap", gap),
+            ("other source", other),
+            ("compacted", compacted),
+        ] {
+            let e = apply(t, &b.jsonl()).expect_err(what);
+            assert_eq!(
+                e.kind(),
+                mooncdc::ErrorKind::State,
+                "{}: {what}: {e}",
+                k.name
+            );
+            assert_eq!(seq(t), Some(6), "{}: {what}", k.name);
+            expect_rows(&k, t, &[(1, "A")]);
+        }
+        // A compacted batch from the cursor is applied.
+        let from = batch(6, 9, vec![ins(9, "t", row(9, "x"))]).compacted(true);
+        apply(t, &from.jsonl()).unwrap();
+        expect_rows(&k, t, &[(1, "A"), (9, "x")]);
+
+        // A good batch, then a truncated one: the first is kept, nothing of
+        // the second.
+        let good = batch(9, 10, vec![ins(10, "t", row(10, "y"))]);
+        let cut = batch(10, 11, vec![ins(11, "t", row(11, "z"))]);
+        let text = format!("{}{}{}", good.jsonl(), cut.header_line(), cut.event_lines());
+        apply(t, &text).expect_err("truncated");
+        assert_eq!(seq(t), Some(10), "{}: truncated", k.name);
+        assert_eq!(t.committed().batches, 1, "{}", k.name);
+        expect_rows(&k, t, &[(1, "A"), (9, "x"), (10, "y")]);
+
+        // Image checks, where the target makes them.
+        let bad = batch(10, 12, vec![upd(12, "t", row(1, "not A"), row(1, "B"))]);
+        match (apply(t, &bad.jsonl()), k.checks_images) {
+            (Err(e), true) => {
+                assert_eq!(e.kind(), mooncdc::ErrorKind::State, "{}: {e}", k.name);
+                assert_eq!(seq(t), Some(10));
+                expect_rows(&k, t, &[(1, "A"), (9, "x"), (10, "y")]);
+            }
+            (Ok(_), false) => expect_rows(&k, t, &[(1, "B"), (9, "x"), (10, "y")]),
+            (r, _) => panic!("{}: image check: {r:?}", k.name),
+        }
+
+        // A snapshot loads only into a target without a cursor.
+        let snap = common::snapshot_jsonl(&[kv_schema("t")], 3);
+        let e = t
+            .apply_snapshot(&mut snapshot(&snap), &mut |_| {})
+            .expect_err("snapshot into a target with a cursor");
+        assert_eq!(e.kind(), mooncdc::ErrorKind::State, "{}", k.name);
+    }
+}
+
+/// A snapshot with rows loads them and its cursor into a fresh target, and
+/// the batches after its cursor follow.
+#[test]
+fn snapshots_load_by_the_contract_for_every_target() {
+    let head = common::snapshot_jsonl(&[kv_schema("t")], 5);
+    let (header, _) = head.split_once('\n').unwrap();
+    let rows: String = [(1, "a"), (2, "b")]
+        .iter()
+        .map(|(i, v)| {
+            format!(
+                "{}\n",
+                serde_json::json!({"kind": "row", "table": "t", "row": row(*i, v)})
+            )
+        })
+        .collect();
+    let snap = format!("{header}\n{rows}{{\"kind\":\"commit\",\"count\":\"2\"}}\n");
+    let dir = tempfile::tempdir().unwrap();
+    for k in kinds() {
+        let mut t = (k.make)(dir.path(), "snap", TargetOptions::default());
+        let t = &mut *t;
+        let s = t.apply_snapshot(&mut snapshot(&snap), &mut |_| {}).unwrap();
+        assert_eq!((s.batches, s.applied), (1, 2), "{}", k.name);
+        assert_eq!(seq(t), Some(5), "{}", k.name);
+        expect_rows(&k, t, &[(1, "a"), (2, "b")]);
+        let next = batch(
+            5,
+            7,
+            vec![del(6, "t", row(1, "a")), ins(7, "t", row(0, "z"))],
+        );
+        apply(t, &next.jsonl()).unwrap();
+        expect_rows(&k, t, &[(0, "z"), (2, "b")]);
+    }
+}
