@@ -20,6 +20,8 @@ pub enum ErrorKind {
     Database,
     /// The target or source state forbids the operation (gap, other source, divergence).
     State,
+    /// TLS could not be set up (certificates, keys) or was refused.
+    Tls,
     /// The command line was wrong.
     Usage,
 }
@@ -101,6 +103,22 @@ impl Error {
         &self.message
     }
 
+    /// The message followed by its causes, `: `-separated, as the tools
+    /// print it (without file and line).
+    pub fn full_message(&self) -> String {
+        let mut out = self.message.clone();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            let text = s.to_string();
+            if !out.ends_with(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+            source = s.source();
+        }
+        out
+    }
+
     pub fn file(&self) -> Option<&str> {
         self.file.as_deref()
     }
@@ -129,6 +147,27 @@ impl fmt::Display for Error {
         f.write_str(&self.message)
     }
 }
+
+/// A lower-level error kept as the cause, shown by the text chosen for it.
+///
+/// Some drivers' errors print their own causes inside their message (and
+/// again as their `source`), or print a category ("db error") before what a
+/// user needs: the text here is the part worth printing, and [`Cause::inner`]
+/// keeps the error itself for callers that inspect it (an SQLSTATE, an I/O
+/// error kind).
+#[derive(Debug)]
+pub struct Cause<E> {
+    pub text: String,
+    pub inner: E,
+}
+
+impl<E: fmt::Debug> fmt::Display for Cause<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl<E: fmt::Debug> std::error::Error for Cause<E> {}
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {

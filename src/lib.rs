@@ -8,8 +8,16 @@
 //! | --- | --- |
 //! | [`wire`] | the codec: values, cursors, events, schemas, batches, snapshots, limits |
 //! | [`ops`] | split, merge and compact over batch streams |
-//! | [`target`] | where batches land (an in-memory projection for tests and contracts) |
-//! | [`cli`] | what the binaries share: arguments, inputs, outputs, exit statuses |
+//! | [`source`] | where changes come from: the [`source::Source`] trait; `sqlite/`, `postgres/` |
+//! | [`destination`] | where they land: the [`destination::Target`] trait; `sqlite/`, `clickhouse/`, `memory` |
+//! | [`endpoint`] | a database URL parsed once, redacted, opened as a source or a target |
+//! | [`audit`] | source against target, row by row in key order, over the traits |
+//! | [`cmd`] | each tool's logic, one module per `mooncdc-*` binary |
+//! | [`cli`] | what the tools share: arguments, inputs, outputs, progress, exit statuses |
+//! | [`error`] | the one error type: a kind, a message, the file and line, the cause |
+//! | [`sqlite_util`], [`util`] | SQLite helpers (opening, schemas, exact values); URL decoding and identifier quoting |
+//!
+//! See `docs/ARCHITECTURE.md` for the map and how to add a source or a target.
 //!
 //! Decoding and re-encoding a batch:
 //!

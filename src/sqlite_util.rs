@@ -53,24 +53,7 @@ fn open_with(path: &Path, flags: OpenFlags) -> Result<Connection> {
     Ok(conn)
 }
 
-/// Quote an identifier: `"` … `"` with inner quotes doubled.
-pub fn quote_ident(s: &str) -> String {
-    let mut q = String::with_capacity(s.len() + 2);
-    q.push('"');
-    for c in s.chars() {
-        if c == '"' {
-            q.push('"');
-        }
-        q.push(c);
-    }
-    q.push('"');
-    q
-}
-
-/// Quote a string literal.
-pub fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
+pub use crate::util::quote_ident;
 
 pub fn db_err(what: &str) -> impl Fn(rusqlite::Error) -> Error + '_ {
     move |e| Error::database(what.to_string(), e)
@@ -154,30 +137,6 @@ pub fn table_schema(conn: &Connection, name: &str) -> Result<Schema> {
     })
 }
 
-/// Whether the table's key is its rowid (a single INTEGER PRIMARY KEY of a rowid table).
-pub fn key_is_rowid(conn: &Connection, schema: &Schema) -> Result<bool> {
-    if schema.key.len() != 1 {
-        return Ok(false);
-    }
-    let k = &schema.key[0];
-    let col = schema
-        .columns
-        .iter()
-        .find(|c| &c.name == k)
-        .expect("key column");
-    if !col.decl_type.eq_ignore_ascii_case("INTEGER") {
-        return Ok(false);
-    }
-    let sql: String = conn
-        .query_row(
-            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?1",
-            [&schema.table],
-            |r| r.get(0),
-        )
-        .map_err(db_err("cannot read the schema"))?;
-    Ok(!sql.to_ascii_uppercase().contains("WITHOUT ROWID"))
-}
-
 /// `ORDER BY` text that yields the key order of DESIGN §7 (binary collation).
 pub fn order_by_key(schema: &Schema) -> String {
     schema
@@ -190,7 +149,7 @@ pub fn order_by_key(schema: &Schema) -> String {
 
 /// A stored value as a wire value: TEXT must be strict UTF-8, REAL finite and
 /// with zero normalized to +0.
-pub fn value_from_ref(v: ValueRef<'_>) -> std::result::Result<Value, String> {
+fn value_from_ref(v: ValueRef<'_>) -> std::result::Result<Value, String> {
     Ok(match v {
         ValueRef::Null => Value::Null,
         ValueRef::Integer(i) => Value::Integer(i),
@@ -209,7 +168,7 @@ pub fn value_from_ref(v: ValueRef<'_>) -> std::result::Result<Value, String> {
 }
 
 /// A wire value as a bound parameter, class for class (TEXT bound as UTF-8).
-pub fn to_sql(v: &Value) -> ToSqlOutput<'_> {
+fn to_sql(v: &Value) -> ToSqlOutput<'_> {
     match v {
         Value::Null => ToSqlOutput::Borrowed(ValueRef::Null),
         Value::Integer(i) => ToSqlOutput::Borrowed(ValueRef::Integer(*i)),

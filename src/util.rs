@@ -22,3 +22,19 @@ pub fn percent_decode(s: &str) -> Result<String> {
     }
     String::from_utf8(out).map_err(|_| Error::usage("a URL part is not UTF-8 after decoding"))
 }
+
+/// Quote an SQL identifier as SQLite and PostgreSQL read it: `"` … `"` with
+/// inner quotes doubled, so any name (quotes, spaces, keywords) is one
+/// identifier.
+pub fn quote_ident(s: &str) -> String {
+    let mut q = String::with_capacity(s.len() + 2);
+    q.push('"');
+    for c in s.chars() {
+        if c == '"' {
+            q.push('"');
+        }
+        q.push(c);
+    }
+    q.push('"');
+    q
+}

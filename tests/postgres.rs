@@ -2921,3 +2921,29 @@ fn differential_oracle_against_wal2json() {
     src.apply_ok(&bytes);
     src.audit_equal();
 }
+
+/// A TLS misconfiguration is not a usage error: a `sslrootcert` that holds
+/// no certificate fails with status 1 and says so, before any connection.
+#[test]
+fn a_bad_sslrootcert_is_a_tls_error_not_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = dir.path().join("root.pem");
+    std::fs::write(
+        &pem,
+        "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let url = format!(
+        "postgres://u@127.0.0.1:1/db?sslmode=verify-ca&sslrootcert={}",
+        pem.display()
+    );
+    let out = assert_cmd::Command::new(bin(CAPTURE))
+        .args(["status", "--source", &url])
+        .env_remove("PGSSLMODE")
+        .timeout(Duration::from_secs(30))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("sslrootcert"), "{stderr}");
+}

@@ -94,7 +94,6 @@ impl Held {
 pub struct ClickHouse {
     pub(super) cfg: ChConfig,
     pub(super) http: reqwest::blocking::Client,
-    pub server_version: String,
     pub(super) settings: HashSet<String>,
     pub(super) engine: Engine,
     pub(super) committed: ApplyStats,
@@ -119,19 +118,18 @@ impl ClickHouse {
         let http = reqwest::blocking::Client::builder()
             .connect_timeout(cfg.connectivity_timeout)
             .build()
-            .map_err(|e| Error::new(ErrorKind::Database, format!("cannot set up HTTP: {e}")))?;
+            .map_err(|e| Error::new(ErrorKind::Tls, "cannot set up HTTP(S)").with_source(e))?;
         let mut ch = ClickHouse {
             cfg,
             http,
-            server_version: String::new(),
             settings: HashSet::new(),
             engine,
             committed: ApplyStats::default(),
             options: TargetOptions::default(),
             cursor_table: false,
         };
-        let v = ch.query("SELECT version()", None, Timeout::Connect)?;
-        ch.server_version = String::from_utf8_lossy(&v).trim().to_string();
+        // Reachable, and the credentials work.
+        ch.query("SELECT version()", None, Timeout::Connect)?;
         let s = ch.query(
             "SELECT name FROM system.settings WHERE name IN ('max_execution_time', 'wait_end_of_query', 'max_insert_block_size')",
             None,

@@ -20,7 +20,6 @@ impl SqliteTarget {
         let mut tables: HashMap<String, TableSql> = HashMap::new();
         let mut skip_through: u128 = 0;
         let mut start: Option<(Cursor, bool)> = None;
-        let mut open = false;
         let mut parked: Vec<(String, Row, u128)> = Vec::new();
         let result = (|| -> Result<()> {
             while let Some(item) = input.next_item()? {
@@ -28,7 +27,6 @@ impl SqliteTarget {
                     Item::Header(h) => {
                         parked.clear();
                         self.begin()?;
-                        open = true;
                         let stored = stored_cursor(self.db())?;
                         skip_through = crate::destination::skip_through(stored.as_ref(), &h.start)?;
                         start = Some((h.start.clone(), h.compacted));
@@ -95,7 +93,6 @@ impl SqliteTarget {
                             stats.cursor = Some(c.end.clone());
                         }
                         self.commit()?;
-                        open = false;
                         stats.batches += 1;
                         self.committed = stats.clone();
                         progress(&stats);
@@ -104,12 +101,7 @@ impl SqliteTarget {
             }
             Ok(())
         })();
-        if let Err(e) = result {
-            if open {
-                self.rollback();
-            }
-            return Err(e);
-        }
+        self.end_batches(result)?;
         Ok(stats)
     }
 
@@ -127,13 +119,11 @@ impl SqliteTarget {
         self.committed = stats.clone();
         let mut tables: HashMap<String, TableSql> = HashMap::new();
         let mut cursor: Option<Cursor> = None;
-        let mut open = false;
         let result = (|| -> Result<()> {
             while let Some(item) = input.next_item()? {
                 match item {
                     SnapItem::Header { cursor: c, schemas } => {
                         self.begin()?;
-                        open = true;
                         if let Some(held) = stored_cursor(self.db())? {
                             return Err(Error::state(format!(
                                 "the target already holds source {:?} at {}; a snapshot loads only into a target without a cursor (use a new target database)",
@@ -170,7 +160,6 @@ impl SqliteTarget {
                         let c = cursor.take().expect("validated snapshot");
                         set_cursor(self.db(), &c)?;
                         self.commit()?;
-                        open = false;
                         stats.batches += 1;
                         stats.cursor = Some(c);
                         self.committed = stats.clone();
@@ -180,12 +169,7 @@ impl SqliteTarget {
             }
             Ok(())
         })();
-        if let Err(e) = result {
-            if open {
-                self.rollback();
-            }
-            return Err(e);
-        }
+        self.end_batches(result)?;
         Ok(stats)
     }
 }

@@ -48,6 +48,8 @@ pub struct SqliteTarget {
     /// nothing was ever committed to it).
     pub(super) created: bool,
     pub(super) options: TargetOptions,
+    /// Whether a batch's transaction is open.
+    pub(super) in_tx: bool,
 }
 
 impl SqliteTarget {
@@ -62,6 +64,7 @@ impl SqliteTarget {
             projection: false,
             created: false,
             options: TargetOptions::default(),
+            in_tx: false,
         };
         if path.exists() {
             let conn = crate::sqlite_util::open_existing(path)?;
@@ -104,14 +107,16 @@ impl SqliteTarget {
         conn.set_prepared_statement_cache_capacity(256);
         conn.execute_batch("BEGIN IMMEDIATE")
             .map_err(db_err("cannot begin a transaction"))?;
+        self.in_tx = true;
         if !self.projection {
-            conn.execute_batch(&format!(
-                "CREATE TABLE IF NOT EXISTS {CURSOR}(source TEXT PRIMARY KEY, sequence TEXT NOT NULL)"
-            ))
-            .map_err(|e| {
-                Error::database("cannot prepare the target database", e)
-                    .in_file(&self.path.display().to_string())
-            })?;
+            self.db()
+                .execute_batch(&format!(
+                    "CREATE TABLE IF NOT EXISTS {CURSOR}(source TEXT PRIMARY KEY, sequence TEXT NOT NULL)"
+                ))
+                .map_err(|e| {
+                    Error::database("cannot prepare the target database", e)
+                        .in_file(&self.path.display().to_string())
+                })?;
         }
         Ok(())
     }
@@ -122,6 +127,7 @@ impl SqliteTarget {
         self.db()
             .execute_batch("COMMIT")
             .map_err(db_err("cannot commit"))?;
+        self.in_tx = false;
         if !self.projection {
             self.projection = true;
             self.db()
@@ -131,12 +137,22 @@ impl SqliteTarget {
         Ok(())
     }
 
+    /// End an apply: on an error, roll back the batch in progress (batches
+    /// committed before it stay).
+    pub(super) fn end_batches(&mut self, result: Result<()>) -> Result<()> {
+        if result.is_err() && self.in_tx {
+            self.rollback();
+        }
+        result
+    }
+
     /// Roll back a failed batch; a database file this apply created and
     /// never committed to is removed, so a failed first apply leaves nothing.
     pub(super) fn rollback(&mut self) {
         if let Some(c) = &self.conn {
             let _ = c.execute_batch("ROLLBACK");
         }
+        self.in_tx = false;
         if self.created && !self.projection {
             self.conn = None;
             let _ = std::fs::remove_file(&self.path);

@@ -159,7 +159,7 @@ impl PgSource {
                     drift.push(format!("table {n:?} does not have REPLICA IDENTITY FULL (run init)"));
                 }
                 if let Err(e) = table_schema(&c, &s, &t).await {
-                    drift.push(format!("table {n:?}: {}", e.message()));
+                    drift.push(format!("table {n:?}: {}", e.full_message()));
                 }
             }
             Ok(drift)

@@ -26,6 +26,7 @@ pub mod pgoutput;
 mod session;
 mod snapshot;
 mod stream;
+mod tls;
 pub mod types;
 
 pub use admin::publication_tables;
@@ -36,10 +37,11 @@ use catalog::*;
 use snapshot::*;
 pub use snapshot::{select_in_key_order, CopyRows};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Cause, Error, ErrorKind, Result};
 use crate::source::{
     AuditRows, HeldCursor, ReadLimits, SnapshotRequest, Source, SourceKind, SourceStatus,
 };
+use crate::util::quote_ident;
 use crate::wire::batch::{write_commit_line, write_event_line, write_header_line};
 use crate::wire::snapshot::SnapshotWriter;
 use crate::wire::{Column, Commit, Cursor, Event, Header, Operation, Row, Schema, Sequence, Value};
@@ -65,18 +67,23 @@ pub struct PgSource {
     pub publication: String,
 }
 
+/// A driver error as the cause of `what`: the server's own message for a
+/// server error, the driver's text otherwise; the error itself is kept.
 fn pg_err(what: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
     move |e| {
-        let detail = e
+        let text = e
             .as_db_error()
             .map(|d| d.message().to_string())
             .unwrap_or_else(|| e.to_string());
-        Error::new(ErrorKind::Database, format!("{what}: {detail}"))
+        Error::new(ErrorKind::Database, what).with_source(Cause { text, inner: e })
     }
 }
 
 fn repl_err(what: &str) -> impl Fn(pgwire_replication::PgWireError) -> Error + '_ {
-    move |e| Error::new(ErrorKind::Database, format!("{what}: {e}"))
+    move |e| {
+        let text = e.to_string();
+        Error::new(ErrorKind::Database, what).with_source(Cause { text, inner: e })
+    }
 }
 
 fn io_out(e: std::io::Error) -> Error {
@@ -110,10 +117,6 @@ fn check_slot_name(s: &str) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
 }
 
 fn lsn_text(lsn: u64) -> String {
@@ -272,7 +275,7 @@ mod tests {
                     .unwrap_or_else(|| panic!("{phase}{query}: connected to a silent peer"));
                 assert_eq!(e.kind(), ErrorKind::Database, "{phase}{query}: {e}");
                 assert_eq!(
-                    e.message(),
+                    e.full_message(),
                     format!(
                         "cannot connect to postgres://u@127.0.0.1:{port}/db: no answer within 1 s (connect_timeout); is this a PostgreSQL server?"
                     ),
@@ -324,10 +327,13 @@ mod tests {
                 .err()
                 .unwrap_or_else(|| panic!("{phase}: connected without TLS"));
             assert!(
-                e.message().contains("TLS") || e.message().contains("tls"),
+                e.full_message().contains("TLS") || e.full_message().contains("tls"),
                 "{phase}: {e}"
             );
-            assert!(!e.message().contains("connect_timeout"), "{phase}: {e}");
+            assert!(
+                !e.full_message().contains("connect_timeout"),
+                "{phase}: {e}"
+            );
             let sent = rx
                 .recv_timeout(Duration::from_secs(10))
                 .expect("the server saw the connection");

@@ -166,7 +166,10 @@ impl PgSource {
                     ReplicationEvent::StoppedAt { .. } => break,
                     ReplicationEvent::Message { .. } => {}
                     ReplicationEvent::XLogData { data, .. } => {
-                        let msg = pgoutput::decode(&data).map_err(|e| Error::data(e.to_string()))?;
+                        let msg = pgoutput::decode(&data).map_err(|e| {
+                            Error::data("the replication stream sent a message this version cannot read")
+                                .with_source(e)
+                        })?;
                         match msg {
                             Message::Relation(rel) => {
                                 if catalog.relation(&c, rel).await? {

@@ -201,7 +201,7 @@ pub fn verify(path: &Path) -> Result<Vec<String>> {
                 "table {name:?} changed since capture was installed (columns or key differ; run upgrade)"
             )),
             Ok(_) => {}
-            Err(e) => drift.push(format!("table {name:?}: {}", e.message())),
+            Err(e) => drift.push(format!("table {name:?}: {}", e.full_message())),
         }
         for (tname, sql) in trigger_sql(&tv) {
             match installed.remove(&tname) {
