@@ -3,10 +3,13 @@
 //! of the format in its own docs; `docs/FORMAT.md` is the user's version.
 
 pub mod batch;
+mod decoder;
 pub mod detect;
 pub mod jsonl;
 pub mod model;
+mod real;
 pub mod snapshot;
+mod stream;
 pub mod strict;
 pub mod value;
 

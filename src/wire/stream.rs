@@ -1,0 +1,199 @@
+//! Reading batch streams: JSONL or JSON, yielding only validated items.
+
+use super::batch::*;
+
+use super::jsonl::{json_error, parse_record, Limits, LineReader};
+use super::model::Event;
+use super::strict::Obj;
+use crate::error::{Error, Result};
+use std::io::{BufRead, Read};
+
+/// Reads a batch stream, JSONL or JSON, yielding only validated items.
+///
+/// An [`Item::Commit`] is returned only once its whole batch has passed every
+/// rule, so a consumer that acts at commits never acts on a bad batch. JSON
+/// documents are read whole and count as one line for the line cap.
+pub struct BatchStreamReader<R> {
+    src: Src<R>,
+    validator: Validator,
+    buf: Vec<u8>,
+}
+
+enum Src<R> {
+    Lines(LineReader<R>),
+    Docs {
+        name: String,
+        docs: std::vec::IntoIter<RawBatchDoc>,
+        current: Option<(Commit, std::vec::IntoIter<Event>)>,
+        doc_no: u64,
+        event_no: u64,
+    },
+}
+
+impl<R: BufRead> BatchStreamReader<R> {
+    /// A JSONL batch stream.
+    pub fn jsonl(inner: R, name: impl Into<String>, limits: Limits) -> Self {
+        BatchStreamReader {
+            src: Src::Lines(LineReader::new(inner, name, limits)),
+            validator: Validator::new(),
+            buf: Vec::new(),
+        }
+    }
+
+    /// One or more JSON batch documents (whitespace between them), read whole.
+    pub fn json(mut inner: R, name: impl Into<String>, limits: Limits) -> Result<Self> {
+        let name = name.into();
+        let text = read_document(&mut inner, &name, limits)?;
+        let mut docs = Vec::new();
+        let stream = serde_json::Deserializer::from_slice(&text).into_iter::<Obj<RawBatchDoc>>();
+        for (i, d) in stream.enumerate() {
+            let Obj(d) =
+                d.map_err(|e| json_error(e).in_file(&format!("{name} (JSON batch {})", i + 1)))?;
+            docs.push(d);
+        }
+        Ok(BatchStreamReader {
+            src: Src::Docs {
+                name,
+                docs: docs.into_iter(),
+                current: None,
+                doc_no: 0,
+                event_no: 0,
+            },
+            validator: Validator::new(),
+            buf: Vec::new(),
+        })
+    }
+
+    /// The input's name in messages.
+    pub fn name(&self) -> &str {
+        match &self.src {
+            Src::Lines(l) => l.name(),
+            Src::Docs { name, .. } => name,
+        }
+    }
+
+    /// Where the reader is, for messages: the input's name and the last line read.
+    pub fn locate(&self, e: Error) -> Error {
+        match &self.src {
+            Src::Lines(l) => l.error(e),
+            Src::Docs {
+                name,
+                doc_no,
+                event_no,
+                ..
+            } => e.in_file(&if *event_no == 0 {
+                format!("{name} (JSON batch {doc_no})")
+            } else {
+                format!("{name} (JSON batch {doc_no}, event {event_no})")
+            }),
+        }
+    }
+
+    /// Batches fully read so far.
+    pub fn batches(&self) -> u64 {
+        self.validator.batches()
+    }
+
+    /// The next validated item, or `None` at a clean end of input.
+    pub fn next_item(&mut self) -> Result<Option<Item>> {
+        match &mut self.src {
+            Src::Lines(lines) => {
+                if !lines.next_line(&mut self.buf)? {
+                    // Name the line where the missing record should have been.
+                    let at = lines.line_number() + 1;
+                    return self
+                        .validator
+                        .finish()
+                        .map(|_| None)
+                        .map_err(|e| e.in_file(lines.name()).at_line(at));
+                }
+                let item = parse_record(&self.buf)
+                    .and_then(batch_item)
+                    .and_then(|item| {
+                        match &item {
+                            Item::Header(h) => self.validator.header(h)?,
+                            Item::Event(e) => self.validator.event(e)?,
+                            Item::Commit(c) => self.validator.commit(c)?,
+                        }
+                        Ok(item)
+                    })
+                    .map_err(|e| lines.error(e))?;
+                Ok(Some(item))
+            }
+            Src::Docs {
+                name,
+                docs,
+                current,
+                doc_no,
+                event_no,
+            } => {
+                let loc = |d: u64, ev: u64| {
+                    if ev == 0 {
+                        format!("{name} (JSON batch {d})")
+                    } else {
+                        format!("{name} (JSON batch {d}, event {ev})")
+                    }
+                };
+                if let Some((commit, events)) = current {
+                    if let Some(e) = events.next() {
+                        *event_no += 1;
+                        self.validator
+                            .event(&e)
+                            .map_err(|err| err.in_file(&loc(*doc_no, *event_no)))?;
+                        return Ok(Some(Item::Event(e)));
+                    }
+                    let c = commit.clone();
+                    *current = None;
+                    self.validator
+                        .commit(&c)
+                        .map_err(|err| err.in_file(&loc(*doc_no, 0)))?;
+                    return Ok(Some(Item::Commit(c)));
+                }
+                let Some(doc) = docs.next() else {
+                    return self
+                        .validator
+                        .finish()
+                        .map(|_| None)
+                        .map_err(|e| e.in_file(name));
+                };
+                *doc_no += 1;
+                *event_no = 0;
+                let b = doc.into_batch().map_err(|e| e.in_file(&loc(*doc_no, 0)))?;
+                let h = b.header();
+                self.validator
+                    .header(&h)
+                    .map_err(|e| e.in_file(&loc(*doc_no, 0)))?;
+                let commit = b.commit();
+                *current = Some((commit, b.events.into_iter()));
+                Ok(Some(Item::Header(h)))
+            }
+        }
+    }
+}
+
+/// Read a whole JSON document input, refusing more than the line cap.
+pub fn read_document<R: std::io::Read>(inner: R, name: &str, limits: Limits) -> Result<Vec<u8>> {
+    let cap = match limits.max_input_bytes {
+        Some(t) => t.min(limits.max_line_bytes),
+        None => limits.max_line_bytes,
+    };
+    let mut text = Vec::new();
+    inner
+        .take(cap + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| Error::io("cannot read input", e).in_file(name))?;
+    if text.len() as u64 > cap {
+        return Err(Error::limit(format!(
+            "JSON document is longer than {cap} bytes (a JSON document counts as one line: raise --max-line-bytes, or use JSONL)"
+        ))
+        .in_file(name));
+    }
+    if let Err(e) = std::str::from_utf8(&text) {
+        return Err(Error::data(format!(
+            "input is not valid UTF-8 (invalid byte at offset {})",
+            e.valid_up_to()
+        ))
+        .in_file(name));
+    }
+    Ok(text)
+}
