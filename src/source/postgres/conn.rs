@@ -29,6 +29,17 @@ pub enum SslMode {
     VerifyFull,
 }
 
+impl SslMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SslMode::Disable => "disable",
+            SslMode::Require => "require",
+            SslMode::VerifyCa => "verify-ca",
+            SslMode::VerifyFull => "verify-full",
+        }
+    }
+}
+
 /// Parsed connection settings.
 #[derive(Clone)]
 pub struct PgConn {
@@ -337,34 +348,9 @@ impl PgConn {
         c
     }
 
-    /// A replication-stream configuration.
-    pub fn replication_config(
-        &self,
-        slot: &str,
-        publication: &str,
-    ) -> pgwire_replication::ReplicationConfig {
-        use pgwire_replication::{ReplicationConfig, TlsConfig};
-        let tls = match self.sslmode {
-            SslMode::Disable => TlsConfig::disabled(),
-            SslMode::Require => TlsConfig::require(),
-            SslMode::VerifyCa => TlsConfig::verify_ca(self.sslrootcert.clone()),
-            SslMode::VerifyFull => TlsConfig::verify_full(self.sslrootcert.clone())
-                .with_sni_hostname(self.host.clone()),
-        };
-        ReplicationConfig::new(
-            self.host.clone(),
-            self.user.clone(),
-            self.password.clone().unwrap_or_default(),
-            self.dbname.clone(),
-            slot,
-            publication,
-        )
-        .with_port(self.port)
-        .with_tls(tls)
-        .with_options(Self::SESSION_OPTIONS)
-        .with_application_name(format!("{} stream", self.application_name))
-        .with_status_interval(Duration::from_secs(1))
-        .with_wakeup_interval(Duration::from_millis(500))
+    /// The password, if one was given (URL, key=value string or PGPASSWORD).
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
     }
 }
 

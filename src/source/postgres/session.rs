@@ -46,41 +46,46 @@ impl PgSource {
     /// A replication session that has not started streaming, and its
     /// IDENTIFY_SYSTEM answer (the first thing it says, so the connect
     /// timeout covers it).
-    pub(super) async fn replication_session(&self) -> Result<(ReplicationClient, IdentifySystem)> {
-        let cfg = self.conn.replication_config(&self.slot, &self.publication);
+    pub(super) async fn replication_session(&self) -> Result<(ReplClient, IdentifySystem)> {
         self.connecting(async {
             let opening = format!(
                 "cannot open a replication session to {}",
                 self.conn.display()
             );
-            let mut c = ReplicationClient::connect_gated(cfg)
+            let app = format!("{} stream", self.conn.application_name);
+            let mut c = ReplClient::connect(&self.conn, &app)
                 .await
-                .map_err(repl_err(&opening))?;
-            // Connecting and authenticating run in the background: their
-            // errors (TLS, I/O) surface here too; only the server's own
-            // refusals point at the role.
-            let id = c.identify_system().await.map_err(|e| match e {
-                pgwire_replication::PgWireError::Server(_) => repl_err(
-                    "IDENTIFY_SYSTEM failed (does the role have the REPLICATION attribute?)",
-                )(e),
-                e => repl_err(&opening)(e),
-            })?;
+                .map_err(|e| match e {
+                    // A role without REPLICATION is refused at startup.
+                    ReplError::Server { ref code, .. } if code == "42501" => {
+                        repl_err(&format!(
+                            "{opening} (does the role have the REPLICATION attribute?)"
+                        ))(e)
+                    }
+                    e => repl_err(&opening)(e),
+                })?;
+            let id = c.identify_system().await.map_err(repl_err(
+                "IDENTIFY_SYSTEM failed (does the role have the REPLICATION attribute?)",
+            ))?;
             Ok((c, id))
         })
         .await
     }
 
-    /// A replication stream from `cfg`, once the server has accepted START_REPLICATION.
+    /// A replication stream from `start`, once the server has accepted
+    /// START_REPLICATION; its status updates report `confirmed`.
     pub(super) async fn replication_stream(
         &self,
-        cfg: pgwire_replication::ReplicationConfig,
-    ) -> Result<ReplicationClient> {
+        start: u64,
+        confirmed: u64,
+    ) -> Result<ReplClient> {
         self.connecting(async {
-            let mut client = ReplicationClient::connect(cfg)
+            let app = format!("{} stream", self.conn.application_name);
+            let mut client = ReplClient::connect(&self.conn, &app)
                 .await
                 .map_err(repl_err("cannot open the replication stream"))?;
             client
-                .wait_started()
+                .start(&self.slot, &self.publication, start, confirmed)
                 .await
                 .map_err(repl_err("cannot start replication"))?;
             Ok(client)
@@ -90,8 +95,8 @@ impl PgSource {
 
     /// The identity, from IDENTIFY_SYSTEM on a replication session.
     pub(super) async fn identity(&self) -> Result<String> {
-        let (mut c, id) = self.replication_session().await?;
-        c.abort();
+        let (c, id) = self.replication_session().await?;
+        drop(c);
         Ok(format!(
             "postgres:{}/{}/{}",
             id.system_id, self.conn.dbname, self.slot

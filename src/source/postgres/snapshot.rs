@@ -52,7 +52,7 @@ impl PgSource {
             .await;
             let rows = match created {
                 Err(_) => {
-                    exporter.abort();
+                    drop(exporter);
                     return Err(Error::state(format!(
                         "creating the snapshot's temporary slot waited {} s for open transactions to finish; retry when they have (or raise --slot-timeout)",
                         slot_timeout.as_secs()
@@ -72,7 +72,7 @@ impl PgSource {
             // The main slot must still hold every change after the snapshot.
             let main_now = slot_info(&c, &self.slot).await?.unwrap_or(main);
             if main_now.confirmed > consistent {
-                exporter.abort();
+                drop(exporter);
                 return Err(Error::state(format!(
                     "slot {:?} is already acknowledged to {}, past the snapshot's point {}: changes in between would be lost",
                     self.slot,
@@ -156,7 +156,7 @@ impl PgSource {
             for sess in &sessions {
                 let _ = sess.batch_execute("COMMIT").await;
             }
-            exporter.abort();
+            drop(exporter);
             progress(count);
             Ok(count)
         })

@@ -95,17 +95,9 @@ impl PgSource {
         }
         let mut catalog = Catalog::load(&c, &self.publication).await?;
 
-        let cfg = self
-            .conn
-            .replication_config(&self.slot, &self.publication)
-            .with_start_lsn(Lsn::from_u64(start_lsn))
-            .with_ack_lsn(Lsn::from_u64(slot.confirmed));
-        let cfg = if follow {
-            cfg
-        } else {
-            cfg.with_stop_lsn(Lsn::from_u64(wal_end.max(start_lsn)))
-        };
-        let mut client = self.replication_stream(cfg).await?;
+        // Reads never acknowledge: the status updates report the slot's own
+        // confirmed position (raised only by --ack-from-target).
+        let mut client = self.replication_stream(start_lsn, slot.confirmed).await?;
 
         let high_water = sequence(wal_end, 0).max(start);
         let mut w = BatchOut::new(id.clone(), start, high_water, catalog.schemas(), out);
@@ -121,7 +113,7 @@ impl PgSource {
                         Ok(r) => r.map_err(repl_err("replication stream failed"))?,
                         Err(_) => {
                             if let Some(get) = ack_target {
-                                acked = ack_from(get, &id, &client, acked)?;
+                                acked = ack_from(get, &id, &mut client, acked)?;
                             }
                             continue;
                         }
@@ -131,46 +123,43 @@ impl PgSource {
                 };
                 let Some(ev) = ev else { break };
                 match ev {
-                    ReplicationEvent::Begin { final_lsn, .. } => {
-                        if !follow && final_lsn.as_u64() >= wal_end {
-                            break;
-                        }
-                        txn = Some((final_lsn.as_u64(), 0));
-                        if follow {
-                            w.high_water = w.high_water.max(sequence(final_lsn.as_u64() + 1, 0));
-                        }
-                    }
-                    ReplicationEvent::Commit { lsn, .. } => {
-                        let commit = lsn.as_u64();
-                        txn = None;
-                        if follow {
-                            let end = sequence(commit + 1, 0);
-                            if end > w.position {
-                                w.high_water = w.high_water.max(end);
-                                w.finish_batch(end)?;
-                                w.out.flush().map_err(io_out)?;
-                            }
-                            if let Some(get) = ack_target {
-                                if last_ack_check.elapsed() > Duration::from_millis(200) {
-                                    acked = ack_from(get, &id, &client, acked)?;
-                                    last_ack_check = std::time::Instant::now();
-                                }
-                            }
-                        }
-                    }
-                    ReplicationEvent::KeepAlive { wal_end: we, .. } => {
-                        if !follow && txn.is_none() && we.as_u64() >= wal_end {
+                    ReplEvent::KeepAlive { wal_end: we } => {
+                        if !follow && txn.is_none() && we >= wal_end {
                             break;
                         }
                     }
-                    ReplicationEvent::StoppedAt { .. } => break,
-                    ReplicationEvent::Message { .. } => {}
-                    ReplicationEvent::XLogData { data, .. } => {
+                    ReplEvent::XLogData { data, .. } => {
                         let msg = pgoutput::decode(&data).map_err(|e| {
                             Error::data("the replication stream sent a message this version cannot read")
                                 .with_source(e)
                         })?;
                         match msg {
+                            Message::Begin { final_lsn, .. } => {
+                                if !follow && final_lsn >= wal_end {
+                                    break;
+                                }
+                                txn = Some((final_lsn, 0));
+                                if follow {
+                                    w.high_water = w.high_water.max(sequence(final_lsn + 1, 0));
+                                }
+                            }
+                            Message::Commit { commit_lsn, .. } => {
+                                txn = None;
+                                if follow {
+                                    let end = sequence(commit_lsn + 1, 0);
+                                    if end > w.position {
+                                        w.high_water = w.high_water.max(end);
+                                        w.finish_batch(end)?;
+                                        w.out.flush().map_err(io_out)?;
+                                    }
+                                    if let Some(get) = ack_target {
+                                        if last_ack_check.elapsed() > Duration::from_millis(200) {
+                                            acked = ack_from(get, &id, &mut client, acked)?;
+                                            last_ack_check = std::time::Instant::now();
+                                        }
+                                    }
+                                }
+                            }
                             Message::Relation(rel) => {
                                 if catalog.relation(&c, rel).await? {
                                     // A table's shape changed: the batch ends here and
@@ -219,7 +208,6 @@ impl PgSource {
                                 )));
                             }
                             Message::Type { .. } | Message::Origin { .. } | Message::Message { .. } => {}
-                            Message::Begin { .. } | Message::Commit { .. } => {}
                         }
                     }
                 }
@@ -233,7 +221,7 @@ impl PgSource {
             Ok(())
         }
         .await;
-        client.abort();
+        client.close().await;
         result?;
         w.out.flush().map_err(io_out)?;
         Ok(total)
@@ -244,14 +232,14 @@ impl PgSource {
 pub(super) fn ack_from(
     get: &dyn Fn() -> Result<Option<Cursor>>,
     id: &str,
-    client: &ReplicationClient,
+    client: &mut ReplClient,
     acked: u64,
 ) -> Result<u64> {
     if let Some(held) = get()? {
         if held.source == id {
             let lsn = (held.sequence() >> 64) as u64;
             if lsn > acked {
-                client.update_applied_lsn(Lsn::from_u64(lsn));
+                client.confirm(lsn);
                 return Ok(lsn);
             }
         }

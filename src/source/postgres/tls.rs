@@ -12,6 +12,14 @@ use std::sync::Arc;
 impl PgConn {
     /// The TLS connector for tokio-postgres, per `sslmode`.
     pub fn tls(&self) -> Result<tokio_postgres_rustls::MakeRustlsConnect> {
+        Ok(tokio_postgres_rustls::MakeRustlsConnect::new(
+            self.rustls_config()?,
+        ))
+    }
+
+    /// The rustls client configuration for `sslmode`: the roots, and the
+    /// verifier `require` and `verify-ca` need; ring is the one provider.
+    pub fn rustls_config(&self) -> Result<rustls::ClientConfig> {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let mut roots = rustls::RootCertStore::empty();
         match &self.sslrootcert {
@@ -59,7 +67,7 @@ impl PgConn {
                     .with_no_client_auth()
             }
         };
-        Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+        Ok(config)
     }
 }
 
