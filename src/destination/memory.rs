@@ -48,13 +48,12 @@ impl MemoryTarget {
         for s in schemas {
             self.schemas.insert(s.table.clone(), s.clone());
         }
-        let from = super::skip_through(self.cursor.as_ref(), &batch.start)?;
-        super::check_compacted(&batch.start, batch.compacted, from, &batch.end)?;
-        if self.cursor.is_some() && batch.end.sequence() <= from {
+        let gate = super::BatchGate::open(self.cursor.as_ref(), &batch.header())?;
+        if !gate.close(&batch.end)? {
             return Ok(()); // already held
         }
         let mut next = self.tables.clone();
-        for e in batch.events.iter().filter(|e| e.sequence > from) {
+        for e in batch.events.iter().filter(|e| !gate.holds(e.sequence)) {
             let shape = &shapes[&e.table];
             let t = next.entry(e.table.clone()).or_default();
             let same =
@@ -137,8 +136,8 @@ impl Target for MemoryTarget {
                 Item::Commit(c) => {
                     let mut b = open.take().expect("validated stream");
                     b.end = c.end;
-                    let from = super::skip_through(self.cursor.as_ref(), &b.start)?;
-                    let n = b.events.iter().filter(|e| e.sequence > from).count() as u64;
+                    let gate = super::BatchGate::open(self.cursor.as_ref(), &b.header())?;
+                    let n = b.events.iter().filter(|e| !gate.holds(e.sequence)).count() as u64;
                     self.apply(&b)?;
                     stats.batches += 1;
                     stats.applied += n;

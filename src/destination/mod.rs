@@ -151,6 +151,42 @@ pub fn skip_through(stored: Option<&Cursor>, start: &Cursor) -> Result<Sequence>
     }
 }
 
+/// What every target decides at a batch's header and commit, in one place:
+/// which events it already holds, and whether the commit moves its cursor.
+#[derive(Debug, Clone)]
+pub struct BatchGate {
+    start: Cursor,
+    compacted: bool,
+    /// Events up to this sequence are already held.
+    held: Sequence,
+    had_cursor: bool,
+}
+
+impl BatchGate {
+    /// At a header: a batch of another source, or one after a gap, fails.
+    pub fn open(stored: Option<&Cursor>, header: &crate::wire::Header) -> Result<BatchGate> {
+        Ok(BatchGate {
+            held: skip_through(stored, &header.start)?,
+            start: header.start.clone(),
+            compacted: header.compacted,
+            had_cursor: stored.is_some(),
+        })
+    }
+
+    /// Whether the event at `sequence` is already held (skip it).
+    pub fn holds(&self, sequence: Sequence) -> bool {
+        sequence <= self.held
+    }
+
+    /// At the commit, before anything of the batch is made durable: refuses
+    /// a compacted batch across the cursor; says whether `end` becomes the
+    /// stored cursor (it does unless the target already held all of it).
+    pub fn close(&self, end: &Cursor) -> Result<bool> {
+        check_compacted(&self.start, self.compacted, self.held, end)?;
+        Ok(end.sequence() > self.held || !self.had_cursor)
+    }
+}
+
 /// A compacted batch (`"compacted":true` in its header) had events folded into
 /// later ones, so a target holding only part of its interval would miss the
 /// changes folded into events it already has (DESIGN §8). Such a target

@@ -2,6 +2,7 @@
 //! checked, then sent in bounded inserts, then the cursor.
 
 use super::*;
+use crate::destination::BatchGate;
 
 impl ClickHouse {
     /// Send a table's held rows, in inserts cut at the recorded bounds.
@@ -115,16 +116,12 @@ impl ClickHouse {
         self.committed = stats.clone();
         let mut layouts: HashMap<String, Layout> = HashMap::new();
         let mut bufs: HashMap<String, Held> = HashMap::new();
-        let mut skip_through = 0u128;
-        let mut stored: Option<Cursor> = None;
-        let mut start: Option<(Cursor, bool)> = None;
+        let mut gate: Option<BatchGate> = None;
         while let Some(item) = input.next_item()? {
             match item {
                 Item::Header(h) => {
                     self.prepare_writes()?;
-                    stored = self.cursor()?;
-                    skip_through = crate::destination::skip_through(stored.as_ref(), &h.start)?;
-                    start = Some((h.start.clone(), h.compacted));
+                    gate = Some(BatchGate::open(self.cursor()?.as_ref(), &h)?);
                     let schemas = h.schemas.as_ref().ok_or_else(|| {
                         Error::data(
                             "a ClickHouse target needs the tables' schemas in the batch header",
@@ -139,7 +136,7 @@ impl ClickHouse {
                     }
                 }
                 Item::Event(e) => {
-                    if e.sequence <= skip_through {
+                    if gate.as_ref().expect("validated stream").holds(e.sequence) {
                         stats.skipped += 1;
                         continue;
                     }
@@ -153,14 +150,13 @@ impl ClickHouse {
                     }
                 }
                 Item::Commit(c) => {
-                    let (s, compacted) = start.take().expect("validated stream");
-                    crate::destination::check_compacted(&s, compacted, skip_through, &c.end)?;
+                    let moves = gate.take().expect("validated stream").close(&c.end)?;
                     // The batch is valid: now its rows go out.
                     for (t, held) in bufs.iter_mut() {
                         self.flush(&layouts[t], held)?;
                     }
                     bufs.clear();
-                    if c.end.sequence() > skip_through || stored.is_none() {
+                    if moves {
                         self.set_cursor(&c.end)?;
                         stats.cursor = Some(c.end.clone());
                     }

@@ -2,6 +2,7 @@
 //! in one transaction.
 
 use super::*;
+use crate::destination::BatchGate;
 
 impl SqliteTarget {
     /// Apply a batch stream; each batch commits with its cursor in one
@@ -18,8 +19,7 @@ impl SqliteTarget {
         };
         self.committed = stats.clone();
         let mut tables: HashMap<String, TableSql> = HashMap::new();
-        let mut skip_through: u128 = 0;
-        let mut start: Option<(Cursor, bool)> = None;
+        let mut gate: Option<BatchGate> = None;
         let mut parked: Vec<(String, Row, u128)> = Vec::new();
         let result = (|| -> Result<()> {
             while let Some(item) = input.next_item()? {
@@ -27,9 +27,7 @@ impl SqliteTarget {
                     Item::Header(h) => {
                         parked.clear();
                         self.begin()?;
-                        let stored = stored_cursor(self.db())?;
-                        skip_through = crate::destination::skip_through(stored.as_ref(), &h.start)?;
-                        start = Some((h.start.clone(), h.compacted));
+                        gate = Some(BatchGate::open(stored_cursor(self.db())?.as_ref(), &h)?);
                         tables.clear();
                         if let Some(schemas) = &h.schemas {
                             for s in schemas {
@@ -43,7 +41,7 @@ impl SqliteTarget {
                         }
                     }
                     Item::Event(e) => {
-                        if e.sequence <= skip_through {
+                        if gate.as_ref().expect("validated stream").holds(e.sequence) {
                             stats.skipped += 1;
                             continue;
                         }
@@ -81,14 +79,13 @@ impl SqliteTarget {
                         }
                     }
                     Item::Commit(c) => {
-                        let (s, compacted) = start.take().expect("validated stream");
-                        crate::destination::check_compacted(&s, compacted, skip_through, &c.end)?;
+                        let moves = gate.take().expect("validated stream").close(&c.end)?;
                         if let Some((table, _, seq)) = parked.first() {
                             return Err(Error::state(format!(
                                 "event {seq} (update on table {table:?}): its new key is still held by another row at the end of the batch; the target diverges from the source"
                             )));
                         }
-                        if c.end.sequence() > skip_through || stored_cursor(self.db())?.is_none() {
+                        if moves {
                             set_cursor(self.db(), &c.end)?;
                             stats.cursor = Some(c.end.clone());
                         }
