@@ -164,13 +164,7 @@ impl Target for MemoryTarget {
         while let Some(item) = input.next_item()? {
             match item {
                 SnapItem::Header { cursor: c, schemas } => {
-                    if let Some(held) = &self.cursor {
-                        return Err(Error::state(format!(
-                            "the target already holds source {:?} at {}; a snapshot loads only into a target without a cursor",
-                            held.source,
-                            held.sequence()
-                        )));
-                    }
+                    super::snapshot_allowed(self.cursor.as_ref())?;
                     for s in &schemas {
                         let t = next.entry(s.table.clone()).or_default();
                         match self.options.existing_rows {

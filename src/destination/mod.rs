@@ -125,6 +125,18 @@ pub enum ExistingRows {
     Keep,
 }
 
+/// A snapshot loads only into a target that holds no cursor.
+pub fn snapshot_allowed(stored: Option<&Cursor>) -> Result<()> {
+    match stored {
+        None => Ok(()),
+        Some(held) => Err(Error::state(format!(
+            "the target already holds source {:?} at {}; a snapshot loads only into a target without a cursor (use a new target database)",
+            held.source,
+            held.sequence()
+        ))),
+    }
+}
+
 /// The error for [`ExistingRows::Refuse`].
 pub fn existing_rows_error(table: &str) -> Error {
     Error::state(format!(

@@ -186,13 +186,7 @@ impl ClickHouse {
             match item {
                 SnapItem::Header { cursor: c, schemas } => {
                     self.prepare_writes()?;
-                    if let Some(held) = self.cursor()? {
-                        return Err(Error::state(format!(
-                            "the target already holds source {:?} at {}; a snapshot loads only into a target without a cursor",
-                            held.source,
-                            held.sequence()
-                        )));
-                    }
+                    crate::destination::snapshot_allowed(self.cursor()?.as_ref())?;
                     for s in &schemas {
                         let l = Layout::new(s, SourceKind::of_identity(&c.source));
                         self.ensure(&l)?;

@@ -121,13 +121,7 @@ impl SqliteTarget {
                 match item {
                     SnapItem::Header { cursor: c, schemas } => {
                         self.begin()?;
-                        if let Some(held) = stored_cursor(self.db())? {
-                            return Err(Error::state(format!(
-                                "the target already holds source {:?} at {}; a snapshot loads only into a target without a cursor (use a new target database)",
-                                held.source,
-                                held.sequence()
-                            )));
-                        }
+                        crate::destination::snapshot_allowed(stored_cursor(self.db())?.as_ref())?;
                         for s in &schemas {
                             let t = ensure_table(
                                 self.db(),
