@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_mooncdc_capture_global_optspecs
-    string join \n source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= ack-from-target= slot= publication= h/help V/version
+    string join \n source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= ack-from-target= slot= publication= h/help V/version
 end
 
 function __fish_mooncdc_capture_needs_command
@@ -31,6 +31,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-eve
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-bytes -d 'Stop before the events written exceed B bytes (at least one event is written)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-line-bytes -d 'Refuse an event whose line is longer than N bytes (default 64 MiB, the line cap readers apply by default)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l poll-ms -d 'With --follow: how often to look for new changes, in milliseconds' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l idle-batch-ms -d 'With --follow: while the captured tables are idle but the source moves on, write an empty batch advancing the cursor at most every N milliseconds (PostgreSQL; keeps the slot\'s retained WAL bounded)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l publication -d 'PostgreSQL: the publication' -r
@@ -75,6 +76,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-bytes -d 'Stop before the events written exceed B bytes (at least one event is written)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-line-bytes -d 'Refuse an event whose line is longer than N bytes (default 64 MiB, the line cap readers apply by default)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l poll-ms -d 'With --follow: how often to look for new changes, in milliseconds' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l idle-batch-ms -d 'With --follow: while the captured tables are idle but the source moves on, write an empty batch advancing the cursor at most every N milliseconds (PostgreSQL; keeps the slot\'s retained WAL bounded)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l publication -d 'PostgreSQL: the publication' -r

@@ -160,6 +160,9 @@ pub struct ReadArgs {
     /// With --follow: how often to look for new changes, in milliseconds
     #[arg(long, value_name = "N", default_value_t = 1000, requires = "follow")]
     pub poll_ms: u64,
+    /// With --follow: while the captured tables are idle but the source moves on, write an empty batch advancing the cursor at most every N milliseconds (PostgreSQL; keeps the slot's retained WAL bounded)
+    #[arg(long, value_name = "N", default_value_t = 10_000, requires = "follow")]
+    pub idle_batch_ms: u64,
     /// With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds
     #[arg(long, value_name = "URL", requires = "follow")]
     pub ack_from_target: Option<String>,

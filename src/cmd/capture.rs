@@ -109,7 +109,10 @@ fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
         src.follow(
             after.as_ref(),
             limits,
-            Duration::from_millis(r.poll_ms.max(1)),
+            crate::source::FollowTiming {
+                poll: Duration::from_millis(r.poll_ms.max(1)),
+                idle_batch: Duration::from_millis(r.idle_batch_ms.max(1)),
+            },
             held.as_deref(),
             &mut out,
         )?;

@@ -58,6 +58,19 @@ pub struct SnapshotRequest {
     pub slot_timeout: Duration,
 }
 
+/// How a following read paces itself.
+#[derive(Debug, Clone, Copy)]
+pub struct FollowTiming {
+    /// How often to look for new changes, where the source is polled (SQLite).
+    pub poll: Duration,
+    /// While nothing is in flight and the source's position moves on without
+    /// changes for us (other tables write), write an empty batch to that
+    /// position at most this often, so targets, and the acknowledgement that
+    /// follows them, keep up (PostgreSQL: the slot's retained WAL stays
+    /// bounded). A server that asks for a reply gets one at once.
+    pub idle_batch: Duration,
+}
+
 /// A function that says which cursor a target durably holds: what
 /// `--follow --ack-from-target` acknowledges up to.
 pub type HeldCursor = dyn Fn() -> Result<Option<Cursor>>;
@@ -128,7 +141,7 @@ pub trait Source {
         &self,
         after: Option<&Cursor>,
         limits: ReadLimits,
-        poll: Duration,
+        timing: FollowTiming,
         held: Option<&HeldCursor>,
         out: &mut dyn Write,
     ) -> Result<()>;

@@ -40,7 +40,8 @@ pub use snapshot::{select_in_key_order, CopyRows};
 
 use crate::error::{Cause, Error, ErrorKind, Result};
 use crate::source::{
-    AuditRows, HeldCursor, ReadLimits, SnapshotRequest, Source, SourceKind, SourceStatus,
+    AuditRows, FollowTiming, HeldCursor, ReadLimits, SnapshotRequest, Source, SourceKind,
+    SourceStatus,
 };
 use crate::util::quote_ident;
 use crate::wire::batch::{write_commit_line, write_event_line, write_header_line};
@@ -184,11 +185,11 @@ impl Source for PgSource {
         &self,
         after: Option<&Cursor>,
         _limits: ReadLimits,
-        _poll: Duration,
+        timing: FollowTiming,
         held: Option<&HeldCursor>,
         out: &mut dyn Write,
     ) -> Result<()> {
-        PgSource::follow(self, after, held, out).map(|_| ())
+        PgSource::follow(self, after, timing.idle_batch, held, out).map(|_| ())
     }
     fn snapshot(
         &self,

@@ -78,8 +78,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 pub enum ReplEvent {
     /// A pgoutput message.
     XLogData { data: Vec<u8> },
-    /// The server's WAL end, while it has nothing to send.
-    KeepAlive { wal_end: u64 },
+    /// The server's WAL end, while it has nothing to send; `reply`: it
+    /// asks for a status update (it waits for one, e.g. to shut down).
+    KeepAlive { wal_end: u64, reply: bool },
 }
 
 /// `IDENTIFY_SYSTEM`'s answer.
@@ -410,10 +411,11 @@ impl ReplClient {
                     }
                     Some(b'k') => {
                         let wal_end = be_u64(m.body.get(1..).unwrap_or_default())?;
-                        if m.body.get(17) == Some(&1) {
+                        let reply = m.body.get(17) == Some(&1);
+                        if reply {
                             self.send_status(false).await?;
                         }
-                        return Ok(Some(ReplEvent::KeepAlive { wal_end }));
+                        return Ok(Some(ReplEvent::KeepAlive { wal_end, reply }));
                     }
                     other => {
                         return Err(ReplError::Protocol(format!(

@@ -12,7 +12,7 @@ impl PgSource {
         limits: crate::source::ReadLimits,
         out: &mut dyn Write,
     ) -> Result<u64> {
-        runtime()?.block_on(self.stream(after, limits, false, None, out))
+        runtime()?.block_on(self.stream(after, limits, None, None, out))
     }
 
     /// Keep streaming, one batch per transaction; with `ack_target`,
@@ -20,21 +20,23 @@ impl PgSource {
     pub fn follow(
         &self,
         after: Option<&Cursor>,
+        idle_batch: Duration,
         ack_target: Option<&dyn Fn() -> Result<Option<Cursor>>>,
         out: &mut dyn Write,
     ) -> Result<u64> {
         let limits = crate::source::ReadLimits::default();
-        runtime()?.block_on(self.stream(after, limits, true, ack_target, out))
+        runtime()?.block_on(self.stream(after, limits, Some(idle_batch), ack_target, out))
     }
 
     pub(super) async fn stream(
         &self,
         after: Option<&Cursor>,
         limits: crate::source::ReadLimits,
-        follow: bool,
+        idle_batch: Option<Duration>,
         ack_target: Option<&dyn Fn() -> Result<Option<Cursor>>>,
         out: &mut dyn Write,
     ) -> Result<u64> {
+        let follow = idle_batch.is_some();
         let c = self.client("read").await?;
         let id = self.identity().await?;
         let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
@@ -106,6 +108,7 @@ impl PgSource {
         let mut bytes = 0u64;
         let mut acked = slot.confirmed;
         let mut last_ack_check = std::time::Instant::now();
+        let mut last_idle_batch = std::time::Instant::now();
         let result: Result<()> = async {
             loop {
                 let ev = if follow {
@@ -122,10 +125,38 @@ impl PgSource {
                     client.recv().await.map_err(repl_err("replication stream failed"))?
                 };
                 let Some(ev) = ev else { break };
+                // Acknowledge what the target holds on every kind of event,
+                // not only when the stream pauses: a server waiting for a
+                // reply (shutting down) sends keepalives back to back.
+                if let Some(get) = ack_target {
+                    if last_ack_check.elapsed() > Duration::from_millis(200) {
+                        acked = ack_from(get, &id, &mut client, acked)?;
+                        last_ack_check = std::time::Instant::now();
+                    }
+                }
                 match ev {
-                    ReplEvent::KeepAlive { wal_end: we } => {
+                    ReplEvent::KeepAlive { wal_end: we, reply } => {
                         if !follow && txn.is_none() && we >= wal_end {
                             break;
+                        }
+                        // Idle progress: the server has decoded its WAL up to
+                        // `we` and sent every transaction that commits before
+                        // it; with none in flight, nothing we still owe lies
+                        // before it, so an empty batch may carry the cursor
+                        // there (the target stores it, the acknowledgement
+                        // follows it, the slot releases its WAL).
+                        let end = sequence(we, 0);
+                        if let Some(every) = idle_batch {
+                            if txn.is_none()
+                                && !w.open
+                                && end > w.position
+                                && (reply || last_idle_batch.elapsed() >= every)
+                            {
+                                w.high_water = w.high_water.max(end);
+                                w.finish_batch(end)?;
+                                w.out.flush().map_err(io_out)?;
+                                last_idle_batch = std::time::Instant::now();
+                            }
                         }
                     }
                     ReplEvent::XLogData { data, .. } => {
@@ -151,12 +182,6 @@ impl PgSource {
                                         w.high_water = w.high_water.max(end);
                                         w.finish_batch(end)?;
                                         w.out.flush().map_err(io_out)?;
-                                    }
-                                    if let Some(get) = ack_target {
-                                        if last_ack_check.elapsed() > Duration::from_millis(200) {
-                                            acked = ack_from(get, &id, &mut client, acked)?;
-                                            last_ack_check = std::time::Instant::now();
-                                        }
                                     }
                                 }
                             }

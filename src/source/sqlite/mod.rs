@@ -290,11 +290,11 @@ impl crate::source::Source for SqliteSource {
         &self,
         after: Option<&Cursor>,
         limits: ReadLimits,
-        poll: std::time::Duration,
+        timing: crate::source::FollowTiming,
         held: Option<&crate::source::HeldCursor>,
         out: &mut dyn Write,
     ) -> Result<()> {
-        follow(&self.path, after, limits, poll, held, out)
+        follow(&self.path, after, limits, timing.poll, held, out)
     }
     fn snapshot(
         &self,
