@@ -464,6 +464,10 @@ fn init_creates_publication_slot_and_full_identity_then_verify_and_status() {
     let confirmed = parse_lsn(&st["confirmed_flush_lsn"]);
     assert_eq!(acked.sequence(), seq_at(confirmed, 0));
     assert_eq!(st["slot_active"], "false");
+    // Slot safety, visible: the test cluster leaves max_slot_wal_keep_size
+    // at -1, so nothing bounds the slot's WAL.
+    assert_eq!(st["wal_status"], "reserved", "{st:?}");
+    assert!(st["safe_wal_size"].starts_with("unlimited"), "{st:?}");
     for k in [
         "restart_lsn",
         "wal_flush_lsn",

@@ -178,7 +178,8 @@ impl PgSource {
                 .query_one(
                     "SELECT pg_current_wal_flush_lsn()::text, \
                      pg_wal_lsn_diff(pg_current_wal_flush_lsn(), restart_lsn)::bigint, \
-                     pg_wal_lsn_diff(pg_current_wal_flush_lsn(), confirmed_flush_lsn)::bigint, active \
+                     pg_wal_lsn_diff(pg_current_wal_flush_lsn(), confirmed_flush_lsn)::bigint, active, \
+                     coalesce(wal_status, ''), safe_wal_size \
                      FROM pg_replication_slots WHERE slot_name = $1",
                     &[&self.slot],
                 )
@@ -188,6 +189,9 @@ impl PgSource {
             let retained: Option<i64> = r.get(1);
             let lag: Option<i64> = r.get(2);
             let active: bool = r.get(3);
+            let wal_status: String = r.get(4);
+            // NULL when max_slot_wal_keep_size is -1: nothing bounds it.
+            let safe: Option<i64> = r.get(5);
             Ok(SourceStatus {
                 identity: id.clone(),
                 fields: vec![
@@ -198,6 +202,11 @@ impl PgSource {
                     ("wal_retained_bytes", retained.unwrap_or(0).to_string()),
                     ("lag_bytes", lag.unwrap_or(0).to_string()),
                     ("slot_active", active.to_string()),
+                    ("wal_status", wal_status),
+                    (
+                        "safe_wal_size",
+                        safe.map_or("unlimited (max_slot_wal_keep_size = -1)".into(), |b| b.to_string()),
+                    ),
                 ],
             })
         })
