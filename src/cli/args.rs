@@ -163,6 +163,12 @@ pub struct ReadArgs {
     /// With --follow: while the captured tables are idle but the source moves on, write an empty batch advancing the cursor at most every N milliseconds (PostgreSQL; keeps the slot's retained WAL bounded)
     #[arg(long, value_name = "N", default_value_t = 10_000, requires = "follow")]
     pub idle_batch_ms: u64,
+    /// With --follow: reconnect after a broken connection or a restarting server at most N times in a row (PostgreSQL)
+    #[arg(long, value_name = "N", default_value_t = 10, requires = "follow")]
+    pub max_retries: u32,
+    /// With --follow: wait this long before the first reconnect, doubled each time up to 30 s
+    #[arg(long, value_name = "MS", default_value_t = 1000, requires = "follow")]
+    pub retry_delay_ms: u64,
     /// With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds
     #[arg(long, value_name = "URL", requires = "follow")]
     pub ack_from_target: Option<String>,

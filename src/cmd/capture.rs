@@ -112,6 +112,8 @@ fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
             crate::source::FollowTiming {
                 poll: Duration::from_millis(r.poll_ms.max(1)),
                 idle_batch: Duration::from_millis(r.idle_batch_ms.max(1)),
+                max_retries: r.max_retries,
+                retry_delay: Duration::from_millis(r.retry_delay_ms.max(1)),
             },
             held.as_deref(),
             &mut out,

@@ -69,6 +69,12 @@ pub struct FollowTiming {
     /// follows them, keep up (PostgreSQL: the slot's retained WAL stays
     /// bounded). A server that asks for a reply gets one at once.
     pub idle_batch: Duration,
+    /// Reconnects after a transient failure (a broken connection, a server
+    /// restarting), before the read fails; each waits `retry_delay`, doubled
+    /// per attempt up to 30 s, and a session that starts streaming again
+    /// renews the budget.
+    pub max_retries: u32,
+    pub retry_delay: Duration,
 }
 
 /// A function that says which cursor a target durably holds: what

@@ -281,6 +281,25 @@ impl Cluster {
         )
     }
 
+    /// `pg_ctl restart -m MODE` (`immediate`: a crash and recovery), waiting
+    /// until the server accepts connections again.
+    pub fn restart(&self, mode: &str) {
+        let ok = self
+            .server_cmd("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .arg("-l")
+            .arg(self.dir.join("server.log"))
+            .args(["-m", mode, "-w", "-t", "60", "restart"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run pg_ctl restart")
+            .success();
+        assert!(ok, "pg_ctl restart -m {mode} failed:\n{}", self.log());
+    }
+
     /// `pg_ctl stop -m fast`, waiting at most `timeout`; whether the server stopped.
     pub fn stop_fast(&self, timeout: Duration) -> bool {
         self.server_cmd("pg_ctl")

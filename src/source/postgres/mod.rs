@@ -88,6 +88,42 @@ fn repl_err(what: &str) -> impl Fn(ReplError) -> Error + '_ {
     }
 }
 
+/// Whether a following read should reconnect after `e`: the connection
+/// broke, timed out, or the server is shutting down or starting up
+/// (SQLSTATE 57P01, 57P02, 57P03), or the slot is still held by the
+/// session that broke (55006, until the server notices). Refusals
+/// (authentication, a missing or invalidated slot, a changed system, a
+/// protocol error) are not retried.
+pub(super) fn is_transient(e: &Error) -> bool {
+    const RESTARTING: [&str; 4] = ["57P01", "57P02", "57P03", "55006"];
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(c) = s.downcast_ref::<Cause<ReplError>>() {
+            return match &c.inner {
+                ReplError::Io(_) => true,
+                ReplError::Server { code, .. } => RESTARTING.contains(&code.as_str()),
+                ReplError::Tls(_) | ReplError::Protocol(_) => false,
+            };
+        }
+        if let Some(c) = s.downcast_ref::<Cause<tokio_postgres::Error>>() {
+            let pe = &c.inner;
+            return match pe.as_db_error() {
+                Some(db) => RESTARTING.contains(&db.code().code()),
+                None => {
+                    pe.is_closed()
+                        || std::error::Error::source(pe)
+                            .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
+                }
+            };
+        }
+        if let Some(c) = s.downcast_ref::<Cause<std::io::Error>>() {
+            return c.inner.kind() == std::io::ErrorKind::TimedOut;
+        }
+        source = s.source();
+    }
+    false
+}
+
 fn io_out(e: std::io::Error) -> Error {
     Error::io("cannot write output", e)
 }
@@ -189,7 +225,7 @@ impl Source for PgSource {
         held: Option<&HeldCursor>,
         out: &mut dyn Write,
     ) -> Result<()> {
-        PgSource::follow(self, after, timing.idle_batch, held, out).map(|_| ())
+        PgSource::follow(self, after, timing, held, out).map(|_| ())
     }
     fn snapshot(
         &self,

@@ -17,12 +17,15 @@ impl PgSource {
             Ok(r) => r,
             Err(_) => Err(Error::new(
                 ErrorKind::Database,
-                format!(
-                    "cannot connect to {}: no answer within {} s (connect_timeout); is this a PostgreSQL server?",
-                    self.conn.display(),
+                format!("cannot connect to {}", self.conn.display()),
+            )
+            .with_source(Cause {
+                text: format!(
+                    "no answer within {} s (connect_timeout); is this a PostgreSQL server?",
                     self.conn.connect_timeout.as_secs()
                 ),
-            )),
+                inner: std::io::Error::from(std::io::ErrorKind::TimedOut),
+            })),
         }
     }
 

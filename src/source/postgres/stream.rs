@@ -20,24 +20,25 @@ impl PgSource {
     pub fn follow(
         &self,
         after: Option<&Cursor>,
-        idle_batch: Duration,
+        timing: crate::source::FollowTiming,
         ack_target: Option<&dyn Fn() -> Result<Option<Cursor>>>,
         out: &mut dyn Write,
     ) -> Result<u64> {
         let limits = crate::source::ReadLimits::default();
-        runtime()?.block_on(self.stream(after, limits, Some(idle_batch), ack_target, out))
+        runtime()?.block_on(self.stream(after, limits, Some(timing), ack_target, out))
     }
 
     pub(super) async fn stream(
         &self,
         after: Option<&Cursor>,
         limits: crate::source::ReadLimits,
-        idle_batch: Option<Duration>,
+        timing: Option<crate::source::FollowTiming>,
         ack_target: Option<&dyn Fn() -> Result<Option<Cursor>>>,
         out: &mut dyn Write,
     ) -> Result<u64> {
-        let follow = idle_batch.is_some();
-        let c = self.client("read").await?;
+        let follow = timing.is_some();
+        let idle_batch = timing.map(|t| t.idle_batch);
+        let mut c = self.client("read").await?;
         let id = self.identity().await?;
         let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
             Error::state(format!(
@@ -63,7 +64,7 @@ impl PgSource {
                 self.slot
             )));
         }
-        let start = match after {
+        let mut start = match after {
             None => sequence(slot.confirmed, 0),
             Some(cur) => {
                 if cur.source != id {
@@ -99,7 +100,7 @@ impl PgSource {
 
         // Reads never acknowledge: the status updates report the slot's own
         // confirmed position (raised only by --ack-from-target).
-        let mut client = self.replication_stream(start_lsn, slot.confirmed).await?;
+        let mut client = Some(self.replication_stream(start_lsn, slot.confirmed).await?);
 
         let high_water = sequence(wal_end, 0).max(start);
         let mut w = BatchOut::new(id.clone(), start, high_water, catalog.schemas(), out);
@@ -109,14 +110,17 @@ impl PgSource {
         let mut acked = slot.confirmed;
         let mut last_ack_check = std::time::Instant::now();
         let mut last_idle_batch = std::time::Instant::now();
-        let result: Result<()> = async {
+        let mut retries = 0u32;
+        let result: Result<()> = loop {
+            let session: Result<()> = async {
+            let client = client.as_mut().expect("a session is open");
             loop {
                 let ev = if follow {
                     match tokio::time::timeout(Duration::from_millis(500), client.recv()).await {
                         Ok(r) => r.map_err(repl_err("replication stream failed"))?,
                         Err(_) => {
                             if let Some(get) = ack_target {
-                                acked = ack_from(get, &id, &mut client, acked)?;
+                                acked = ack_from(get, &id, client, acked)?;
                             }
                             continue;
                         }
@@ -130,7 +134,7 @@ impl PgSource {
                 // reply (shutting down) sends keepalives back to back.
                 if let Some(get) = ack_target {
                     if last_ack_check.elapsed() > Duration::from_millis(200) {
-                        acked = ack_from(get, &id, &mut client, acked)?;
+                        acked = ack_from(get, &id, client, acked)?;
                         last_ack_check = std::time::Instant::now();
                     }
                 }
@@ -246,10 +250,93 @@ impl PgSource {
             Ok(())
         }
         .await;
-        client.close().await;
+            if let Some(cl) = client.take() {
+                cl.close().await;
+            }
+            // A following read rides out a broken connection or a restarting
+            // server: it reconnects and resumes after the last position written
+            // to standard output (the batches in the pipe will be applied). A
+            // transaction cut in the middle is sent again whole, with the same
+            // commit position and ordinals, so the events already written are
+            // skipped and the open batch goes on with the rest: the stream stays
+            // valid. Anything else (a refusal) ends the read.
+            let Some(t) = timing else { break session };
+            let reason = match session {
+                Err(e) if is_transient(&e) => e.full_message(),
+                Err(e) => break Err(e),
+                Ok(()) => "the server ended the replication stream".to_string(),
+            };
+            loop {
+                if retries >= t.max_retries {
+                    break;
+                }
+                retries += 1;
+                let delay =
+                    (t.retry_delay * 2u32.saturating_pow(retries - 1)).min(Duration::from_secs(30));
+                eprintln!(
+                    "mooncdc-capture: {reason}; reconnecting in {} ms (attempt {retries} of {})",
+                    delay.as_millis(),
+                    t.max_retries
+                );
+                tokio::time::sleep(delay).await;
+                match self.resume(&id, (w.position >> 64) as u64, acked).await {
+                    Ok((sql, repl)) => {
+                        c = sql;
+                        client = Some(repl);
+                        break;
+                    }
+                    Err(e) if is_transient(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if client.is_none() {
+                break Err(Error::new(
+                ErrorKind::Database,
+                format!(
+                    "gave up after {} reconnects ({reason}); start the pipeline again when the server is back",
+                    t.max_retries
+                ),
+            ));
+            }
+            eprintln!(
+                "mooncdc-capture: reconnected; resuming after {}",
+                lsn_text((w.position >> 64) as u64)
+            );
+            retries = 0;
+            start = w.position;
+            txn = None;
+        };
         result?;
         w.out.flush().map_err(io_out)?;
         Ok(total)
+    }
+}
+
+impl PgSource {
+    /// After a broken connection: a new SQL session and a replication stream
+    /// from `lsn`, on the same system (a changed system identifier is a
+    /// different source and is never followed).
+    async fn resume(&self, id: &str, lsn: u64, acked: u64) -> Result<(Client, ReplClient)> {
+        let now = self.identity().await?;
+        if now != id {
+            return Err(Error::state(format!(
+                "the server is now source {now:?}, not {id:?} (restored from a backup, or another server): take a new snapshot"
+            )));
+        }
+        let c = self.client("read").await?;
+        let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
+            Error::state(format!("slot {:?} is gone: take a new snapshot", self.slot))
+        })?;
+        if slot.lost {
+            return Err(Error::state(format!(
+                "slot {:?} is invalidated: the changes it needed are gone (take a new snapshot)",
+                self.slot
+            )));
+        }
+        let repl = self
+            .replication_stream(lsn, acked.max(slot.confirmed))
+            .await?;
+        Ok((c, repl))
     }
 }
 
