@@ -1910,3 +1910,95 @@ fn capture_and_apply_agree_on_the_line_cap_boundary() {
         "capture --max-line-bytes 0",
     );
 }
+
+/// `capture --follow | apply` stopped with SIGTERM to its process group
+/// while changes flow: both exit 0 (capture ends the batch it was writing,
+/// apply commits what it has), and a catch-up from the target's cursor then
+/// brings the projection to the source's state: nothing lost, nothing twice.
+#[test]
+fn sigterm_to_a_following_pipeline_stops_both_cleanly() {
+    use std::os::unix::process::CommandExt;
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+    db.init(&[]);
+    let snap = exec(SNAPSHOT, &["--source", &db.src_url()], None);
+    expect(&snap, 0, "snapshot");
+    db.apply_ok(&snap.stdout);
+    let proj = db.proj_url();
+    let after = db.target_cursor().unwrap().to_json();
+    let mut capture = Command::new(bin(CAPTURE))
+        .args([
+            "--source",
+            &db.src_url(),
+            "--after",
+            &after,
+            "--follow",
+            "--poll-ms",
+            "20",
+            "--ack-from-target",
+            &proj,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("start capture --follow");
+    let pgid = capture.id() as i32;
+    let apply = Command::new(bin(APPLY))
+        .args(["--target", &proj, "-q"])
+        .stdin(Stdio::from(capture.stdout.take().unwrap()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(pgid)
+        .spawn()
+        .expect("start apply");
+    // Changes flow while the signal comes.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let conn = db.src_conn();
+        std::thread::spawn(move || {
+            let mut i = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                i += 1;
+                conn.execute_batch(&format!(
+                    "BEGIN; INSERT INTO t VALUES ({i}, 'v{i}'); UPDATE t SET v = v || '!' WHERE id = {}; COMMIT;",
+                    (i + 1) / 2
+                ))
+                .unwrap();
+            }
+            i
+        })
+    };
+    std::thread::sleep(Duration::from_millis(800));
+    let t0 = std::time::Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", "--", &format!("-{pgid}")])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out_c = capture.wait_with_output().unwrap();
+    let out_a = apply.wait_with_output().unwrap();
+    let took = t0.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let written = writer.join().unwrap();
+    assert!(written > 10, "only {written} transactions were written");
+    assert_eq!(
+        out_c.status.code(),
+        Some(0),
+        "capture: {}",
+        String::from_utf8_lossy(&out_c.stderr)
+    );
+    assert_eq!(
+        out_a.status.code(),
+        Some(0),
+        "apply: {}",
+        String::from_utf8_lossy(&out_a.stderr)
+    );
+    assert!(took < Duration::from_secs(10), "stopping took {took:?}");
+    // Nothing lost, nothing twice: catch up from the target's cursor.
+    db.catch_up();
+    db.audit_equal();
+    db.assert_same_rows(&["t"]);
+}

@@ -2267,6 +2267,89 @@ fn a_follower_rides_out_a_server_crash_and_restart() {
     );
 }
 
+/// `capture --follow | apply` from PostgreSQL stopped with SIGTERM to its
+/// process group while transactions flow: both exit 0, and a catch-up from
+/// the target's cursor (possibly inside a transaction) makes the audit equal.
+#[test]
+fn sigterm_to_a_following_postgres_pipeline_stops_both_cleanly() {
+    use std::os::unix::process::CommandExt;
+    let src = Src::new("sigterm");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text)");
+    src.init(&["public.a"]);
+    let proj = src.proj_url();
+    let mut args = src.source_args();
+    args.extend(["--follow", "--ack-from-target", &proj].map(String::from));
+    let mut capture = Command::new(bin(CAPTURE))
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("start capture --follow");
+    let pgid = capture.id() as i32;
+    let apply = Command::new(bin(APPLY))
+        .args(["--target", &proj, "-q"])
+        .stdin(Stdio::from(capture.stdout.take().unwrap()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(pgid)
+        .spawn()
+        .expect("start apply");
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let w = src.session();
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                w.exec(&format!(
+                    "INSERT INTO a SELECT g, 'v' || g FROM generate_series({}, {}) g",
+                    i * 50 + 1,
+                    i * 50 + 50
+                ));
+                i += 1;
+            }
+            i
+        })
+    };
+    std::thread::sleep(Duration::from_millis(1500));
+    let t0 = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-TERM", "--", &format!("-{pgid}")])
+        .status()
+        .unwrap()
+        .success());
+    let out_c = capture.wait_with_output().unwrap();
+    let out_a = apply.wait_with_output().unwrap();
+    let took = t0.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    assert!(writer.join().unwrap() > 2);
+    assert_eq!(
+        out_c.status.code(),
+        Some(0),
+        "capture: {}",
+        String::from_utf8_lossy(&out_c.stderr)
+    );
+    assert_eq!(
+        out_a.status.code(),
+        Some(0),
+        "apply: {}",
+        String::from_utf8_lossy(&out_a.stderr)
+    );
+    assert!(took < Duration::from_secs(10), "stopping took {took:?}");
+    // Catch up from wherever the target stopped.
+    let after = src
+        .target_cursor()
+        .expect("the target holds a cursor")
+        .to_json();
+    let (bytes, _) = src.capture_ok(&["--after", &after]);
+    let r = exec(APPLY, &["--target", &proj], Some(&bytes));
+    expect(&r, 0, "catch-up apply");
+    src.audit_equal();
+}
+
 // ---------------------------------------------------------------- schema changes
 
 #[test]

@@ -36,6 +36,8 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         EngineArg::History => Engine::History,
     };
     let limits = cli::limits(&a.limits)?;
+    // A stop between batches exits at once; in a batch, after its commit.
+    crate::util::stop::install();
     let mut t = endpoint::parse(&url)?.target(options, engine)?;
     let mut total = ApplyStats {
         cursor: t.cursor()?,
@@ -70,6 +72,9 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
                 total.cursor = s.cursor;
             }
             r?;
+            if crate::util::stop::requested() {
+                break;
+            }
         }
         Ok(())
     })();

@@ -106,6 +106,8 @@ fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
     };
     let mut out = cli::stdout();
     if r.follow {
+        // A stop ends the batch being written, then exits 0.
+        crate::util::stop::install();
         src.follow(
             after.as_ref(),
             limits,

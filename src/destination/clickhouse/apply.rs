@@ -151,7 +151,9 @@ impl ClickHouse {
                 }
                 Item::Commit(c) => {
                     let moves = gate.take().expect("validated stream").close(&c.end)?;
-                    // The batch is valid: now its rows go out.
+                    // The batch is valid: now its rows go out, then its
+                    // cursor; a stop asked for meanwhile waits for both.
+                    let busy = crate::util::stop::Busy::new();
                     for (t, held) in bufs.iter_mut() {
                         self.flush(&layouts[t], held)?;
                     }
@@ -160,9 +162,13 @@ impl ClickHouse {
                         self.set_cursor(&c.end)?;
                         stats.cursor = Some(c.end.clone());
                     }
+                    drop(busy);
                     stats.batches += 1;
                     self.committed = stats.clone();
                     progress(&stats);
+                    if crate::util::stop::requested() {
+                        break;
+                    }
                 }
             }
         }

@@ -93,6 +93,10 @@ impl SqliteTarget {
                         stats.batches += 1;
                         self.committed = stats.clone();
                         progress(&stats);
+                        // SIGTERM/SIGINT during the batch: stop after it.
+                        if crate::util::stop::requested() {
+                            break;
+                        }
                     }
                 }
             }

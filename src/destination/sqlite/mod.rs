@@ -108,6 +108,7 @@ impl SqliteTarget {
         conn.execute_batch("BEGIN IMMEDIATE")
             .map_err(db_err("cannot begin a transaction"))?;
         self.in_tx = true;
+        crate::util::stop::batch_begins();
         if !self.projection {
             self.db()
                 .execute_batch(&format!(
@@ -128,6 +129,7 @@ impl SqliteTarget {
             .execute_batch("COMMIT")
             .map_err(db_err("cannot commit"))?;
         self.in_tx = false;
+        crate::util::stop::batch_done();
         if !self.projection {
             self.projection = true;
             self.db()
@@ -151,6 +153,9 @@ impl SqliteTarget {
     pub(super) fn rollback(&mut self) {
         if let Some(c) = &self.conn {
             let _ = c.execute_batch("ROLLBACK");
+        }
+        if self.in_tx {
+            crate::util::stop::batch_done();
         }
         self.in_tx = false;
         if self.created && !self.projection {

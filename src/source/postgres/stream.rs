@@ -115,6 +115,16 @@ impl PgSource {
             let session: Result<()> = async {
             let client = client.as_mut().expect("a session is open");
             loop {
+                // SIGTERM/SIGINT: end the batch being written at the last
+                // event written (a cursor may stop inside a transaction;
+                // reading after it continues there), then stop.
+                if follow && crate::util::stop::requested() {
+                    if w.open {
+                        let at = w.position;
+                        w.finish_batch(at)?;
+                    }
+                    return Ok(());
+                }
                 let ev = if follow {
                     match tokio::time::timeout(Duration::from_millis(500), client.recv()).await {
                         Ok(r) => r.map_err(repl_err("replication stream failed"))?,
@@ -261,6 +271,9 @@ impl PgSource {
             // skipped and the open batch goes on with the rest: the stream stays
             // valid. Anything else (a refusal) ends the read.
             let Some(t) = timing else { break session };
+            if crate::util::stop::requested() {
+                break session;
+            }
             let reason = match session {
                 Err(e) if is_transient(&e) => e.full_message(),
                 Err(e) => break Err(e),
@@ -394,6 +407,7 @@ impl<'a> BatchOut<'a> {
 
     pub(super) fn open_batch(&mut self) -> Result<()> {
         if !self.open {
+            crate::util::stop::batch_begins();
             self.line.clear();
             write_header_line(
                 &mut self.line,
@@ -441,8 +455,10 @@ impl<'a> BatchOut<'a> {
             },
         );
         self.out.write_all(&self.line).map_err(io_out)?;
+        self.out.flush().map_err(io_out)?;
         self.open = false;
         self.position = end;
+        crate::util::stop::batch_done();
         Ok(())
     }
 }

@@ -251,6 +251,7 @@ pub fn follow(
     let mut position = after.cloned();
     let mut first = true;
     loop {
+        let busy = crate::util::stop::Busy::new();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Deferred)
             .map_err(db_err("cannot begin a read transaction"))?;
@@ -258,6 +259,11 @@ pub fn follow(
         tx.commit()
             .map_err(db_err("cannot end the read transaction"))?;
         out.flush().map_err(io_out)?;
+        drop(busy);
+        // SIGTERM/SIGINT while that batch was written: stop after it.
+        if crate::util::stop::requested() {
+            return Ok(());
+        }
         first = false;
         if let Some(end) = stats.end {
             position = Some(end);
