@@ -14,6 +14,7 @@
 //! | [`audit`] | source against target, row by row in key order, over the traits |
 //! | [`cmd`] | each tool's logic, one module per `mooncdc-*` binary |
 //! | [`cli`] | what the tools share: arguments, inputs, outputs, progress, exit statuses |
+//! | [`metrics`] | counters, gauges, `/metrics`, `/livez`, `/readyz` for long-running tools |
 //! | [`error`] | the one error type: a kind, a message, the file and line, the cause |
 //! | [`sqlite_util`], [`util`] | SQLite helpers (opening, schemas, exact values); URL decoding and identifier quoting |
 //!
@@ -40,6 +41,7 @@ pub mod cmd;
 pub mod destination;
 pub mod endpoint;
 pub mod error;
+pub mod metrics;
 pub mod ops;
 pub mod source;
 pub mod sqlite_util;

@@ -2350,6 +2350,123 @@ fn sigterm_to_a_following_postgres_pipeline_stops_both_cleanly() {
     src.audit_equal();
 }
 
+/// Metrics and health of a following capture, scraped over HTTP: the event
+/// counter and the position move when writes arrive; /livez and /readyz say
+/// 200; with apply stopped (SIGSTOP) and writes filling the pipe, capture's
+/// writes block and /readyz says 503 once the stall timeout passes, then
+/// 200 again after SIGCONT.
+#[test]
+fn metrics_and_health_of_a_following_capture() {
+    let src = Src::new("metrics");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text)");
+    src.init(&["public.a"]);
+    let proj = src.proj_url();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut args = src.source_args();
+    args.extend(
+        [
+            "--follow",
+            "--ack-from-target",
+            &proj,
+            "--metrics-listen",
+            &addr,
+            "--stall-timeout-ms",
+            "1500",
+            "--idle-batch-ms",
+            "200",
+        ]
+        .map(String::from),
+    );
+    let mut capture = Command::new(bin(CAPTURE))
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start capture --follow");
+    let apply = Command::new(bin(APPLY))
+        .args(["--target", &proj, "-q"])
+        .stdin(Stdio::from(capture.stdout.take().unwrap()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start apply");
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let get = |path: &str| -> (u16, String) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match reqwest::blocking::get(format!("http://{addr}{path}")) {
+                Ok(r) => return (r.status().as_u16(), r.text().unwrap_or_default()),
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => panic!("GET {path}: {e}"),
+            }
+        }
+    };
+    let metric = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{name}{{")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+    };
+    let wait_for = |what: &str, cond: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cond() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let (code, before) = get("/metrics");
+    assert_eq!(code, 200);
+    assert!(!before.contains("public.a") && !before.contains(pg::PASSWORD_MARK));
+    assert_eq!(get("/livez").0, 200);
+    wait_for("readyz 200 at start", &|| get("/readyz").0 == 200);
+    s.exec("INSERT INTO a SELECT g, 'x' FROM generate_series(1, 10) g");
+    wait_for("the event counter never moved", &|| {
+        metric(&get("/metrics").1, "mooncdc_events_total") >= 10.0
+    });
+    let after = get("/metrics").1;
+    assert!(metric(&after, "mooncdc_position") > metric(&before, "mooncdc_position"));
+    assert!(metric(&after, "mooncdc_batches_total") >= 1.0);
+    // Apply stops; enough changes to fill the pipe block capture's writes.
+    let pid = apply.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    for i in 0..20 {
+        s.exec(&format!(
+            "INSERT INTO a SELECT g, repeat('y', 500) FROM generate_series({}, {}) g",
+            1000 + i * 500,
+            1000 + i * 500 + 499
+        ));
+    }
+    wait_for("readyz never said 503 with apply stopped", &|| {
+        let (code, body) = get("/readyz");
+        code == 503 && body.contains("stalled")
+    });
+    assert_eq!(get("/livez").0, 200, "a stalled capture is still alive");
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    wait_for("readyz never recovered after SIGCONT", &|| {
+        get("/readyz").0 == 200
+    });
+    finish(capture, true);
+    finish(apply, true);
+}
+
 // ---------------------------------------------------------------- schema changes
 
 #[test]

@@ -169,6 +169,12 @@ pub struct ReadArgs {
     /// With --follow: wait this long before the first reconnect, doubled each time up to 30 s
     #[arg(long, value_name = "MS", default_value_t = 1000, requires = "follow")]
     pub retry_delay_ms: u64,
+    /// With --follow: serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9187)
+    #[arg(long, value_name = "ADDR:PORT", requires = "follow")]
+    pub metrics_listen: Option<String>,
+    /// With --metrics-listen: /readyz says 503 after this long without progress
+    #[arg(long, value_name = "MS", default_value_t = 300_000)]
+    pub stall_timeout_ms: u64,
     /// With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds
     #[arg(long, value_name = "URL", requires = "follow")]
     pub ack_from_target: Option<String>,
@@ -341,6 +347,12 @@ pub struct ApplyArgs {
     /// What a snapshot does with rows a target table already holds
     #[arg(long, value_enum, default_value_t = ExistingRowsArg::Refuse)]
     pub existing_rows: ExistingRowsArg,
+    /// Serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9188)
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<String>,
+    /// With --metrics-listen: /readyz says 503 after this long without progress
+    #[arg(long, value_name = "MS", default_value_t = 300_000)]
+    pub stall_timeout_ms: u64,
     /// No progress on standard error
     #[arg(long, short = 'q')]
     pub quiet: bool,

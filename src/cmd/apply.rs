@@ -38,17 +38,32 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
     let limits = cli::limits(&a.limits)?;
     // A stop between batches exits at once; in a batch, after its commit.
     crate::util::stop::install();
+    if let Some(addr) = &a.metrics_listen {
+        crate::metrics::serve(
+            addr,
+            "apply",
+            std::time::Duration::from_millis(a.stall_timeout_ms.max(1)),
+        )?;
+    }
     let mut t = endpoint::parse(&url)?.target(options, engine)?;
     let mut total = ApplyStats {
         cursor: t.cursor()?,
         ..Default::default()
     };
+    crate::metrics::started();
     let mut progress = Progress::new("events", a.quiet);
     let (mut snapshots, mut rows) = (0u64, 0u64);
     let result = (|| -> anyhow::Result<()> {
         for p in cli::input_paths(&a.files) {
             let base = total.applied;
-            let mut tick = |s: &ApplyStats| progress.update(base + s.applied);
+            let base_batches = total.batches + snapshots;
+            let mut tick = |s: &ApplyStats| {
+                progress.update(base + s.applied);
+                crate::metrics::totals(base + s.applied, base_batches + s.batches);
+                if let Some(c) = &s.cursor {
+                    crate::metrics::position(crate::metrics::position_of(c.sequence()));
+                }
+            };
             let input = cli::open_input(p, limits)?;
             let is_snapshot = matches!(input, Input::Snapshot(_));
             let r = match input {

@@ -104,6 +104,13 @@ fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
         None => None,
         Some(t) => Some(endpoint::parse(t)?.cursor_reader()?),
     };
+    if let Some(addr) = &r.metrics_listen {
+        crate::metrics::serve(
+            addr,
+            "capture",
+            Duration::from_millis(r.stall_timeout_ms.max(1)),
+        )?;
+    }
     let mut out = cli::stdout();
     if r.follow {
         // A stop ends the batch being written, then exits 0.

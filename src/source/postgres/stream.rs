@@ -111,6 +111,8 @@ impl PgSource {
         let mut last_ack_check = std::time::Instant::now();
         let mut last_idle_batch = std::time::Instant::now();
         let mut retries = 0u32;
+        crate::metrics::confirmed(acked);
+        crate::metrics::started();
         let result: Result<()> = loop {
             let session: Result<()> = async {
             let client = client.as_mut().expect("a session is open");
@@ -150,6 +152,8 @@ impl PgSource {
                 }
                 match ev {
                     ReplEvent::KeepAlive { wal_end: we, reply } => {
+                        crate::metrics::server_wal(we);
+                        crate::metrics::progress();
                         if !follow && txn.is_none() && we >= wal_end {
                             break;
                         }
@@ -188,7 +192,12 @@ impl PgSource {
                                     w.high_water = w.high_water.max(sequence(final_lsn + 1, 0));
                                 }
                             }
-                            Message::Commit { commit_lsn, .. } => {
+                            Message::Commit {
+                                commit_lsn, timestamp, ..
+                            } => {
+                                // Microseconds since 2000-01-01 -> ms since 1970.
+                                crate::metrics::commit_time_ms(timestamp / 1000 + 946_684_800_000);
+                                crate::metrics::position(commit_lsn);
                                 txn = None;
                                 if follow {
                                     let end = sequence(commit_lsn + 1, 0);
@@ -230,6 +239,7 @@ impl PgSource {
                                     return Ok(());
                                 }
                                 w.write_encoded(e.sequence)?;
+                                crate::metrics::event(len);
                                 total += 1;
                                 bytes += len;
                                 if limits.max_events.is_some_and(|m| total >= m) {
@@ -284,6 +294,7 @@ impl PgSource {
                     break;
                 }
                 retries += 1;
+                crate::metrics::retry();
                 let delay =
                     (t.retry_delay * 2u32.saturating_pow(retries - 1)).min(Duration::from_secs(30));
                 eprintln!(
@@ -315,6 +326,7 @@ impl PgSource {
                 "mooncdc-capture: reconnected; resuming after {}",
                 lsn_text((w.position >> 64) as u64)
             );
+            crate::metrics::reconnected();
             retries = 0;
             start = w.position;
             txn = None;
@@ -365,6 +377,7 @@ pub(super) fn ack_from(
             let lsn = (held.sequence() >> 64) as u64;
             if lsn > acked {
                 client.confirm(lsn);
+                crate::metrics::confirmed(lsn);
                 return Ok(lsn);
             }
         }
@@ -459,6 +472,7 @@ impl<'a> BatchOut<'a> {
         self.open = false;
         self.position = end;
         crate::util::stop::batch_done();
+        crate::metrics::batch(0, 0);
         Ok(())
     }
 }

@@ -250,6 +250,7 @@ pub fn follow(
     require_installed(&conn, path)?;
     let mut position = after.cloned();
     let mut first = true;
+    crate::metrics::started();
     loop {
         let busy = crate::util::stop::Busy::new();
         let tx = conn
@@ -260,6 +261,10 @@ pub fn follow(
             .map_err(db_err("cannot end the read transaction"))?;
         out.flush().map_err(io_out)?;
         drop(busy);
+        crate::metrics::batch(stats.events, 0);
+        if let Some(end) = &stats.end {
+            crate::metrics::position(end.sequence() as u64);
+        }
         // SIGTERM/SIGINT while that batch was written: stop after it.
         if crate::util::stop::requested() {
             return Ok(());
