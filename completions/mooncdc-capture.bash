@@ -65,7 +65,7 @@ _mooncdc__capture() {
 
     case "${cmd}" in
         mooncdc__capture)
-            opts="-h -V --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --max-retries --retry-delay-ms --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help --version init verify upgrade status ack read help"
+            opts="-h -V --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help --version init verify upgrade status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -100,6 +100,10 @@ _mooncdc__capture() {
                     return 0
                     ;;
                 --idle-batch-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --heartbeat-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -319,7 +323,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__subcmd__capture__subcmd__read)
-            opts="-h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --max-retries --retry-delay-ms --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help"
+            opts="-h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -354,6 +358,10 @@ _mooncdc__capture() {
                     return 0
                     ;;
                 --idle-batch-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --heartbeat-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

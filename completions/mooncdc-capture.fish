@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_mooncdc_capture_global_optspecs
-    string join \n source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= max-retries= retry-delay-ms= metrics-listen= stall-timeout-ms= ack-from-target= slot= publication= h/help V/version
+    string join \n source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= metrics-listen= stall-timeout-ms= ack-from-target= slot= publication= h/help V/version
 end
 
 function __fish_mooncdc_capture_needs_command
@@ -32,6 +32,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-byt
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-line-bytes -d 'Refuse an event whose line is longer than N bytes (default 64 MiB, the line cap readers apply by default)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l poll-ms -d 'With --follow: how often to look for new changes, in milliseconds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l idle-batch-ms -d 'With --follow: while the captured tables are idle but the source moves on, write an empty batch advancing the cursor at most every N milliseconds (PostgreSQL; keeps the slot\'s retained WAL bounded)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l heartbeat-ms -d 'With --follow: write a transactional heartbeat into the source every N milliseconds (PostgreSQL: pg_logical_emit_message; never an event), so an idle database keeps its slot and lag figures moving' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-retries -d 'With --follow: reconnect after a broken connection or a restarting server at most N times in a row (PostgreSQL)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l retry-delay-ms -d 'With --follow: wait this long before the first reconnect, doubled each time up to 30 s' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l metrics-listen -d 'With --follow: serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9187)' -r
@@ -81,6 +82,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-line-bytes -d 'Refuse an event whose line is longer than N bytes (default 64 MiB, the line cap readers apply by default)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l poll-ms -d 'With --follow: how often to look for new changes, in milliseconds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l idle-batch-ms -d 'With --follow: while the captured tables are idle but the source moves on, write an empty batch advancing the cursor at most every N milliseconds (PostgreSQL; keeps the slot\'s retained WAL bounded)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l heartbeat-ms -d 'With --follow: write a transactional heartbeat into the source every N milliseconds (PostgreSQL: pg_logical_emit_message; never an event), so an idle database keeps its slot and lag figures moving' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-retries -d 'With --follow: reconnect after a broken connection or a restarting server at most N times in a row (PostgreSQL)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l retry-delay-ms -d 'With --follow: wait this long before the first reconnect, doubled each time up to 30 s' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l metrics-listen -d 'With --follow: serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9187)' -r

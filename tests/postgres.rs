@@ -1988,7 +1988,18 @@ fn server_fast_shutdown_is_not_held_up_by_capture_follow() {
     src.init(&["public.a"]);
     let proj = src.proj_url();
     let mut args = src.source_args();
-    args.extend(["--follow".into(), "--ack-from-target".into(), proj.clone()]);
+    args.extend(
+        [
+            "--follow",
+            "--ack-from-target",
+            &proj,
+            "--retry-delay-ms",
+            "200",
+            "--max-retries",
+            "30",
+        ]
+        .map(String::from),
+    );
     let mut capture = Command::new(bin(CAPTURE))
         .args(&args)
         .stdin(Stdio::null())
@@ -2021,14 +2032,38 @@ fn server_fast_shutdown_is_not_held_up_by_capture_follow() {
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(s);
+    let t0 = Instant::now();
     let stopped = cluster.stop_fast(Duration::from_secs(15));
-    let (code, err) = finish(capture, true);
+    let took = t0.elapsed();
+    if !stopped {
+        let (code, err) = finish(capture, true);
+        finish(apply, true);
+        panic!(
+            "pg_ctl stop -m fast did not finish in 15 s while capture --follow was connected and \
+             caught up (capture then: {code:?} {err})"
+        );
+    }
+    eprintln!("fast shutdown with a follower connected took {took:?}");
+    // The server comes back: the follower reconnects and goes on.
+    cluster.start_again();
+    let s = src.session();
+    s.exec("INSERT INTO a VALUES (2)");
+    let last = s.insert_lsn();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while src
+        .target_cursor()
+        .is_none_or(|c| lsn_of(c.sequence()) < last)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the pipeline did not go on after the server started again"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, err) = finish(capture, true);
     finish(apply, true);
-    assert!(
-        stopped,
-        "pg_ctl stop -m fast did not finish in 15 s while capture --follow was connected and \
-         caught up (capture then: {code:?} {err})"
-    );
+    assert!(err.contains("reconnected"), "{err}");
+    src.audit_equal();
 }
 
 /// Captured tables stay idle while another table writes about 70 MB of WAL:
@@ -2465,6 +2500,70 @@ fn metrics_and_health_of_a_following_capture() {
     });
     finish(capture, true);
     finish(apply, true);
+}
+
+/// A database with no writes at all: `--heartbeat-ms` writes transactional
+/// logical messages, never events, so the slot's confirmed position keeps
+/// moving and the target holds no row it should not.
+#[test]
+fn heartbeats_move_an_idle_slot_and_are_never_events() {
+    let src = Src::new("heartbeat");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY)");
+    src.init(&["public.a"]);
+    s.exec("INSERT INTO a VALUES (1)");
+    let proj = src.proj_url();
+    let mut args = src.source_args();
+    args.extend(
+        [
+            "--follow",
+            "--ack-from-target",
+            &proj,
+            "--heartbeat-ms",
+            "200",
+            "--idle-batch-ms",
+            "200",
+        ]
+        .map(String::from),
+    );
+    let mut capture = Command::new(bin(CAPTURE))
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start capture --follow");
+    let apply = Command::new(bin(APPLY))
+        .args(["--target", &proj, "-q"])
+        .stdin(Stdio::from(capture.stdout.take().unwrap()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start apply");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while src.target_cursor().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the follower never applied the insert"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let first = src.confirmed();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // No writes from here on: only the heartbeats move the WAL.
+    while src.confirmed() <= first + 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the slot stayed at {} without writes",
+            lsn_text(first)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, err) = finish(capture, true);
+    finish(apply, true);
+    assert!(!err.contains("error"), "{err}");
+    // The heartbeats are not events: the projection holds the one row.
+    src.audit_equal();
 }
 
 // ---------------------------------------------------------------- schema changes

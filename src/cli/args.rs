@@ -163,6 +163,9 @@ pub struct ReadArgs {
     /// With --follow: while the captured tables are idle but the source moves on, write an empty batch advancing the cursor at most every N milliseconds (PostgreSQL; keeps the slot's retained WAL bounded)
     #[arg(long, value_name = "N", default_value_t = 10_000, requires = "follow")]
     pub idle_batch_ms: u64,
+    /// With --follow: write a transactional heartbeat into the source every N milliseconds (PostgreSQL: pg_logical_emit_message; never an event), so an idle database keeps its slot and lag figures moving
+    #[arg(long, value_name = "N", requires = "follow")]
+    pub heartbeat_ms: Option<u64>,
     /// With --follow: reconnect after a broken connection or a restarting server at most N times in a row (PostgreSQL)
     #[arg(long, value_name = "N", default_value_t = 10, requires = "follow")]
     pub max_retries: u32,

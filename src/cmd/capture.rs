@@ -123,6 +123,7 @@ fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
                 idle_batch: Duration::from_millis(r.idle_batch_ms.max(1)),
                 max_retries: r.max_retries,
                 retry_delay: Duration::from_millis(r.retry_delay_ms.max(1)),
+                heartbeat: r.heartbeat_ms.map(|ms| Duration::from_millis(ms.max(1))),
             },
             held.as_deref(),
             &mut out,

@@ -75,6 +75,11 @@ pub struct FollowTiming {
     /// renews the budget.
     pub max_retries: u32,
     pub retry_delay: Duration,
+    /// Write a transactional heartbeat into the source this often
+    /// (PostgreSQL: `pg_logical_emit_message`), so a database with no
+    /// writes at all still moves its slot and lag figures on. Heartbeats are
+    /// never events.
+    pub heartbeat: Option<Duration>,
 }
 
 /// A function that says which cursor a target durably holds: what

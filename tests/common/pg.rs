@@ -300,6 +300,24 @@ impl Cluster {
         assert!(ok, "pg_ctl restart -m {mode} failed:\n{}", self.log());
     }
 
+    /// `pg_ctl start` after a stop, waiting until it accepts connections.
+    pub fn start_again(&self) {
+        let ok = self
+            .server_cmd("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .arg("-l")
+            .arg(self.dir.join("server.log"))
+            .args(["-w", "-t", "60", "start"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run pg_ctl start")
+            .success();
+        assert!(ok, "pg_ctl start failed:\n{}", self.log());
+    }
+
     /// `pg_ctl stop -m fast`, waiting at most `timeout`; whether the server stopped.
     pub fn stop_fast(&self, timeout: Duration) -> bool {
         self.server_cmd("pg_ctl")

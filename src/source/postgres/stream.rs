@@ -38,6 +38,8 @@ impl PgSource {
     ) -> Result<u64> {
         let follow = timing.is_some();
         let idle_batch = timing.map(|t| t.idle_batch);
+        let heartbeat = timing.and_then(|t| t.heartbeat);
+        let mut last_heartbeat = std::time::Instant::now();
         let mut c = self.client("read").await?;
         let id = self.identity().await?;
         let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
@@ -133,6 +135,18 @@ impl PgSource {
                         Err(_) => {
                             if let Some(get) = ack_target {
                                 acked = ack_from(get, &id, client, acked)?;
+                            }
+                            // A heartbeat: a transactional logical message,
+                            // which pgoutput (without `messages`) never sends
+                            // as a change, but which moves the WAL, so the
+                            // keepalives, idle batches and lag move too.
+                            if heartbeat.is_some_and(|every| last_heartbeat.elapsed() >= every) {
+                                last_heartbeat = std::time::Instant::now();
+                                c.batch_execute(
+                                    "SELECT pg_logical_emit_message(true, 'mooncdc_heartbeat', '')",
+                                )
+                                .await
+                                .map_err(pg_err("cannot write a heartbeat"))?;
                             }
                             continue;
                         }
