@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_mooncdc_apply_global_optspecs
-    string join \n target= engine= on-conflict= existing-rows= metrics-listen= stall-timeout-ms= q/quiet max-line-bytes= max-input-bytes= h/help V/version
+    string join \n target= engine= on-conflict= existing-rows= log-format= metrics-listen= stall-timeout-ms= q/quiet max-line-bytes= max-input-bytes= h/help V/version
 end
 
 function __fish_mooncdc_apply_needs_command
@@ -32,6 +32,8 @@ overwrite\t'Make the row what the event says'"
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l existing-rows -d 'What a snapshot does with rows a target table already holds' -r -f -a "refuse\t'Refuse the snapshot, naming the table'
 replace\t'Empty those tables first, in the snapshot\'s transaction'
 keep\t'Load the snapshot\'s rows beside them (--on-conflict decides clashes)'"
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l log-format -d 'Messages on standard error as plain text or JSON lines (for a supervisor or journald)' -r -f -a "text\t'`mooncdc-x: message`'
+json\t'One JSON object a line: ts, level, tool, message, fields'"
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l metrics-listen -d 'Serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9188)' -r
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l stall-timeout-ms -d 'With --metrics-listen: /readyz says 503 after this long without progress' -r
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l max-line-bytes -d 'Refuse a line longer than N bytes (default 64 MiB; a JSON document counts as one line)' -r

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_mooncdc_capture_global_optspecs
-    string join \n source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= metrics-listen= stall-timeout-ms= ack-from-target= slot= publication= h/help V/version
+    string join \n source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= log-format= metrics-listen= stall-timeout-ms= ack-from-target= slot= publication= h/help V/version
 end
 
 function __fish_mooncdc_capture_needs_command
@@ -35,6 +35,8 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l idle-ba
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l heartbeat-ms -d 'With --follow: write a transactional heartbeat into the source every N milliseconds (PostgreSQL: pg_logical_emit_message; never an event), so an idle database keeps its slot and lag figures moving' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-retries -d 'With --follow: reconnect after a broken connection or a restarting server at most N times in a row (PostgreSQL)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l retry-delay-ms -d 'With --follow: wait this long before the first reconnect, doubled each time up to 30 s' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l log-format -d 'Messages on standard error as plain text or JSON lines (for a supervisor or journald)' -r -f -a "text\t'`mooncdc-x: message`'
+json\t'One JSON object a line: ts, level, tool, message, fields'"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l metrics-listen -d 'With --follow: serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9187)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l stall-timeout-ms -d 'With --metrics-listen: /readyz says 503 after this long without progress' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
@@ -85,13 +87,15 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l heartbeat-ms -d 'With --follow: write a transactional heartbeat into the source every N milliseconds (PostgreSQL: pg_logical_emit_message; never an event), so an idle database keeps its slot and lag figures moving' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-retries -d 'With --follow: reconnect after a broken connection or a restarting server at most N times in a row (PostgreSQL)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l retry-delay-ms -d 'With --follow: wait this long before the first reconnect, doubled each time up to 30 s' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l log-format -d 'Messages on standard error as plain text or JSON lines (for a supervisor or journald)' -r -f -a "text\t'`mooncdc-x: message`'
+json\t'One JSON object a line: ts, level, tool, message, fields'"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l metrics-listen -d 'With --follow: serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9187)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l stall-timeout-ms -d 'With --metrics-listen: /readyz says 503 after this long without progress' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l follow -d 'Keep writing batches as changes commit'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -s h -l help -d 'Print help'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "init" -d 'Install capture: change log, metadata and triggers (default: every user table)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "verify" -d 'Check that capture is installed and current; exit 1 on drift'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "upgrade" -d 'Rebuild capture for the current version and schema, keeping unacknowledged changes'

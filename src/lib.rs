@@ -15,6 +15,7 @@
 //! | [`cmd`] | each tool's logic, one module per `mooncdc-*` binary |
 //! | [`cli`] | what the tools share: arguments, inputs, outputs, progress, exit statuses |
 //! | [`metrics`] | counters, gauges, `/metrics`, `/livez`, `/readyz` for long-running tools |
+//! | [`log`] | messages on standard error, plain or JSON lines |
 //! | [`error`] | the one error type: a kind, a message, the file and line, the cause |
 //! | [`sqlite_util`], [`util`] | SQLite helpers (opening, schemas, exact values); URL decoding and identifier quoting |
 //!
@@ -41,6 +42,7 @@ pub mod cmd;
 pub mod destination;
 pub mod endpoint;
 pub mod error;
+pub mod log;
 pub mod metrics;
 pub mod ops;
 pub mod source;

@@ -1056,3 +1056,41 @@ fn a_compacted_batch_across_the_cursor_is_refused() {
     );
     assert_eq!(rows_by_key(&db.proj_conn(), "t", &[0]).len(), 1);
 }
+
+/// `--log-format json`: one JSON object per line on standard error, with a
+/// timestamp, level, tool, message and fields; errors carry their kind.
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let db = Dbs::new();
+    let b = Spec::new(0, 1)
+        .schemas(vec![kv_schema("t")])
+        .events(vec![common::ins(1, "t", row(1, "a"))]);
+    let r = db.apply(b.jsonl().as_bytes(), &["--log-format", "json"]);
+    expect(&r, 0, "apply");
+    let lines: Vec<serde_json::Value> = r
+        .stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let summary = lines
+        .iter()
+        .find(|o| o["event"] == "summary")
+        .expect("a summary line");
+    assert_eq!(summary["level"], "info");
+    assert_eq!(summary["tool"], "mooncdc-apply");
+    assert_eq!(summary["events_applied"], "1");
+    assert!(summary["message"]
+        .as_str()
+        .unwrap()
+        .contains("1 events applied"));
+    let ts = summary["ts"].as_str().unwrap();
+    assert!(
+        ts.len() == 24 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T',
+        "{ts}"
+    );
+    let r = db.apply(b"garbage\n", &["--log-format", "json"]);
+    expect(&r, 1, "apply of garbage");
+    let last: serde_json::Value = serde_json::from_str(r.stderr.lines().last().unwrap()).unwrap();
+    assert_eq!(last["level"], "error");
+    assert_eq!(last["kind"], "data");
+}

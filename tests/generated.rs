@@ -240,3 +240,28 @@ fn every_binary_has_a_command_definition() {
         "definitions in mooncdc::cli::args::commands() without a src/bin/<name>.rs: {unbuilt:?}"
     );
 }
+
+/// The systemd unit example (examples/systemd) is a valid unit, checked by
+/// `systemd-analyze verify` where systemd's tools are installed.
+#[test]
+fn the_systemd_unit_example_verifies() {
+    let analyze = std::path::Path::new("/usr/bin/systemd-analyze");
+    if !analyze.exists() {
+        eprintln!("systemd-analyze is not installed: the unit is not verified here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A template is verified through an instance of it.
+    let unit = dir.path().join("mooncdc-pipeline@test.service");
+    std::fs::copy("examples/systemd/mooncdc-pipeline@.service", &unit).unwrap();
+    let out = std::process::Command::new(analyze)
+        .arg("verify")
+        .arg(&unit)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "systemd-analyze verify:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

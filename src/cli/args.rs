@@ -172,6 +172,9 @@ pub struct ReadArgs {
     /// With --follow: wait this long before the first reconnect, doubled each time up to 30 s
     #[arg(long, value_name = "MS", default_value_t = 1000, requires = "follow")]
     pub retry_delay_ms: u64,
+    /// Messages on standard error as plain text or JSON lines (for a supervisor or journald)
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// With --follow: serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9187)
     #[arg(long, value_name = "ADDR:PORT", requires = "follow")]
     pub metrics_listen: Option<String>,
@@ -301,6 +304,16 @@ pub enum OnConflictArg {
     Overwrite,
 }
 
+/// How messages on standard error are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum LogFormat {
+    /// `mooncdc-x: message`
+    #[default]
+    Text,
+    /// One JSON object a line: ts, level, tool, message, fields
+    Json,
+}
+
 /// What a snapshot does with rows that target tables already hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum ExistingRowsArg {
@@ -350,6 +363,9 @@ pub struct ApplyArgs {
     /// What a snapshot does with rows a target table already holds
     #[arg(long, value_enum, default_value_t = ExistingRowsArg::Refuse)]
     pub existing_rows: ExistingRowsArg,
+    /// Messages on standard error as plain text or JSON lines (for a supervisor or journald)
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// Serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9188)
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_listen: Option<String>,

@@ -131,6 +131,7 @@ pub fn run_with(
     failure: u8,
     body: impl FnOnce() -> anyhow::Result<ExitCode>,
 ) -> ExitCode {
+    crate::log::init(tool);
     match body() {
         Ok(code) => code,
         Err(err) => {
@@ -148,7 +149,17 @@ pub fn run_with(
                 msg.push_str(&format!(": {s}"));
                 source = s.source();
             }
-            let _ = writeln!(std::io::stderr(), "{msg}");
+            let kind = err
+                .chain()
+                .find_map(|e| e.downcast_ref::<Error>())
+                .map_or("other".to_string(), |e| {
+                    format!("{:?}", e.kind()).to_lowercase()
+                });
+            crate::log::write(
+                "error",
+                msg.strip_prefix(&format!("{tool}: ")).unwrap_or(&msg),
+                &[("kind", kind)],
+            );
             if usage {
                 ExitCode::from(2)
             } else {

@@ -17,6 +17,7 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
     {
         return cursor(&target, source_identity.as_deref());
     }
+    crate::log::set_json(a.log_format == crate::cli::args::LogFormat::Json);
     let url = a
         .target
         .ok_or_else(|| Error::usage("--target is required (e.g. --target sqlite:proj.db)"))?;
@@ -108,9 +109,19 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
     } else {
         String::new()
     };
-    eprintln!(
-        "mooncdc-apply: {loaded}{} batches, {} events applied, {} skipped as already held, cursor {}",
-        total.batches, total.applied, total.skipped, cursor
+    crate::log::write(
+        "info",
+        &format!(
+            "{loaded}{} batches, {} events applied, {} skipped as already held, cursor {}",
+            total.batches, total.applied, total.skipped, cursor
+        ),
+        &[
+            ("event", "summary".into()),
+            ("batches", total.batches.to_string()),
+            ("events_applied", total.applied.to_string()),
+            ("events_skipped", total.skipped.to_string()),
+            ("rows_loaded", rows.to_string()),
+        ],
     );
     result?;
     Ok(ExitCode::SUCCESS)
@@ -126,15 +137,18 @@ fn cursor(target: &str, source_identity: Option<&str>) -> anyhow::Result<ExitCod
             ExitCode::SUCCESS
         }
         Some(c) => {
-            eprintln!(
-                "mooncdc-apply: the target holds a cursor of source {:?}, not {:?}",
-                c.source,
-                source_identity.unwrap_or_default()
+            crate::log::warn(
+                &format!(
+                    "the target holds a cursor of source {:?}, not {:?}",
+                    c.source,
+                    source_identity.unwrap_or_default()
+                ),
+                &[],
             );
             ExitCode::from(1)
         }
         None => {
-            eprintln!("mooncdc-apply: the target holds no cursor");
+            crate::log::warn("the target holds no cursor", &[]);
             ExitCode::from(1)
         }
     })

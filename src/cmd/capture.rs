@@ -21,7 +21,7 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
         Some(CaptureCommand::Init { source, tables, pg }) => {
             let (identity, tables) = open(&source, &pg)?.init(&tables)?;
             for t in &tables {
-                eprintln!("mooncdc-capture: capturing table {t:?}");
+                crate::log::info(&format!("capturing table {t:?}"));
             }
             println!("{identity}");
             Ok(ExitCode::SUCCESS)
@@ -33,14 +33,14 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             } else {
                 for d in &drift {
-                    eprintln!("mooncdc-capture: drift: {d}");
+                    crate::log::warn(&format!("drift: {d}"), &[]);
                 }
                 Ok(ExitCode::from(1))
             }
         }
         Some(CaptureCommand::Upgrade { source, pg }) => {
             for line in open(&source, &pg)?.upgrade()? {
-                eprintln!("mooncdc-capture: {line}");
+                crate::log::info(&line);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -75,13 +75,14 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
                     )
                 }
             };
-            eprintln!("mooncdc-capture: {}", src.ack(&c)?);
+            crate::log::info(&src.ack(&c)?);
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
 fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
+    crate::log::set_json(r.log_format == crate::cli::args::LogFormat::Json);
     let url = r
         .source
         .clone()

@@ -311,10 +311,17 @@ impl PgSource {
                 crate::metrics::retry();
                 let delay =
                     (t.retry_delay * 2u32.saturating_pow(retries - 1)).min(Duration::from_secs(30));
-                eprintln!(
-                    "mooncdc-capture: {reason}; reconnecting in {} ms (attempt {retries} of {})",
-                    delay.as_millis(),
-                    t.max_retries
+                crate::log::warn(
+                    &format!(
+                        "{reason}; reconnecting in {} ms (attempt {retries} of {})",
+                        delay.as_millis(),
+                        t.max_retries
+                    ),
+                    &[
+                        ("event", "reconnecting".into()),
+                        ("attempt", retries.to_string()),
+                        ("delay_ms", delay.as_millis().to_string()),
+                    ],
                 );
                 tokio::time::sleep(delay).await;
                 match self.resume(&id, (w.position >> 64) as u64, acked).await {
@@ -336,9 +343,13 @@ impl PgSource {
                 ),
             ));
             }
-            eprintln!(
-                "mooncdc-capture: reconnected; resuming after {}",
-                lsn_text((w.position >> 64) as u64)
+            crate::log::write(
+                "info",
+                &format!(
+                    "reconnected; resuming after {}",
+                    lsn_text((w.position >> 64) as u64)
+                ),
+                &[("event", "reconnected".into())],
             );
             crate::metrics::reconnected();
             retries = 0;
