@@ -41,6 +41,11 @@ static CONFIRMED: AtomicU64 = AtomicU64::new(0);
 /// Commit time (ms since 1970) of the last transaction seen; 0: none.
 static LAST_COMMIT_MS: AtomicI64 = AtomicI64::new(0);
 static LAST_PROGRESS_MS: AtomicU64 = AtomicU64::new(0);
+/// The slot's retained WAL and `wal_status`, as the server reports them
+/// (PostgreSQL; refreshed every few seconds while following).
+static SLOT_RETAINED: AtomicI64 = AtomicI64::new(-1);
+static SLOT_STATUS: AtomicUsize = AtomicUsize::new(0);
+const SLOT_STATUSES: [&str; 5] = ["unknown", "reserved", "extended", "unreserved", "lost"];
 static STARTED: AtomicBool = AtomicBool::new(false);
 static LAST_ERROR: AtomicUsize = AtomicUsize::new(0);
 
@@ -101,6 +106,13 @@ pub fn confirmed(p: u64) {
 /// The commit time of the last transaction seen, in ms since 1970.
 pub fn commit_time_ms(ms: i64) {
     LAST_COMMIT_MS.store(ms, Ordering::Relaxed);
+}
+
+/// The slot as the server reports it: retained bytes and `wal_status`.
+pub fn slot(retained: i64, status: &str) {
+    SLOT_RETAINED.store(retained, Ordering::Relaxed);
+    let i = SLOT_STATUSES.iter().position(|s| *s == status).unwrap_or(0);
+    SLOT_STATUS.store(i, Ordering::Relaxed);
 }
 
 pub fn retry() {
@@ -193,6 +205,18 @@ pub fn render(tool: &str) -> String {
         "Seconds since the last batch, event or keepalive processed.",
         format!("{since:.3}"),
     );
+    let retained = SLOT_RETAINED.load(Ordering::Relaxed);
+    if retained >= 0 {
+        metric("mooncdc_slot_retained_bytes", "gauge", "WAL the server keeps for the slot (pg_replication_slots: current WAL minus restart_lsn).", retained.to_string());
+        let st = SLOT_STATUS.load(Ordering::Relaxed);
+        out.push_str("# HELP mooncdc_slot_wal_status The slot's wal_status (1 for the current one).\n# TYPE mooncdc_slot_wal_status gauge\n");
+        for (i, s) in SLOT_STATUSES.iter().enumerate().skip(1) {
+            out.push_str(&format!(
+                "mooncdc_slot_wal_status{{{label},status=\"{s}\"}} {}\n",
+                u8::from(i == st)
+            ));
+        }
+    }
     let last = LAST_ERROR.load(Ordering::Relaxed);
     out.push_str("# HELP mooncdc_last_error The kind of the last error (1 for that kind).\n# TYPE mooncdc_last_error gauge\n");
     for (i, k) in ERROR_KINDS.iter().enumerate() {

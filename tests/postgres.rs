@@ -2136,6 +2136,11 @@ fn idle_captured_tables_do_not_make_the_slot_hold_wal() {
         lsn_of(held.sequence()) >= end,
         "the target's cursor stayed behind"
     );
+    eprintln!(
+        "{} bytes of WAL written to an unpublished table; {} bytes unconfirmed by the slot after it",
+        end - before,
+        s.insert_lsn().saturating_sub(src.confirmed())
+    );
     let (_, err) = finish(capture, true);
     finish(apply, true);
     // The empty batches changed nothing: the projection holds the one row.
@@ -2471,6 +2476,16 @@ fn metrics_and_health_of_a_following_capture() {
     let after = get("/metrics").1;
     assert!(metric(&after, "mooncdc_position") > metric(&before, "mooncdc_position"));
     assert!(metric(&after, "mooncdc_batches_total") >= 1.0);
+    // The lag gauge moved: a commit has been seen.
+    assert_eq!(metric(&before, "mooncdc_source_lag_seconds"), 0.0);
+    assert!(metric(&after, "mooncdc_source_lag_seconds") > 0.0);
+    wait_for("the slot's wal_status never showed", &|| {
+        get("/metrics").1.lines().any(|l| {
+            l.starts_with("mooncdc_slot_wal_status{")
+                && l.contains("status=\"reserved\"")
+                && l.ends_with(" 1")
+        })
+    });
     // Apply stops; enough changes to fill the pipe block capture's writes.
     let pid = apply.id().to_string();
     assert!(Command::new("kill")

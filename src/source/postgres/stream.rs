@@ -40,6 +40,7 @@ impl PgSource {
         let idle_batch = timing.map(|t| t.idle_batch);
         let heartbeat = timing.and_then(|t| t.heartbeat);
         let mut last_heartbeat = std::time::Instant::now();
+        let mut last_slot_look = std::time::Instant::now() - Duration::from_secs(60);
         let mut c = self.client("read").await?;
         let id = self.identity().await?;
         let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
@@ -135,6 +136,20 @@ impl PgSource {
                         Err(_) => {
                             if let Some(get) = ack_target {
                                 acked = ack_from(get, &id, client, acked)?;
+                            }
+                            // The slot as the server sees it, for the metrics.
+                            if last_slot_look.elapsed() >= Duration::from_secs(5) {
+                                last_slot_look = std::time::Instant::now();
+                                if let Ok(row) = c
+                                    .query_one(
+                                        "SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, 0), \
+                                         coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1",
+                                        &[&self.slot],
+                                    )
+                                    .await
+                                {
+                                    crate::metrics::slot(row.get(0), row.get::<_, String>(1).as_str());
+                                }
                             }
                             // A heartbeat: a transactional logical message,
                             // which pgoutput (without `messages`) never sends
@@ -299,7 +314,10 @@ impl PgSource {
                 break session;
             }
             let reason = match session {
-                Err(e) if is_transient(&e) => e.full_message(),
+                Err(e) if is_transient(&e) => {
+                    crate::metrics::error(e.kind());
+                    e.full_message()
+                }
                 Err(e) => break Err(e),
                 Ok(()) => "the server ended the replication stream".to_string(),
             };
