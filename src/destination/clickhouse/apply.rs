@@ -218,7 +218,9 @@ impl ClickHouse {
                     // Emptied only now that the snapshot is known to be
                     // whole: a bad one leaves the tables as they were. No
                     // cursor is stored yet, so a crash from here on is
-                    // mended by loading the snapshot again.
+                    // mended by loading the snapshot again. A stop asked
+                    // for meanwhile waits until the cursor is written.
+                    let busy = crate::util::stop::Busy::new();
                     if existing == ExistingRows::Replace {
                         for l in layouts.values() {
                             self.query(
@@ -238,6 +240,7 @@ impl ClickHouse {
                     bufs.clear();
                     let c = cursor.take().expect("validated snapshot");
                     self.set_cursor(&c)?;
+                    drop(busy);
                     stats.batches += 1;
                     stats.cursor = Some(c);
                     self.committed = stats.clone();

@@ -87,6 +87,7 @@ pub enum ReplEvent {
 #[derive(Debug, Clone)]
 pub struct IdentifySystem {
     pub system_id: String,
+    pub timeline: String,
 }
 
 /// One replication connection.
@@ -324,7 +325,10 @@ impl ReplClient {
                 .map(|b| String::from_utf8_lossy(&b).into_owned())
                 .ok_or_else(|| ReplError::Protocol("IDENTIFY_SYSTEM answered without a row".into()))
         };
-        Ok(IdentifySystem { system_id: col(0)? })
+        Ok(IdentifySystem {
+            system_id: col(0)?,
+            timeline: col(1)?,
+        })
     }
 
     /// `START_REPLICATION SLOT … LOGICAL start` with pgoutput (protocol 1)

@@ -98,11 +98,19 @@ impl PgSource {
 
     /// The identity, from IDENTIFY_SYSTEM on a replication session.
     pub(super) async fn identity(&self) -> Result<String> {
+        Ok(self.identity_and_timeline().await?.0)
+    }
+
+    /// The identity and the server's current timeline.
+    pub(super) async fn identity_and_timeline(&self) -> Result<(String, String)> {
         let (c, id) = self.replication_session().await?;
         drop(c);
-        Ok(format!(
-            "postgres:{}/{}/{}",
-            id.system_id, self.conn.dbname, self.slot
+        Ok((
+            format!(
+                "postgres:{}/{}/{}",
+                id.system_id, self.conn.dbname, self.slot
+            ),
+            id.timeline,
         ))
     }
     /// A REPEATABLE READ READ ONLY session that imports an exported snapshot.

@@ -42,7 +42,7 @@ impl PgSource {
         let mut last_heartbeat = std::time::Instant::now();
         let mut last_slot_look = std::time::Instant::now() - Duration::from_secs(60);
         let mut c = self.client("read").await?;
-        let id = self.identity().await?;
+        let (id, timeline) = self.identity_and_timeline().await?;
         let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
             Error::state(format!(
                 "slot {:?} does not exist (run mooncdc-capture init)",
@@ -342,7 +342,10 @@ impl PgSource {
                     ],
                 );
                 tokio::time::sleep(delay).await;
-                match self.resume(&id, (w.position >> 64) as u64, acked).await {
+                match self
+                    .resume(&id, &timeline, (w.position >> 64) as u64, acked)
+                    .await
+                {
                     Ok((sql, repl)) => {
                         c = sql;
                         client = Some(repl);
@@ -384,11 +387,22 @@ impl PgSource {
     /// After a broken connection: a new SQL session and a replication stream
     /// from `lsn`, on the same system (a changed system identifier is a
     /// different source and is never followed).
-    async fn resume(&self, id: &str, lsn: u64, acked: u64) -> Result<(Client, ReplClient)> {
-        let now = self.identity().await?;
+    async fn resume(
+        &self,
+        id: &str,
+        timeline: &str,
+        lsn: u64,
+        acked: u64,
+    ) -> Result<(Client, ReplClient)> {
+        let (now, now_timeline) = self.identity_and_timeline().await?;
         if now != id {
             return Err(Error::state(format!(
                 "the server is now source {now:?}, not {id:?} (restored from a backup, or another server): take a new snapshot"
+            )));
+        }
+        if now_timeline != timeline {
+            return Err(Error::state(format!(
+                "the server's timeline changed from {timeline} to {now_timeline} (a promotion or a point-in-time recovery): its history may differ from what was read; take a new snapshot"
             )));
         }
         let c = self.client("read").await?;
