@@ -1482,6 +1482,25 @@ fn finish(mut c: Child, kill: bool) -> (Option<i32>, String) {
     )
 }
 
+/// `mooncdc-capture ARGS | mooncdc-apply --target PROJ -q`, both running.
+fn follow_pipeline(args: &[String], proj: &str) -> (Child, Child) {
+    let mut capture = Command::new(bin(CAPTURE))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start capture --follow");
+    let apply = Command::new(bin(APPLY))
+        .args(["--target", proj, "-q"])
+        .stdin(Stdio::from(capture.stdout.take().unwrap()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start apply");
+    (capture, apply)
+}
+
 fn wait_until_exit(c: &mut Child, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {
@@ -2000,20 +2019,7 @@ fn server_fast_shutdown_is_not_held_up_by_capture_follow() {
         ]
         .map(String::from),
     );
-    let mut capture = Command::new(bin(CAPTURE))
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start capture --follow");
-    let apply = Command::new(bin(APPLY))
-        .args(["--target", &proj, "-q"])
-        .stdin(Stdio::from(capture.stdout.take().unwrap()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start apply");
+    let (capture, apply) = follow_pipeline(&args, &proj);
     s.exec("INSERT INTO a VALUES (1)");
     let deadline = Instant::now() + Duration::from_secs(20);
     while src.target_cursor().is_none() {
@@ -2087,20 +2093,7 @@ fn idle_captured_tables_do_not_make_the_slot_hold_wal() {
         "--ack-from-target".into(),
         proj.clone(),
     ]);
-    let mut capture = Command::new(bin(CAPTURE))
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start capture --follow");
-    let apply = Command::new(bin(APPLY))
-        .args(["--target", &proj, "-q"])
-        .stdin(Stdio::from(capture.stdout.take().unwrap()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start apply");
+    let (capture, apply) = follow_pipeline(&args, &proj);
     s.exec("INSERT INTO a VALUES (1)");
     let deadline = Instant::now() + Duration::from_secs(20);
     while src.target_cursor().is_none() {
@@ -2422,20 +2415,7 @@ fn metrics_and_health_of_a_following_capture() {
         ]
         .map(String::from),
     );
-    let mut capture = Command::new(bin(CAPTURE))
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start capture --follow");
-    let apply = Command::new(bin(APPLY))
-        .args(["--target", &proj, "-q"])
-        .stdin(Stdio::from(capture.stdout.take().unwrap()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start apply");
+    let (capture, apply) = follow_pipeline(&args, &proj);
     let _ = rustls::crypto::ring::default_provider().install_default();
     let get = |path: &str| -> (u16, String) {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -2541,20 +2521,7 @@ fn heartbeats_move_an_idle_slot_and_are_never_events() {
         ]
         .map(String::from),
     );
-    let mut capture = Command::new(bin(CAPTURE))
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start capture --follow");
-    let apply = Command::new(bin(APPLY))
-        .args(["--target", &proj, "-q"])
-        .stdin(Stdio::from(capture.stdout.take().unwrap()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start apply");
+    let (capture, apply) = follow_pipeline(&args, &proj);
     let deadline = Instant::now() + Duration::from_secs(20);
     while src.target_cursor().is_none() {
         assert!(
