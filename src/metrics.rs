@@ -276,11 +276,17 @@ pub fn serve(addr: &str, tool: &'static str, stall: Duration) -> crate::Result<(
 }
 
 fn answer(mut conn: std::net::TcpStream, tool: &str, stall: Duration) -> std::io::Result<()> {
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    // 5 s for the whole request, however slowly it trickles in.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
     conn.set_write_timeout(Some(Duration::from_secs(5)))?;
     let mut req = Vec::new();
     let mut buf = [0u8; 1024];
     while !req.windows(4).any(|w| w == b"\r\n\r\n") && req.len() < 16 << 10 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        conn.set_read_timeout(Some(left))?;
         let n = conn.read(&mut buf)?;
         if n == 0 {
             break;

@@ -2548,6 +2548,42 @@ fn heartbeats_move_an_idle_slot_and_are_never_events() {
     src.audit_equal();
 }
 
+/// A read on a quiet server whose slot is acknowledged to the end of the
+/// WAL ends at once (the server sends no keepalive by itself then: the read
+/// asks for one).
+#[test]
+fn a_read_on_a_quiet_fully_acknowledged_slot_ends() {
+    let src = Src::new("quiet");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY)");
+    src.init(&["public.a"]);
+    s.exec("INSERT INTO a VALUES (1)");
+    let (_, b) = src.capture_ok(&[]);
+    let end = b.last().unwrap().end.to_json();
+    expect(&src.cmd("ack", &["--cursor", &end]), 0, "ack");
+    let t0 = Instant::now();
+    let out = assert_cmd::Command::new(bin(CAPTURE))
+        .args(src.source_args())
+        .env_remove("PGSSLMODE")
+        .timeout(Duration::from_secs(30))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "the read took {:?}",
+        t0.elapsed()
+    );
+    let b = batches(&out.stdout);
+    assert_eq!(b.len(), 1);
+    assert!(b[0].events.is_empty());
+}
+
 // ---------------------------------------------------------------- schema changes
 
 #[test]

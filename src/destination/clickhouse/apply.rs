@@ -117,9 +117,12 @@ impl ClickHouse {
         let mut layouts: HashMap<String, Layout> = HashMap::new();
         let mut bufs: HashMap<String, Held> = HashMap::new();
         let mut gate: Option<BatchGate> = None;
+        // From a batch's header to its cursor: a stop waits for the commit.
+        let mut busy: Option<crate::util::stop::Busy> = None;
         while let Some(item) = input.next_item()? {
             match item {
                 Item::Header(h) => {
+                    drop(busy.replace(crate::util::stop::Busy::new()));
                     self.prepare_writes()?;
                     gate = Some(BatchGate::open(self.cursor()?.as_ref(), &h)?);
                     let schemas = h.schemas.as_ref().ok_or_else(|| {
@@ -153,7 +156,6 @@ impl ClickHouse {
                     let moves = gate.take().expect("validated stream").close(&c.end)?;
                     // The batch is valid: now its rows go out, then its
                     // cursor; a stop asked for meanwhile waits for both.
-                    let busy = crate::util::stop::Busy::new();
                     for (t, held) in bufs.iter_mut() {
                         self.flush(&layouts[t], held)?;
                     }
@@ -162,7 +164,7 @@ impl ClickHouse {
                         self.set_cursor(&c.end)?;
                         stats.cursor = Some(c.end.clone());
                     }
-                    drop(busy);
+                    drop(busy.take());
                     stats.batches += 1;
                     self.committed = stats.clone();
                     progress(&stats);

@@ -17,7 +17,8 @@
 //!   position at start): reading never acknowledges anything.
 //!
 //! Reads are cancel-safe (bytes go to a buffer; whole messages are taken
-//! from it), so a caller may race `recv` against a timer.
+//! from it), so a caller may race `recv` against a timer; writes happen
+//! only in `maintain`, which the caller runs between receives.
 
 use super::conn::{PgConn, SslMode};
 use bytes::BytesMut;
@@ -97,6 +98,8 @@ pub struct ReplClient {
     /// Reported to the server as written, flushed and applied.
     confirmed: u64,
     last_status: Instant,
+    /// The server asked for a reply that is not sent yet.
+    reply_due: bool,
 }
 
 /// A server message: its tag and body.
@@ -166,7 +169,14 @@ impl ReplClient {
                 let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
                     .connect(name, tcp)
                     .await
-                    .map_err(|e| ReplError::Tls(format!("TLS handshake failed: {e}")))?;
+                    .map_err(|e| match e.kind() {
+                        // A certificate or protocol failure is a refusal;
+                        // a reset or an early end is the network's.
+                        std::io::ErrorKind::InvalidData => {
+                            ReplError::Tls(format!("TLS handshake failed: {e}"))
+                        }
+                        _ => ReplError::Io(e),
+                    })?;
                 Box::new(tls)
             }
         };
@@ -175,6 +185,7 @@ impl ReplClient {
             rbuf: BytesMut::with_capacity(1 << 16),
             confirmed: 0,
             last_status: Instant::now(),
+            reply_due: false,
         };
         c.startup(conn, application_name).await?;
         Ok(c)
@@ -366,8 +377,8 @@ impl ReplClient {
     /// backwards).
     pub fn confirm(&mut self, lsn: u64) {
         self.confirmed = self.confirmed.max(lsn);
-        // The next `recv` sends it at once.
-        self.last_status = Instant::now() - STATUS_INTERVAL;
+        // The next `maintain` sends it at once.
+        self.reply_due = true;
     }
 
     async fn send_status(&mut self, reply: bool) -> R<()> {
@@ -390,19 +401,26 @@ impl ReplClient {
         Ok(())
     }
 
+    /// Send what is due: a status update every second, at once after
+    /// [`confirm`](Self::confirm) or when the server asked for a reply, and
+    /// with `ping` one that asks the server to answer with a keepalive (so a
+    /// quiet stream still tells where the server's WAL stands). Called
+    /// between receives, never raced against a timer: a write is not
+    /// cancel-safe.
+    pub async fn maintain(&mut self, ping: bool) -> R<()> {
+        if ping || self.reply_due || self.last_status.elapsed() >= STATUS_INTERVAL {
+            self.reply_due = false;
+            self.send_status(ping).await?;
+        }
+        Ok(())
+    }
+
     /// The next event of the stream; `None` when the server ended it.
-    /// Status updates go out on time while waiting.
+    /// Only reads (cancel-safe): the caller runs [`maintain`](Self::maintain)
+    /// between calls.
     pub async fn recv(&mut self) -> R<Option<ReplEvent>> {
         loop {
-            let due = STATUS_INTERVAL.saturating_sub(self.last_status.elapsed());
-            if due.is_zero() {
-                self.send_status(false).await?;
-                continue;
-            }
-            let m = tokio::select! {
-                m = self.next() => m?,
-                _ = tokio::time::sleep(due) => continue,
-            };
+            let m = self.next().await?;
             match m.tag {
                 b'd' => match m.body.first() {
                     Some(b'w') => {
@@ -417,7 +435,7 @@ impl ReplClient {
                         let wal_end = be_u64(m.body.get(1..).unwrap_or_default())?;
                         let reply = m.body.get(17) == Some(&1);
                         if reply {
-                            self.send_status(false).await?;
+                            self.reply_due = true;
                         }
                         return Ok(Some(ReplEvent::KeepAlive { wal_end, reply }));
                     }

@@ -114,6 +114,7 @@ impl PgSource {
         let mut last_ack_check = std::time::Instant::now();
         let mut last_idle_batch = std::time::Instant::now();
         let mut retries = 0u32;
+        let mut ping = false;
         crate::metrics::confirmed(acked);
         crate::metrics::started();
         let result: Result<()> = loop {
@@ -130,12 +131,24 @@ impl PgSource {
                     }
                     return Ok(());
                 }
-                let ev = if follow {
+                // Status updates (and a ping when the stream was quiet: the
+                // server answers with a keepalive saying where its WAL is,
+                // which ends a read and keeps a quiet follower's readiness
+                // honest) are written here, never raced against a timer.
+                client
+                    .maintain(std::mem::take(&mut ping))
+                    .await
+                    .map_err(repl_err("replication stream failed"))?;
+                let ev = {
                     match tokio::time::timeout(Duration::from_millis(500), client.recv()).await {
                         Ok(r) => r.map_err(repl_err("replication stream failed"))?,
                         Err(_) => {
+                            ping = true;
+                            if !follow {
+                                continue;
+                            }
                             if let Some(get) = ack_target {
-                                acked = ack_from(get, &id, client, acked)?;
+                                acked = ack_from(get, &id, client, acked);
                             }
                             // The slot as the server sees it, for the metrics.
                             if last_slot_look.elapsed() >= Duration::from_secs(5) {
@@ -166,16 +179,16 @@ impl PgSource {
                             continue;
                         }
                     }
-                } else {
-                    client.recv().await.map_err(repl_err("replication stream failed"))?
                 };
                 let Some(ev) = ev else { break };
+                // The stream delivers again: the retry budget is renewed.
+                retries = 0;
                 // Acknowledge what the target holds on every kind of event,
                 // not only when the stream pauses: a server waiting for a
                 // reply (shutting down) sends keepalives back to back.
                 if let Some(get) = ack_target {
                     if last_ack_check.elapsed() > Duration::from_millis(200) {
-                        acked = ack_from(get, &id, client, acked)?;
+                        acked = ack_from(get, &id, client, acked);
                         last_ack_check = std::time::Instant::now();
                     }
                 }
@@ -311,7 +324,14 @@ impl PgSource {
             // valid. Anything else (a refusal) ends the read.
             let Some(t) = timing else { break session };
             if crate::util::stop::requested() {
-                break session;
+                // Stopping: end an open batch where it stands, exit 0.
+                if w.open {
+                    let at = w.position;
+                    if let Err(e) = w.finish_batch(at) {
+                        break Err(e);
+                    }
+                }
+                break Ok(());
             }
             let reason = match session {
                 Err(e) if is_transient(&e) => {
@@ -341,7 +361,13 @@ impl PgSource {
                         ("delay_ms", delay.as_millis().to_string()),
                     ],
                 );
-                tokio::time::sleep(delay).await;
+                let until = std::time::Instant::now() + delay;
+                while std::time::Instant::now() < until && !crate::util::stop::requested() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                if crate::util::stop::requested() {
+                    break;
+                }
                 match self
                     .resume(&id, &timeline, (w.position >> 64) as u64, acked)
                     .await
@@ -354,6 +380,15 @@ impl PgSource {
                     Err(e) if is_transient(&e) => {}
                     Err(e) => return Err(e),
                 }
+            }
+            if client.is_none() && crate::util::stop::requested() {
+                if w.open {
+                    let at = w.position;
+                    if let Err(e) = w.finish_batch(at) {
+                        break Err(e);
+                    }
+                }
+                break Ok(());
             }
             if client.is_none() {
                 break Err(Error::new(
@@ -373,7 +408,6 @@ impl PgSource {
                 &[("event", "reconnected".into())],
             );
             crate::metrics::reconnected();
-            retries = 0;
             start = w.position;
             txn = None;
         };
@@ -428,18 +462,29 @@ pub(super) fn ack_from(
     id: &str,
     client: &mut ReplClient,
     acked: u64,
-) -> Result<u64> {
-    if let Some(held) = get()? {
-        if held.source == id {
+) -> u64 {
+    // Reading the target's cursor can fail for a while (a target restarting,
+    // a busy database): acknowledging is then only late, never wrong, so the
+    // follower says so and goes on.
+    match get() {
+        Ok(Some(held)) if held.source == id => {
             let lsn = (held.sequence() >> 64) as u64;
             if lsn > acked {
                 client.confirm(lsn);
                 crate::metrics::confirmed(lsn);
-                return Ok(lsn);
+                return lsn;
             }
         }
+        Ok(_) => {}
+        Err(e) => crate::log::warn(
+            &format!(
+                "cannot read the target's cursor to acknowledge ({}); will try again",
+                e.full_message()
+            ),
+            &[("event", "ack-failed".into())],
+        ),
     }
-    Ok(acked)
+    acked
 }
 
 /// Streams batches: a header when the first event or the end comes, events,
@@ -530,6 +575,7 @@ impl<'a> BatchOut<'a> {
         self.position = end;
         crate::util::stop::batch_done();
         crate::metrics::batch(0, 0);
+        crate::metrics::position(crate::metrics::position_of(end));
         Ok(())
     }
 }
