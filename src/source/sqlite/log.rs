@@ -26,6 +26,7 @@ pub fn read(
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Deferred)
         .map_err(db_err("cannot begin a read transaction"))?;
+    refuse_drift(&tx, path)?;
     let stats = read_in(&tx, after, limits, out, true)?;
     tx.commit()
         .map_err(db_err("cannot end the read transaction"))?;
@@ -256,6 +257,7 @@ pub fn follow(
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Deferred)
             .map_err(db_err("cannot begin a read transaction"))?;
+        refuse_drift(&tx, path)?;
         let stats = read_in(&tx, position.as_ref(), limits, out, first)?;
         tx.commit()
             .map_err(db_err("cannot end the read transaction"))?;
@@ -288,4 +290,20 @@ pub fn follow(
             std::thread::sleep(poll);
         }
     }
+}
+
+/// Capture that no longer matches its tables (a column added, dropped or
+/// renamed by an ALTER that `upgrade` or `migrate` did not make) logs
+/// changes with a stale column list: reading them would carry rows without
+/// the new column's values. Refuse before anything is written.
+fn refuse_drift(conn: &Connection, path: &Path) -> Result<()> {
+    let drift = drift_in(conn)?;
+    if drift.is_empty() {
+        return Ok(());
+    }
+    Err(Error::state(format!(
+        "capture has drifted from the tables ({}); nothing was read. Run `mooncdc-capture upgrade --source sqlite:{}` (it rebuilds capture and logs the current values of added columns for every row, so targets converge), then read again",
+        drift.join("; "),
+        path.display()
+    )))
 }
