@@ -180,7 +180,6 @@ pub fn verify(path: &Path) -> Result<Vec<String>> {
 /// What differs from what this version would install, read on `conn` (in
 /// the caller's transaction).
 pub(super) fn drift_in(conn: &Connection) -> Result<Vec<String>> {
-    let conn = conn;
     let mut drift = Vec::new();
     let version = meta_get(&conn, "version")?.unwrap_or_default();
     if version != CAPTURE_VERSION.to_string() {
