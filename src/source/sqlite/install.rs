@@ -181,7 +181,7 @@ pub fn verify(path: &Path) -> Result<Vec<String>> {
 /// the caller's transaction).
 pub(super) fn drift_in(conn: &Connection) -> Result<Vec<String>> {
     let mut drift = Vec::new();
-    let version = meta_get(&conn, "version")?.unwrap_or_default();
+    let version = meta_get(conn, "version")?.unwrap_or_default();
     if version != CAPTURE_VERSION.to_string() {
         drift.push(format!(
             "capture version is {version:?}, this build installs {CAPTURE_VERSION} (run upgrade)"
@@ -195,14 +195,14 @@ pub(super) fn drift_in(conn: &Connection) -> Result<Vec<String>> {
         .map_err(db_err("cannot read triggers"))?
         .collect::<std::result::Result<_, _>>()
         .map_err(db_err("cannot read triggers"))?;
-    for (name, tv) in current_tables(&conn)? {
-        if !crate::sqlite_util::table_exists(&conn, &name)? {
+    for (name, tv) in current_tables(conn)? {
+        if !crate::sqlite_util::table_exists(conn, &name)? {
             drift.push(format!(
                 "table {name:?} no longer exists (dropped or renamed; run upgrade to stop capturing it)"
             ));
             continue;
         }
-        match table_schema(&conn, &name) {
+        match table_schema(conn, &name) {
             Ok(now) if now != tv.schema => drift.push(format!(
                 "table {name:?} changed since capture was installed (columns or key differ; run upgrade)"
             )),
