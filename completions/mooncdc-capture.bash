@@ -25,6 +25,9 @@ _mooncdc__capture() {
             mooncdc__capture,init)
                 cmd="mooncdc__capture__subcmd__init"
                 ;;
+            mooncdc__capture,migrate)
+                cmd="mooncdc__capture__subcmd__migrate"
+                ;;
             mooncdc__capture,read)
                 cmd="mooncdc__capture__subcmd__read"
                 ;;
@@ -46,6 +49,9 @@ _mooncdc__capture() {
             mooncdc__capture__subcmd__help,init)
                 cmd="mooncdc__capture__subcmd__help__subcmd__init"
                 ;;
+            mooncdc__capture__subcmd__help,migrate)
+                cmd="mooncdc__capture__subcmd__help__subcmd__migrate"
+                ;;
             mooncdc__capture__subcmd__help,read)
                 cmd="mooncdc__capture__subcmd__help__subcmd__read"
                 ;;
@@ -65,7 +71,7 @@ _mooncdc__capture() {
 
     case "${cmd}" in
         mooncdc__capture)
-            opts="-h -V --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help --version init verify upgrade status ack read help"
+            opts="-h -V --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help --version init verify upgrade migrate status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -185,7 +191,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__subcmd__capture__subcmd__help)
-            opts="init verify upgrade status ack read help"
+            opts="init verify upgrade migrate status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -227,6 +233,20 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__subcmd__capture__subcmd__help__subcmd__init)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        mooncdc__subcmd__capture__subcmd__help__subcmd__migrate)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -316,6 +336,28 @@ _mooncdc__capture() {
                     return 0
                     ;;
                 --publication)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        mooncdc__subcmd__capture__subcmd__migrate)
+            opts="-h --source --sql --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --source)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sql)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

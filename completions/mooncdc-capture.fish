@@ -48,6 +48,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -s V -l ve
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "init" -d 'Install capture: change log, metadata and triggers (default: every user table)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "verify" -d 'Check that capture is installed and current; exit 1 on drift'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "upgrade" -d 'Rebuild capture for the current version and schema, keeping unacknowledged changes'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "migrate" -d 'SQLite: run the application\'s schema change and rebuild capture in one transaction (so DROP COLUMN works and no change is logged with a stale column list)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "status" -d 'Print identity, acknowledged position, high water and backlog'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "ack" -d 'Acknowledge (and discard) changes through a position'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "read" -d 'Write one batch stream of the changes after a cursor (the default)'
@@ -65,6 +66,9 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -s h -l help -d 'Print help'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -l source -d 'The source database URL (sqlite:PATH)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -l sql -d 'The SQL to run, from a file' -r -F
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -s h -l help -d 'Print help'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l source -d 'The source database URL' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l publication -d 'PostgreSQL: the publication' -r
@@ -96,10 +100,11 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l follow -d 'Keep writing batches as changes commit'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "init" -d 'Install capture: change log, metadata and triggers (default: every user table)'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "verify" -d 'Check that capture is installed and current; exit 1 on drift'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "upgrade" -d 'Rebuild capture for the current version and schema, keeping unacknowledged changes'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "status" -d 'Print identity, acknowledged position, high water and backlog'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "ack" -d 'Acknowledge (and discard) changes through a position'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "read" -d 'Write one batch stream of the changes after a cursor (the default)'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade status ack read help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "init" -d 'Install capture: change log, metadata and triggers (default: every user table)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "verify" -d 'Check that capture is installed and current; exit 1 on drift'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "upgrade" -d 'Rebuild capture for the current version and schema, keeping unacknowledged changes'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "migrate" -d 'SQLite: run the application\'s schema change and rebuild capture in one transaction (so DROP COLUMN works and no change is logged with a stale column list)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "status" -d 'Print identity, acknowledged position, high water and backlog'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "ack" -d 'Acknowledge (and discard) changes through a position'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "read" -d 'Write one batch stream of the changes after a cursor (the default)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -2034,3 +2034,80 @@ fn an_unmanaged_add_column_is_never_read_with_a_stale_column_list() {
     db.audit_equal();
     db.assert_same_rows(&["t"]);
 }
+
+/// `capture migrate` runs the application's schema change and rebuilds
+/// capture in one transaction: DROP COLUMN works (it fails under capture's
+/// triggers otherwise), the change after it is captured with the new
+/// columns, the projection converges; a migration that changes rows is
+/// refused and nothing of it is kept.
+#[test]
+fn migrate_runs_schema_changes_with_capture_rebuilt() {
+    let db = Dbs::new();
+    db.src_sql(
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT, b INT); INSERT INTO t VALUES (1, 'x', 5);",
+    );
+    db.init(&[]);
+    let snap = exec(SNAPSHOT, &["--source", &db.src_url()], None);
+    expect(&snap, 0, "snapshot");
+    db.apply_ok(&snap.stdout);
+    // Without migrate, SQLite itself refuses: capture's triggers name b.
+    let r = db.sqlite3("ALTER TABLE t DROP COLUMN b");
+    assert_ne!(
+        r.code,
+        Some(0),
+        "DROP COLUMN should fail under capture's triggers"
+    );
+    // A migration that changes rows is refused whole.
+    let r = db.capture_cmd(
+        "migrate",
+        &["--", "ALTER TABLE t ADD COLUMN c INT; UPDATE t SET c = 1"],
+    );
+    expect(&r, 1, "migrate with a data change");
+    assert!(r.stderr.contains("changed 1 rows"), "{}", r.stderr);
+    let cols: i64 = db
+        .src_conn()
+        .query_row("SELECT count(*) FROM pragma_table_info('t')", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(cols, 3, "nothing of the refused migration was kept");
+    expect(
+        &db.capture_cmd("verify", &[]),
+        0,
+        "capture intact after the refusal",
+    );
+    // DROP COLUMN through migrate; capture goes on with the new columns.
+    let r = db.capture_cmd("migrate", &["--", "ALTER TABLE t DROP COLUMN b"]);
+    expect(&r, 0, "migrate DROP COLUMN");
+    expect(
+        &db.capture_cmd("verify", &[]),
+        0,
+        "capture current after migrate",
+    );
+    db.src_sql("INSERT INTO t VALUES (2, 'y'); UPDATE t SET a = 'z' WHERE id = 1;");
+    let (_, b) = db.capture_ok(&["--after", &db.target_cursor().unwrap().to_json()]);
+    assert!(
+        events(&b)
+            .iter()
+            .all(|e| e.after.as_ref().is_none_or(|r| r.len() == 2)),
+        "events after the migration carry the new columns"
+    );
+    // The projection is the source's, after its own schema change.
+    db.proj_sql("ALTER TABLE t DROP COLUMN b");
+    let r = db.apply(
+        &exec(
+            CAPTURE,
+            &[
+                "--source",
+                &db.src_url(),
+                "--after",
+                &db.target_cursor().unwrap().to_json(),
+            ],
+            None,
+        )
+        .stdout,
+        &[],
+    );
+    expect(&r, 0, "apply after the migration");
+    db.audit_equal();
+}

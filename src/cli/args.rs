@@ -235,6 +235,18 @@ pub enum CaptureCommand {
         #[command(flatten)]
         pg: PgArgs,
     },
+    /// SQLite: run the application's schema change and rebuild capture in one transaction (so DROP COLUMN works and no change is logged with a stale column list)
+    Migrate {
+        /// The source database URL (sqlite:PATH)
+        #[arg(long, value_name = "URL")]
+        source: String,
+        /// The SQL to run, from a file
+        #[arg(long, value_name = "FILE", conflicts_with = "statements")]
+        sql: Option<PathBuf>,
+        /// The SQL to run, given after `--`
+        #[arg(last = true, value_name = "SQL")]
+        statements: Vec<String>,
+    },
     /// Print identity, acknowledged position, high water and backlog
     Status {
         /// The source database URL

@@ -44,6 +44,37 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Some(CaptureCommand::Migrate {
+            source,
+            sql,
+            statements,
+        }) => {
+            let sql = match sql {
+                Some(f) => std::fs::read_to_string(&f).map_err(|e| {
+                    Error::io("cannot read the migration", e).in_file(&f.display().to_string())
+                })?,
+                None => statements.join(" "),
+            };
+            if sql.trim().is_empty() {
+                return Err(Error::usage(
+                    "migrate needs SQL: --sql FILE, or the statements after --",
+                )
+                .into());
+            }
+            let path = match endpoint::parse(&source)? {
+                endpoint::Endpoint::Sqlite(p) => p,
+                _ => {
+                    return Err(Error::usage(
+                        "migrate is for SQLite sources (a PostgreSQL source's schema changes reach capture through its publication)",
+                    )
+                    .into())
+                }
+            };
+            for line in crate::source::sqlite::migrate(&path, &sql)? {
+                crate::log::info(&line);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Some(CaptureCommand::Status { source, pg }) => {
             let st = open(&source, &pg)?.status()?;
             let mut out = cli::stdout();

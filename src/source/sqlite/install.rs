@@ -233,6 +233,19 @@ pub(super) fn drift_in(conn: &Connection) -> Result<Vec<String>> {
 /// new version; their unacknowledged changes keep decoding with the old one.
 /// Returns a line per action taken.
 pub fn upgrade(path: &Path) -> Result<Vec<String>> {
+    upgrade_with(path, None)
+}
+
+/// Run the application's schema change `sql` and rebuild capture for it in
+/// one transaction: no change is ever logged with a stale column list, and
+/// `DROP COLUMN` works (no trigger names the column while it runs). The SQL
+/// must only change schemas: rows it changed would not be captured, so a
+/// migration that changes rows is refused and nothing of it is kept.
+pub fn migrate(path: &Path, sql: &str) -> Result<Vec<String>> {
+    upgrade_with(path, Some(sql))
+}
+
+fn upgrade_with(path: &Path, migration: Option<&str>) -> Result<Vec<String>> {
     let mut conn = open_existing(path)?;
     require_installed(&conn, path)?;
     let tx = conn
@@ -254,6 +267,19 @@ pub fn upgrade(path: &Path) -> Result<Vec<String>> {
     for n in names {
         tx.execute_batch(&format!("DROP TRIGGER {}", quote_ident(&n)))
             .map_err(db_err("cannot drop a trigger"))?;
+    }
+    // The application's schema change, with no trigger in its way.
+    if let Some(sql) = migration {
+        let before = tx.total_changes();
+        tx.execute_batch(sql)
+            .map_err(|e| Error::database("the migration failed; nothing of it was kept", e))?;
+        let changed = tx.total_changes() - before;
+        if changed > 0 {
+            return Err(Error::state(format!(
+                "the migration changed {changed} rows, which capture would not log; migrate runs schema changes only (run data changes after it, where capture logs them); nothing of it was kept"
+            )));
+        }
+        actions.push("migration run".into());
     }
     // With no trigger naming it, the log can be rebuilt.
     if rebuild_v1_log(&tx)? {

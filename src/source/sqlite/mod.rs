@@ -35,7 +35,7 @@ mod snapshot;
 pub use audit::{select_in_key_order, SqliteAuditRows};
 
 use install::*;
-pub use install::{init, trigger_sql, upgrade, verify, MAX_CAPTURED_COLUMNS};
+pub use install::{init, migrate, trigger_sql, upgrade, verify, MAX_CAPTURED_COLUMNS};
 pub use log::{follow, read, read_in, ReadStats};
 pub use snapshot::snapshot;
 
