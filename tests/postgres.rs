@@ -2584,6 +2584,61 @@ fn a_read_on_a_quiet_fully_acknowledged_slot_ends() {
     assert!(b[0].events.is_empty());
 }
 
+/// The password may come from a libpq password file (PGPASSFILE, else
+/// ~/.pgpass) instead of the command line, as psql reads it: `\:` escapes
+/// the password's colon, `*` matches any field, and a file others can read
+/// is ignored with a warning.
+#[test]
+fn the_password_comes_from_a_libpq_password_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let src = Src::new("pgpass");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY)");
+    src.init(&["public.a"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pgpass");
+    let escaped = pg::PASSWORD.replace('\\', "\\\\").replace(':', "\\:");
+    std::fs::write(
+        &file,
+        format!(
+            "# a comment\nother.example:5432:*:*:wrong\n127.0.0.1:{}:*:{}:{escaped}\n",
+            src.db.cluster.port,
+            pg::ROLE
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let url = format!(
+        "postgres://{}@127.0.0.1:{}/{}",
+        pg::ROLE,
+        src.db.cluster.port,
+        src.db.dbname
+    );
+    let run = |file: &std::path::Path| {
+        assert_cmd::Command::new(bin(CAPTURE))
+            .args(["status", "--source", &url, "--slot", "s_pgpass"])
+            .env_remove("PGPASSWORD")
+            .env_remove("PGSSLMODE")
+            .env("PGPASSFILE", file)
+            .timeout(Duration::from_secs(30))
+            .output()
+            .unwrap()
+    };
+    let out = run(&file);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = run(&file);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("group or world access"), "{err}");
+    assert!(!err.contains(pg::PASSWORD_MARK));
+}
+
 // ---------------------------------------------------------------- schema changes
 
 #[test]
