@@ -23,6 +23,7 @@ mod audit;
 mod catalog;
 pub mod conn;
 pub mod pgoutput;
+mod pgpass;
 mod replication;
 mod session;
 mod snapshot;
