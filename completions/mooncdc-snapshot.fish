@@ -2,7 +2,7 @@ complete -c mooncdc-snapshot -l source -d 'The source database URL (sqlite:PATH 
 complete -c mooncdc-snapshot -l table -d 'Only this table (repeatable; default: every captured table)' -r
 complete -c mooncdc-snapshot -l output-format -d 'Output format' -r -f -a "jsonl\t'JSON lines (`mooncdc.snapshot-jsonl.v1`): header, rows, commit'
 json\t'One JSON document (`mooncdc.snapshot.v1`)'"
-complete -c mooncdc-snapshot -s o -l output -d 'Write to FILE (atomically) instead of standard output' -r -F
+complete -c mooncdc-snapshot -s o -l output -d 'Write to FILE (atomically) instead of standard output (- is standard output)' -r -F
 complete -c mooncdc-snapshot -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-snapshot -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-snapshot -l slot-timeout -d 'PostgreSQL: how long to wait for open transactions when creating the snapshot\'s slot, in seconds' -r

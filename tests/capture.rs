@@ -2111,3 +2111,20 @@ fn migrate_runs_schema_changes_with_capture_rebuilt() {
     expect(&r, 0, "apply after the migration");
     db.audit_equal();
 }
+
+/// `--after ''` (what `$(mooncdc-apply cursor …)` gives for a target without
+/// a cursor) is a usage error that says what to give, not a JSON parser's.
+#[test]
+fn an_empty_after_is_a_clear_usage_error() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY)");
+    db.init(&[]);
+    let r = db.capture(&["--after", ""]);
+    expect(&r, 2, "capture --after ''");
+    assert!(
+        r.stderr.contains("--after is empty") && !r.stderr.contains("EOF while parsing"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.is_empty());
+}

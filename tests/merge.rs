@@ -575,3 +575,15 @@ fn closed_downstream_pipe_ends_quietly() {
     assert_eq!(stderr, "", "stderr should be empty");
     assert_eq!(code, Some(0), "pipeline status (merge's, with pipefail)");
 }
+
+/// `-o -` is standard output, as with other Unix tools: no file named `-`.
+#[test]
+fn output_dash_is_standard_output() {
+    let dir = tempdir();
+    let input = Spec::new(0, 2).events(inserts("t", &[1, 2]));
+    let f = write(dir.path(), "in.jsonl", &input.jsonl());
+    let r = run_in("mooncdc-merge", &["-o", "-", &f], None, Some(dir.path()));
+    r.ok();
+    assert_batches(&[input.batch()], &batches(&r.stdout));
+    assert_eq!(list(dir.path()), vec!["in.jsonl"], "no file named -");
+}

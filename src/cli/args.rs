@@ -85,7 +85,7 @@ pub struct MergeArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub output_format: Format,
-    /// Write the merged batch to FILE (atomically) instead of standard output
+    /// Write the merged batch to FILE (atomically) instead of standard output (- is standard output)
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     #[command(flatten)]
@@ -290,7 +290,7 @@ pub struct SnapshotArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = SnapshotFormat::Jsonl)]
     pub output_format: SnapshotFormat,
-    /// Write to FILE (atomically) instead of standard output
+    /// Write to FILE (atomically) instead of standard output (- is standard output)
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// No progress on standard error

@@ -62,6 +62,11 @@ pub fn open_batches(
     }
 }
 
+/// An output option: `None` or `-` is standard output.
+pub fn output_path(o: &Option<PathBuf>) -> Option<&Path> {
+    o.as_deref().filter(|p| *p != Path::new("-"))
+}
+
 /// The paths to read: the files given, or standard input when none.
 pub fn input_paths(files: &[PathBuf]) -> Vec<Option<&Path>> {
     if files.is_empty() {
@@ -295,6 +300,13 @@ impl Progress {
 /// A cursor from `--after` JSON text or `--after-file`.
 pub fn cursor_arg(text: Option<&str>, file: Option<&Path>) -> Result<Option<crate::wire::Cursor>> {
     if let Some(t) = text {
+        if t.trim().is_empty() {
+            // Typically `--after "$(mooncdc-apply cursor …)"` on a target
+            // that holds no cursor yet.
+            return Err(Error::usage(
+                "--after is empty: give a cursor as JSON, {\"source\":…,\"sequence\":…} (what mooncdc-apply cursor prints; a target without a cursor needs a snapshot first)",
+            ));
+        }
         return crate::wire::Cursor::parse_json(t.trim())
             .map(Some)
             .map_err(Error::usage);

@@ -12,7 +12,7 @@ pub fn run(a: MergeArgs) -> anyhow::Result<ExitCode> {
     for path in cli::input_paths(&a.files) {
         inputs.push(cli::open_batches(path, limits, "mooncdc-merge")?);
     }
-    match &a.output {
+    match cli::output_path(&a.output) {
         None => {
             let mut out = cli::stdout();
             merge(

@@ -18,7 +18,7 @@ pub fn run(a: SnapshotArgs) -> anyhow::Result<ExitCode> {
     let mut progress = Progress::new("rows", a.quiet);
     let mut tick = |n| progress.update(n);
     let mut write = |w: &mut dyn std::io::Write| source.snapshot(&req, w, &mut tick).map(|_| ());
-    match &a.output {
+    match cli::output_path(&a.output) {
         None => {
             let mut out = cli::stdout();
             write(&mut out)?;
