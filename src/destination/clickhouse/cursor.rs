@@ -5,8 +5,13 @@ use super::*;
 impl ClickHouse {
     /// The stored cursor, if any.
     pub fn cursor(&self) -> Result<Option<Cursor>> {
-        if !self.cursor_table && self.columns_of("_mooncdc_cursor")?.is_empty() {
-            return Ok(None);
+        // Looked up once: a follower reads the cursor every fraction of a
+        // second, and the table, once there, stays.
+        if !self.cursor_table.get() {
+            if self.columns_of("_mooncdc_cursor")?.is_empty() {
+                return Ok(None);
+            }
+            self.cursor_table.set(true);
         }
         let v = self.query(
             &format!(

@@ -100,7 +100,7 @@ pub struct ClickHouse {
     pub(super) options: TargetOptions,
     /// Whether `_mooncdc_cursor` is known to exist: created before the first
     /// write, never by a read-only command.
-    pub(super) cursor_table: bool,
+    pub(super) cursor_table: std::cell::Cell<bool>,
 }
 
 pub(super) enum Timeout {
@@ -126,7 +126,7 @@ impl ClickHouse {
             engine,
             committed: ApplyStats::default(),
             options: TargetOptions::default(),
-            cursor_table: false,
+            cursor_table: std::cell::Cell::new(false),
         };
         // Reachable, and the credentials work.
         ch.query("SELECT version()", None, Timeout::Connect)?;
@@ -150,7 +150,7 @@ impl ClickHouse {
 
     /// Create `_mooncdc_cursor` before the first write.
     pub(super) fn prepare_writes(&mut self) -> Result<()> {
-        if !self.cursor_table {
+        if !self.cursor_table.get() {
             self.query(
                 &format!(
                     "CREATE TABLE IF NOT EXISTS {}.`_mooncdc_cursor` (source String, sequence String, seq_hi UInt64, seq_lo UInt64) ENGINE = MergeTree ORDER BY (source, seq_hi, seq_lo)",
@@ -159,7 +159,7 @@ impl ClickHouse {
                 None,
                 Timeout::Ddl,
             )?;
-            self.cursor_table = true;
+            self.cursor_table.set(true);
         }
         Ok(())
     }
