@@ -236,6 +236,20 @@ impl Src {
         Summary::parse(&r.stderr)
     }
 
+    /// Wait until the target's cursor is at or past `lsn` (any cursor for
+    /// 0), at most `secs` seconds.
+    #[track_caller]
+    fn wait_target_at(&self, lsn: u64, secs: u64, what: &str) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while self
+            .target_cursor()
+            .is_none_or(|c| lsn_of(c.sequence()) < lsn)
+        {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn target_cursor(&self) -> Option<Cursor> {
         if !self.proj().exists() {
             return None;
@@ -2021,15 +2035,9 @@ fn server_fast_shutdown_is_not_held_up_by_capture_follow() {
     );
     let (capture, apply) = follow_pipeline(&args, &proj);
     s.exec("INSERT INTO a VALUES (1)");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while src.target_cursor().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the follower never applied the insert"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    src.wait_target_at(0, 20, "the follower never applied the insert");
     let held = lsn_of(src.target_cursor().unwrap().sequence());
+    let deadline = Instant::now() + Duration::from_secs(20);
     while src.confirmed() < held {
         assert!(
             Instant::now() < deadline,
@@ -2055,17 +2063,11 @@ fn server_fast_shutdown_is_not_held_up_by_capture_follow() {
     let s = src.session();
     s.exec("INSERT INTO a VALUES (2)");
     let last = s.insert_lsn();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while src
-        .target_cursor()
-        .is_none_or(|c| lsn_of(c.sequence()) < last)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the pipeline did not go on after the server started again"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    src.wait_target_at(
+        last,
+        30,
+        "the pipeline did not go on after the server started again",
+    );
     let (_, err) = finish(capture, true);
     finish(apply, true);
     assert!(err.contains("reconnected"), "{err}");
@@ -2095,14 +2097,7 @@ fn idle_captured_tables_do_not_make_the_slot_hold_wal() {
     ]);
     let (capture, apply) = follow_pipeline(&args, &proj);
     s.exec("INSERT INTO a VALUES (1)");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while src.target_cursor().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the follower never applied the insert"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    src.wait_target_at(0, 20, "the follower never applied the insert");
     let before = s.insert_lsn();
     s.exec("INSERT INTO other SELECT g, md5(g::text) || md5((g + 1)::text) FROM generate_series(1, 500000) g");
     let end = s.insert_lsn();
@@ -2241,17 +2236,7 @@ fn a_follower_rides_out_a_server_crash_and_restart() {
     s.exec("UPDATE a SET v = v || ' updated' WHERE id % 7 = 0");
     s.exec("DELETE FROM a WHERE id % 11 = 0");
     let last = s.insert_lsn();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while src
-        .target_cursor()
-        .is_none_or(|c| lsn_of(c.sequence()) < last)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the pipeline never caught up after the restart"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    src.wait_target_at(last, 60, "the pipeline never caught up after the restart");
     let (_, capture_err) = finish(capture, true);
     let _ = tee.wait();
     finish(apply, true);
@@ -2522,14 +2507,7 @@ fn heartbeats_move_an_idle_slot_and_are_never_events() {
         .map(String::from),
     );
     let (capture, apply) = follow_pipeline(&args, &proj);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while src.target_cursor().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the follower never applied the insert"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    src.wait_target_at(0, 20, "the follower never applied the insert");
     let first = src.confirmed();
     let deadline = Instant::now() + Duration::from_secs(20);
     // No writes from here on: only the heartbeats move the WAL.
