@@ -1925,9 +1925,7 @@ fn sigterm_to_a_following_pipeline_stops_both_cleanly() {
     let db = Dbs::new();
     db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
     db.init(&[]);
-    let snap = exec(SNAPSHOT, &["--source", &db.src_url()], None);
-    expect(&snap, 0, "snapshot");
-    db.apply_ok(&snap.stdout);
+    db.snapshot_apply();
     let proj = db.proj_url();
     let after = db.target_cursor().unwrap().to_json();
     let mut capture = Command::new(bin(CAPTURE))
@@ -2016,9 +2014,7 @@ fn an_unmanaged_add_column_is_never_read_with_a_stale_column_list() {
     let db = Dbs::new();
     db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t VALUES (1, 'p');");
     db.init(&[]);
-    let snap = exec(SNAPSHOT, &["--source", &db.src_url()], None);
-    expect(&snap, 0, "snapshot");
-    db.apply_ok(&snap.stdout);
+    db.snapshot_apply();
     db.src_sql("ALTER TABLE t ADD COLUMN c INT; INSERT INTO t VALUES (2, 'q', 7);");
     let after = db.target_cursor().unwrap().to_json();
     let r = db.capture(&["--after", &after]);
@@ -2047,9 +2043,7 @@ fn migrate_runs_schema_changes_with_capture_rebuilt() {
         "CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT, b INT); INSERT INTO t VALUES (1, 'x', 5);",
     );
     db.init(&[]);
-    let snap = exec(SNAPSHOT, &["--source", &db.src_url()], None);
-    expect(&snap, 0, "snapshot");
-    db.apply_ok(&snap.stdout);
+    db.snapshot_apply();
     // Without migrate, SQLite itself refuses: capture's triggers name b.
     let r = db.sqlite3("ALTER TABLE t DROP COLUMN b");
     assert_ne!(

@@ -232,6 +232,14 @@ impl Dbs {
         Summary::parse(&r.stderr)
     }
 
+    /// Snapshot the source into the projection; both must succeed.
+    #[track_caller]
+    pub fn snapshot_apply(&self) -> Summary {
+        let snap = exec(SNAPSHOT, &["--source", &self.src_url()], None);
+        expect(&snap, 0, "snapshot");
+        self.apply_ok(&snap.stdout)
+    }
+
     /// `mooncdc-audit --source src --target proj` with extra arguments.
     pub fn audit(&self, extra: &[&str]) -> Run {
         let (s, t) = (self.src_url(), self.proj_url());
