@@ -27,8 +27,7 @@ impl PgConn {
                 let pem = std::fs::read(p).map_err(|e| {
                     Error::io("cannot read sslrootcert", e).in_file(&p.display().to_string())
                 })?;
-                let mut rd = std::io::Cursor::new(pem);
-                for cert in rustls_pemfile_certs(&mut rd)? {
+                for cert in pem_certs(&pem)? {
                     roots.add(cert).map_err(|e| {
                         Error::new(
                             ErrorKind::Tls,
@@ -71,11 +70,10 @@ impl PgConn {
     }
 }
 
-/// PEM certificates from a reader (a minimal parser: BEGIN/END CERTIFICATE blocks).
-fn rustls_pemfile_certs(rd: &mut std::io::Cursor<Vec<u8>>) -> Result<Vec<CertificateDer<'static>>> {
+/// The CERTIFICATE blocks of PEM text.
+fn pem_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
     use rustls::pki_types::pem::PemObject;
-    let data = rd.get_ref().clone();
-    CertificateDer::pem_slice_iter(&data)
+    CertificateDer::pem_slice_iter(pem)
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| {
             Error::new(ErrorKind::Tls, "sslrootcert is not PEM certificates").with_source(e)
