@@ -1776,6 +1776,41 @@ fn follow_writes_complete_batches_that_apply() {
     assert_eq!(db.status().acknowledged, 0);
 }
 
+/// An unmanaged ALTER while following: the changes before it are written,
+/// then the follower stops with status 1 and says to run upgrade; nothing
+/// logged after the ALTER is written with the stale column list.
+#[test]
+fn follow_stops_at_drift_that_appears_while_it_runs() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)");
+    db.init(&[]);
+    db.src_sql("INSERT INTO t VALUES (1, 'before')");
+    let out = db.path("follow.jsonl");
+    let err = db.path("follow.err");
+    let child = Command::new(bin(CAPTURE))
+        .args(["--source", &db.src_url(), "--follow", "--poll-ms", "50"])
+        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&err).unwrap()))
+        .spawn()
+        .unwrap();
+    let mut follow = Kill(child);
+    wait_for(20, "follow to write the first change", || {
+        let bytes = std::fs::read(&out).unwrap();
+        common::parse_stream(complete_prefix(&bytes))
+            .map(|b| events(&b).len() == 1)
+            .unwrap_or(false)
+    });
+    db.src_sql("ALTER TABLE t ADD COLUMN c INT; INSERT INTO t VALUES (2, 'after', 7);");
+    wait_for(20, "follow to stop at the drift", || {
+        follow.0.try_wait().unwrap().is_some()
+    });
+    assert_eq!(follow.0.wait().unwrap().code(), Some(1));
+    let msg = std::fs::read_to_string(&err).unwrap();
+    assert!(msg.contains("drifted") && msg.contains("upgrade"), "{msg}");
+    let b = common::batches(&std::fs::read(&out).unwrap());
+    assert_eq!(events(&b).len(), 1, "only the change before the ALTER");
+}
+
 /// The sequence of the projection's cursor, read directly (0 when none yet).
 fn proj_sequence(db: &Dbs) -> u128 {
     if !db.proj.exists() {
