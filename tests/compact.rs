@@ -338,7 +338,7 @@ impl Rng {
 
 /// A valid history over a few rows of tables `t` and `u`, starting from
 /// `initial` (rows that exist before the batch).
-fn history(seed: u64, len: usize) -> (Vec<(String, i64, String)>, Vec<J>) {
+fn history(seed: u64, len: usize, with_truncates: bool) -> (Vec<(String, i64, String)>, Vec<J>) {
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut state: HashMap<(String, i64), String> = HashMap::new();
     let mut initial = Vec::new();
@@ -359,6 +359,11 @@ fn history(seed: u64, len: usize) -> (Vec<(String, i64, String)>, Vec<J>) {
         let id = 1 + rng.below(4) as i64;
         let key = (table.to_string(), id);
         let new_v = format!("v{n}");
+        if with_truncates && rng.below(25) == 0 {
+            state.retain(|(t, _), _| t != table);
+            events.push(trunc(seq, table));
+            continue;
+        }
         match state.get(&key).cloned() {
             None => {
                 state.insert(key, new_v.clone());
@@ -400,6 +405,7 @@ fn key_of(row: &[Value]) -> String {
 fn apply(state: &mut HashMap<(String, String), Vec<Value>>, events: &[Event], what: &str) {
     for e in events {
         match e.operation {
+            Operation::Truncate { .. } => state.retain(|(t, _), _| *t != e.table),
             Operation::Insert => {
                 let a = e.after.clone().unwrap();
                 let k = (e.table.clone(), key_of(&a));
@@ -448,8 +454,10 @@ fn initial_state(initial: &[(String, i64, String)]) -> HashMap<(String, String),
 #[test]
 fn compaction_keeps_the_final_state_and_is_idempotent() {
     let (mut total_in, mut total_out) = (0, 0);
-    for seed in 1..=25u64 {
-        let (initial, events) = history(seed, 80);
+    for seed in 1..=50u64 {
+        // Every other history has truncates (barriers that also discard
+        // the earlier events of their table).
+        let (initial, events) = history(seed, 80, seed % 2 == 0);
         let input = Spec::new(0, 1000)
             .high_water(1000)
             .schemas(vec![kv_schema("t"), kv_schema("u")])
@@ -776,4 +784,43 @@ fn compacting_a_batch_without_events_changes_nothing() {
     let r = run(COMPACT, &[], Some(&input.jsonl()));
     r.ok();
     assert_text(&input.canonical(), &r.stdout);
+}
+
+// ---------------------------------------------------------------- truncate
+
+#[test]
+fn a_truncate_is_a_barrier_that_discards_its_tables_earlier_events() {
+    let schemas = vec![kv_schema("t"), kv_schema("u")];
+    let input = Spec::new(0, 9).schemas(schemas.clone()).events(vec![
+        ins(1, "t", rw(1, "a")),
+        ins(2, "u", rw(1, "x")),
+        upd(3, "t", rw(1, "a"), rw(1, "b")),
+        trunc(4, "t"),
+        ins(5, "t", rw(1, "c")),
+        upd(6, "t", rw(1, "c"), rw(1, "d")),
+        upd(7, "u", rw(1, "x"), rw(1, "y")),
+    ]);
+    let r = run(COMPACT, &[], Some(&input.jsonl()));
+    r.ok();
+    // t's insert and update before the truncate are gone, t's events after
+    // it fold among themselves, u's events stay.
+    let expected = Spec::new(0, 9)
+        .schemas(schemas.clone())
+        .compacted(true)
+        .events(vec![
+            ins(2, "u", rw(1, "x")),
+            trunc(4, "t"),
+            ins(6, "t", rw(1, "d")),
+            upd(7, "u", rw(1, "x"), rw(1, "y")),
+        ]);
+    assert_batches(&[expected.batch()], &batches(&r.stdout));
+    // A truncate with nothing before it to drop leaves the batch unmarked.
+    let alone = Spec::new(0, 9).schemas(schemas).events(vec![
+        ins(1, "u", rw(1, "x")),
+        trunc(2, "t"),
+        ins(3, "t", rw(1, "a")),
+    ]);
+    let r = run(COMPACT, &[], Some(&alone.jsonl()));
+    r.ok();
+    assert_batches(&[alone.batch()], &batches(&r.stdout));
 }

@@ -300,7 +300,7 @@ type EventSpec = (Index, u8, Vec<Value>, Vec<Value>, u128);
 fn event_spec() -> impl Strategy<Value = EventSpec> {
     (
         any::<Index>(),
-        0u8..3,
+        0u8..4,
         vec(value(), 4),
         vec(value(), 4),
         step(),
@@ -336,7 +336,16 @@ fn build_batch(spec: BatchSpec, empty_schemas: bool) -> Batch {
         let (operation, before, after) = match op {
             0 => (Operation::Insert, None, Some(row(&after))),
             1 => (Operation::Update, Some(row(&before)), Some(row(&after))),
-            _ => (Operation::Delete, Some(row(&before)), None),
+            2 => (Operation::Delete, Some(row(&before)), None),
+            // Every combination of the two flags, from the values drawn.
+            _ => (
+                Operation::Truncate {
+                    cascade: matches!(before[0], Value::Null),
+                    restart_identity: matches!(after[0], Value::Null),
+                },
+                None,
+                None,
+            ),
         };
         events.push(Event {
             sequence: seq,

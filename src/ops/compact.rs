@@ -139,7 +139,23 @@ impl Compactor {
                 .map(|&i| row[i].clone())
                 .collect::<Vec<_>>()
         };
-        let key = key_of(e.key_image());
+        if e.operation.is_truncate() {
+            // A barrier: held events of the emptied table vanish with it;
+            // everything else held can no longer fold across it.
+            let before = self.stack.len();
+            self.stack.retain(|h| h.event.table != e.table);
+            if self.stack.len() != before {
+                self.folded = true;
+                self.held_bytes = self.stack.iter().map(|h| h.size).sum();
+            }
+            let n = self.stack.len();
+            self.flush(n, out)?;
+            return out(&e);
+        }
+        let Some(image) = e.key_image() else {
+            unreachable!("checked images: only a truncate has none")
+        };
+        let key = key_of(image);
         // Without a key no two events are known to be on the same row.
         let foldable = !shape.key.is_empty()
             && match (e.operation, &e.after) {
@@ -231,6 +247,9 @@ pub fn compact<R: BufRead>(
     let mut compactor = Compactor::new(HOLD_LIMIT_BYTES);
     let mut line = Vec::with_capacity(1024);
     let mut out_count = 0u64;
+    // Per table, the index (among the batch's events written) of its last truncate.
+    let mut truncated: HashMap<String, u64> = HashMap::new();
+    let mut spare = Spool::new(DEFAULT_SPOOL_MEMORY);
 
     while let Some(item) = input.next_item()? {
         match item {
@@ -247,6 +266,7 @@ pub fn compact<R: BufRead>(
                 stats.events_in += 1;
                 let shape = match own.get(&e.table).or_else(|| extra_shapes.get(&e.table)) {
                     Some(s) => s,
+                    None if e.operation.is_truncate() => &NO_SHAPE,
                     None => {
                         return Err(input.locate(Error::data(format!(
                             "compaction needs the key of table {:?}, but no schema names it (the stream's header has none; give one with --schema)",
@@ -266,6 +286,9 @@ pub fn compact<R: BufRead>(
                 }
                 let shape = shape.clone();
                 compactor.push(e, &shape, &mut |ev| {
+                    if ev.operation.is_truncate() {
+                        truncated.insert(ev.table.clone(), out_count);
+                    }
                     line.clear();
                     write_event_line(&mut line, ev);
                     out_count += 1;
@@ -273,12 +296,39 @@ pub fn compact<R: BufRead>(
                 })?;
             }
             Item::Commit(c) => {
-                let folded = compactor.finish(&mut |ev| {
+                let mut folded = compactor.finish(&mut |ev| {
                     line.clear();
                     write_event_line(&mut line, ev);
                     out_count += 1;
                     spool.push(&line)
                 })?;
+                if !truncated.is_empty() {
+                    // Events written out before a truncate of their table are
+                    // emptied by it. Dropping them can make events adjacent
+                    // that were not, so what is left is compacted again (a
+                    // second pass finds no more to drop: compaction stays
+                    // idempotent).
+                    let (_, own) = header.as_ref().expect("validated stream");
+                    let before = out_count;
+                    out_count = 0;
+                    let mut again = Compactor::new(HOLD_LIMIT_BYTES);
+                    let mut write = |ev: &Event| {
+                        line.clear();
+                        write_event_line(&mut line, ev);
+                        out_count += 1;
+                        spare.push(&line)
+                    };
+                    drop_truncated(&mut spool, &truncated, &mut |ev| {
+                        let shape = own
+                            .get(&ev.table)
+                            .or_else(|| extra_shapes.get(&ev.table))
+                            .unwrap_or(&NO_SHAPE);
+                        again.push(ev, shape, &mut write)
+                    })?;
+                    folded |= again.finish(&mut write)? || out_count < before;
+                    std::mem::swap(&mut spool, &mut spare);
+                    truncated.clear();
+                }
                 let (mut h, _) = header.take().expect("validated stream");
                 // Mark the batch when events were folded away, so a target
                 // holding part of its interval refuses it (DESIGN §8).
@@ -300,12 +350,72 @@ pub fn compact<R: BufRead>(
     Ok(stats)
 }
 
+/// The shape given to a truncate whose table has no schema: it needs none.
+static NO_SHAPE: TableShape = TableShape {
+    width: 0,
+    key: Vec::new(),
+};
+
+/// Pass `from`'s events to `keep`, except those before their table's last
+/// truncate (`truncated`: table → index of that truncate).
+fn drop_truncated(
+    from: &mut Spool,
+    truncated: &HashMap<String, u64>,
+    keep: &mut dyn FnMut(Event) -> Result<()>,
+) -> Result<()> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        event: Event,
+    }
+    let mut rd = from.drain()?;
+    let mut buf = Vec::new();
+    let mut i = 0u64;
+    loop {
+        buf.clear();
+        let n = rd
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| Error::io("cannot read the spool", e))?;
+        if n == 0 {
+            break;
+        }
+        let l: Line = serde_json::from_slice(&buf)
+            .map_err(|e| Error::data(format!("a spooled event is unreadable: {e}")))?;
+        if truncated.get(&l.event.table).is_none_or(|&t| i >= t) {
+            keep(l.event)?;
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
 /// Compact a batch in memory (for tests and library users).
 pub fn compact_events(events: Vec<Event>, schemas: &[Schema]) -> Result<Vec<Event>> {
     let sh = shapes(schemas)?;
     let mut c = Compactor::new(HOLD_LIMIT_BYTES);
     let mut out = Vec::new();
-    for e in events {
+    // Events before their table's last truncate are emptied by it.
+    let last: HashMap<&str, usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.operation.is_truncate())
+        .map(|(i, e)| (e.table.as_str(), i))
+        .collect();
+    let dropped: Vec<bool> = events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| last.get(e.table.as_str()).is_some_and(|&t| i < t))
+        .collect();
+    for (e, dropped) in events.into_iter().zip(dropped) {
+        if dropped {
+            continue;
+        }
+        if e.operation.is_truncate() {
+            c.push(e, &NO_SHAPE, &mut |ev| {
+                out.push(ev.clone());
+                Ok(())
+            })?;
+            continue;
+        }
         let shape = sh
             .get(&e.table)
             .ok_or_else(|| Error::data(format!("no schema for table {:?}", e.table)))?

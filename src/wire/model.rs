@@ -146,20 +146,43 @@ impl fmt::Display for Cursor {
 }
 
 /// The change an event records.
+///
+/// `Truncate` empties the whole table (one event per table, no images); its
+/// flags record PostgreSQL's `CASCADE` and `RESTART IDENTITY`. It is an
+/// addition to `mooncdc.jsonl.v1`: readers that predate it refuse the event
+/// (`unknown operation "truncate"`), the safe failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
     Insert,
     Update,
     Delete,
+    Truncate {
+        cascade: bool,
+        restart_identity: bool,
+    },
 }
 
-impl<'de> Deserialize<'de> for Operation {
+/// The operation's name alone, as the wire spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpName {
+    Insert,
+    Update,
+    Delete,
+    Truncate,
+}
+
+impl<'de> Deserialize<'de> for OpName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         one_of(
             d,
             "operation",
-            &["insert", "update", "delete"],
-            &[Operation::Insert, Operation::Update, Operation::Delete],
+            &["insert", "update", "delete", "truncate"],
+            &[
+                OpName::Insert,
+                OpName::Update,
+                OpName::Delete,
+                OpName::Truncate,
+            ],
         )
     }
 }
@@ -170,7 +193,18 @@ impl Operation {
             Operation::Insert => "insert",
             Operation::Update => "update",
             Operation::Delete => "delete",
+            Operation::Truncate { .. } => "truncate",
         }
+    }
+
+    /// A plain `TRUNCATE` (neither `CASCADE` nor `RESTART IDENTITY`).
+    pub const TRUNCATE: Operation = Operation::Truncate {
+        cascade: false,
+        restart_identity: false,
+    };
+
+    pub fn is_truncate(self) -> bool {
+        matches!(self, Operation::Truncate { .. })
     }
 }
 
@@ -191,20 +225,49 @@ pub struct Event {
 struct RawEvent {
     sequence: Seq,
     table: String,
-    operation: Operation,
+    operation: OpName,
     #[serde(default, deserialize_with = "present")]
     before: Option<Row>,
     #[serde(default, deserialize_with = "present")]
     after: Option<Row>,
+    #[serde(default, deserialize_with = "present")]
+    cascade: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
+    restart_identity: Option<bool>,
 }
 
 impl<'de> Deserialize<'de> for Event {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let Obj(r) = Obj::<RawEvent>::deserialize(d)?;
+        let operation = match r.operation {
+            OpName::Insert => Operation::Insert,
+            OpName::Update => Operation::Update,
+            OpName::Delete => Operation::Delete,
+            OpName::Truncate => Operation::Truncate {
+                cascade: r.cascade.unwrap_or(false),
+                restart_identity: r.restart_identity.unwrap_or(false),
+            },
+        };
+        if r.operation != OpName::Truncate {
+            let flag = if r.cascade.is_some() {
+                Some("cascade")
+            } else if r.restart_identity.is_some() {
+                Some("restart_identity")
+            } else {
+                None
+            };
+            if let Some(flag) = flag {
+                return Err(de::Error::custom(format!(
+                    "{} event {} has member {flag:?}, which only truncate events have",
+                    operation.as_str(),
+                    r.sequence.0
+                )));
+            }
+        }
         let e = Event {
             sequence: r.sequence.0,
             table: r.table,
-            operation: r.operation,
+            operation,
             before: r.before,
             after: r.after,
         };
@@ -224,6 +287,7 @@ impl Event {
             Operation::Insert => !b && a,
             Operation::Update => b && a,
             Operation::Delete => b && !a,
+            Operation::Truncate { .. } => !b && !a,
         };
         if ok {
             Ok(())
@@ -236,6 +300,7 @@ impl Event {
                     Operation::Insert => "only an after image",
                     Operation::Update => "both before and after images",
                     Operation::Delete => "only a before image",
+                    Operation::Truncate { .. } => "no images",
                 },
                 b,
                 a
@@ -243,11 +308,24 @@ impl Event {
         }
     }
 
-    /// The image that identifies the row before the change (update/delete) or after (insert).
-    pub fn key_image(&self) -> &Row {
+    /// The image that identifies the row before the change (update/delete)
+    /// or after (insert); a truncate has none.
+    pub fn key_image(&self) -> Option<&Row> {
         match self.operation {
-            Operation::Insert => self.after.as_ref().expect("insert has after"),
-            _ => self.before.as_ref().expect("update/delete has before"),
+            Operation::Insert => self.after.as_ref(),
+            _ => self.before.as_ref(),
+        }
+    }
+
+    /// A `truncate` event of `table`.
+    pub fn truncate(sequence: Sequence, table: String, operation: Operation) -> Event {
+        debug_assert!(operation.is_truncate());
+        Event {
+            sequence,
+            table,
+            operation,
+            before: None,
+            after: None,
         }
     }
 }
@@ -384,6 +462,22 @@ pub fn write_event(out: &mut Vec<u8>, e: &Event) {
     if let Some(a) = &e.after {
         out.extend_from_slice(b",\"after\":");
         write_row(out, a);
+    }
+    if let Operation::Truncate {
+        cascade,
+        restart_identity,
+    } = e.operation
+    {
+        out.extend_from_slice(if cascade {
+            b",\"cascade\":true"
+        } else {
+            b",\"cascade\":false"
+        });
+        out.extend_from_slice(if restart_identity {
+            b",\"restart_identity\":true"
+        } else {
+            b",\"restart_identity\":false"
+        });
     }
     out.push(b'}');
 }

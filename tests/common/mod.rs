@@ -70,6 +70,11 @@ pub fn del(seq: u128, table: &str, before: J) -> J {
     json!({"sequence": seq.to_string(), "table": table, "operation": "delete", "before": before})
 }
 
+/// A truncate of `table` (neither CASCADE nor RESTART IDENTITY).
+pub fn trunc(seq: u128, table: &str) -> J {
+    json!({"sequence": seq.to_string(), "table": table, "operation": "truncate", "cascade": false, "restart_identity": false})
+}
+
 // ---------------------------------------------------------------- batches
 
 /// A batch to be written as text.
