@@ -853,6 +853,87 @@ fn scaled(t: &str, scale: usize) -> i128 {
     }
 }
 
+// ---------------------------------------------------------------- truncate
+
+fn trunc(seq: u128, table: &str) -> J {
+    common::trunc(seq, table)
+}
+
+#[test]
+fn a_truncate_marks_every_live_row_and_history_records_it() {
+    let t = "t";
+    let r = |id: i64, v: &str| vec![int(id), text(v)];
+    let b1 = Spec::new(0, 3).schemas(vec![kv_schema(t)]).events(vec![
+        ins(1, t, r(1, "a")),
+        ins(2, t, r(2, "b")),
+        ins(3, t, r(3, "c")),
+    ]);
+    // A delete before the truncate, rows before and after it in one batch.
+    let b2 = Spec::new(3, 9).schemas(vec![kv_schema(t)]).events(vec![
+        del(4, t, r(3, "c")),
+        ins(5, t, r(4, "d")),
+        trunc(6, t),
+        ins(7, t, r(1, "new")),
+        upd(8, t, r(1, "new"), r(1, "newer")),
+    ]);
+    let input = b1.jsonl() + &b2.jsonl();
+
+    let db = ch::db("truncate_replacing");
+    let url = db.url();
+    apply_ok(&url, input.as_bytes(), &[]);
+    assert_rows(
+        "the view after a truncate",
+        &strs(&[&["1", "newer"]]),
+        &kv_view(&db, t),
+    );
+    // Each key's newest row: markers at the truncate's version for the rows
+    // it emptied, none again for the key already deleted, the later row kept.
+    assert_rows(
+        "the table FINAL",
+        &strs(&[
+            &["1", "8", "0"],
+            &["2", "6", "1"],
+            &["3", "4", "1"],
+            &["4", "6", "1"],
+        ]),
+        &db.rows("SELECT id, _etl_version, _etl_deleted FROM t FINAL ORDER BY id"),
+    );
+    // A replay from scratch (a lost cursor) brings nothing back and adds
+    // no second set of markers.
+    db.query("TRUNCATE TABLE _mooncdc_cursor");
+    apply_ok(&url, input.as_bytes(), &[]);
+    assert_rows(
+        "the view after a replay",
+        &strs(&[&["1", "newer"]]),
+        &kv_view(&db, t),
+    );
+    assert_eq!(
+        db.query("SELECT count() FROM t WHERE _etl_deleted = 1 AND _etl_version = 6")
+            .trim(),
+        "2",
+        "the markers of keys 2 and 4 are written once, not again by the replay"
+    );
+
+    let hist = ch::db("truncate_history");
+    apply_ok(&hist.url(), input.as_bytes(), &["--engine", "history"]);
+    assert_rows(
+        "history keeps every row and records the truncate",
+        &strs(&[
+            &["insert", "1", "a"],
+            &["insert", "2", "b"],
+            &["insert", "3", "c"],
+            &["delete", "4", "c"],
+            &["insert", "5", "d"],
+            &["truncate", "6", "\\N"],
+            &["insert", "7", "new"],
+            &["update", "8", "newer"],
+        ]),
+        &hist.rows(
+            "SELECT cdc_operation, cdc_tx_ordinal, v FROM t ORDER BY cdc_lsn, cdc_tx_ordinal",
+        ),
+    );
+}
+
 // ---------------------------------------------------------------- deletes and key changes
 
 #[test]
@@ -2377,6 +2458,25 @@ fn postgres_snapshot_then_changes_to_clickhouse_audit_equal() {
         db.query("SELECT _etl_deleted FROM public_my__items FINAL WHERE id = 2")
             .trim(),
         "1"
+    );
+    // TRUNCATE mid-stream, with rows before and after it in its transaction.
+    s.exec(
+        "BEGIN; INSERT INTO public.tags VALUES ('before', 6); TRUNCATE public.tags; \
+         INSERT INTO public.tags VALUES ('B', 7), ('after', 8); COMMIT",
+    );
+    let r = pipeline(&format!(
+        "{{capture}} --source {src} --slot {slot} --after \"$({{apply}} cursor --target {url})\" \
+         | {{compact}} | {{apply}} --target {url}",
+        src = shell_quote(&src),
+        url = shell_quote(&url)
+    ));
+    expect(&r, 0, "capture | compact | apply over a TRUNCATE");
+    let r = pg_audit();
+    expect(&r, 0, "audit after the TRUNCATE");
+    assert_rows(
+        "the view after the TRUNCATE",
+        &strs(&[&["B", "7"], &["after", "8"]]),
+        &db.rows("SELECT name, n FROM public_tags__current ORDER BY name"),
     );
     // Tampered: audit says different.
     db.query("INSERT INTO public_tags (name, n, _etl_version, _etl_deleted) VALUES ('B', 99, 18446744073709551615, 0)");

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{ch, del, ins, kv_schema, row, upd, Spec};
+use common::{ch, del, ins, kv_schema, row, trunc, upd, Spec};
 use mooncdc::destination::clickhouse::Engine;
 use mooncdc::destination::memory::MemoryTarget;
 use mooncdc::destination::{Target, TargetOptions};
@@ -246,5 +246,71 @@ fn snapshots_load_by_the_contract_for_every_target() {
         );
         apply(t, &next.jsonl()).unwrap();
         expect_rows(&k, t, &[(0, "z"), (2, "b")]);
+    }
+}
+
+/// A truncate empties its table at its position in the batch: rows before
+/// it go, rows after it stay, a replay (whole or overlapping) brings nothing
+/// back, and a truncate of an empty table is harmless.
+#[test]
+fn a_truncate_empties_the_table_at_its_position_for_every_target() {
+    let dir = tempfile::tempdir().unwrap();
+    for k in kinds() {
+        let mut t = (k.make)(dir.path(), "truncate", TargetOptions::default());
+        let t = &mut *t;
+        let b1 = batch(
+            0,
+            3,
+            vec![ins(1, "t", row(1, "a")), ins(2, "t", row(2, "b"))],
+        );
+        apply(t, &b1.jsonl()).unwrap();
+        // Rows before and after the truncate in one batch.
+        let b2 = batch(
+            3,
+            8,
+            vec![
+                ins(4, "t", row(3, "c")),
+                upd(5, "t", row(1, "a"), row(1, "A")),
+                trunc(6, "t"),
+                ins(7, "t", row(2, "new")),
+            ],
+        );
+        let s = apply(t, &b2.jsonl()).unwrap();
+        assert_eq!(s.applied, 4, "{}", k.name);
+        assert_eq!(seq(t), Some(8), "{}", k.name);
+        expect_rows(&k, t, &[(2, "new")]);
+        // Replays: the same batches again, then one overlapping the truncate.
+        apply(t, &format!("{}{}", b1.jsonl(), b2.jsonl())).unwrap();
+        expect_rows(&k, t, &[(2, "new")]);
+        let b3 = batch(
+            5,
+            10,
+            vec![
+                trunc(6, "t"),
+                ins(7, "t", row(2, "new")),
+                ins(9, "t", row(9, "z")),
+                trunc(10, "t"),
+            ],
+        );
+        let s = apply(t, &b3.jsonl()).unwrap();
+        assert_eq!((s.applied, s.skipped), (2, 2), "{}: overlap", k.name);
+        expect_rows(&k, t, &[]);
+        // After the table was emptied, new rows; a truncate of an empty
+        // table then changes nothing but the cursor.
+        let b4 = batch(
+            10,
+            13,
+            vec![
+                ins(11, "t", row(1, "again")),
+                trunc(12, "t"),
+                trunc(13, "t"),
+            ],
+        );
+        apply(t, &b4.jsonl()).unwrap();
+        expect_rows(&k, t, &[]);
+        let b5 = batch(13, 14, vec![ins(14, "t", row(5, "last"))]);
+        apply(t, &b5.jsonl()).unwrap();
+        expect_rows(&k, t, &[(5, "last")]);
+        assert_eq!(seq(t), Some(14), "{}", k.name);
     }
 }

@@ -59,6 +59,7 @@ impl MemoryTarget {
             let same =
                 |a: &Row, b: &Row| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same(y));
             match e.operation {
+                Operation::Truncate { .. } => t.clear(),
                 Operation::Insert => {
                     let after = e.after.as_ref().expect("insert");
                     let k = encode_key(shape, after);

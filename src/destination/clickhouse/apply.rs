@@ -7,6 +7,62 @@ use crate::destination::BatchGate;
 impl ClickHouse {
     /// Send a table's held rows, in inserts cut at the recorded bounds.
     pub(super) fn flush(&self, l: &Layout, held: &mut Held) -> Result<()> {
+        self.send_rows(l, held)?;
+        let truncates = std::mem::take(&mut held.truncates);
+        if !truncates.is_empty() {
+            self.truncate(l, &truncates)?;
+        }
+        Ok(())
+    }
+
+    /// Carry a batch's truncates of one table, after its rows were sent.
+    ///
+    /// `replacing`: every key whose newest row is live and older than the
+    /// last truncate gets a deleted-row marker at the truncate's version, so
+    /// `__current` shows the table empty at that point, rows of later events
+    /// (newer versions) stay, and a replay of older rows can never win over
+    /// the markers. Computed in the server (GROUP BY the key, then HAVING:
+    /// exact whatever parts are merged), and idempotent: a key already
+    /// marked is not marked again.
+    /// `history`: one `truncate` row per truncate, data columns at their
+    /// defaults; every earlier row stays.
+    fn truncate(&self, l: &Layout, truncates: &[Sequence]) -> Result<()> {
+        let db = qi(&self.cfg.database);
+        let t = qi(&l.name);
+        match self.engine {
+            Engine::Replacing => {
+                let last = *truncates.last().expect("not empty");
+                let v = version(l.kind, last)?;
+                let keys: Vec<String> = l.schema.key.iter().map(|k| qi(k)).collect();
+                let keys = keys.join(", ");
+                self.query(
+                    &format!(
+                        "INSERT INTO {db}.{t} ({keys}, `_etl_version`, `_etl_deleted`) SELECT {keys}, toUInt64({v}), toUInt8(1) FROM {db}.{t} GROUP BY {keys} HAVING max(`_etl_version`) < {v} AND argMax(`_etl_deleted`, `_etl_version`) = 0"
+                    ),
+                    None,
+                    Timeout::Insert,
+                )?;
+            }
+            Engine::History => {
+                let rows: Vec<String> = truncates
+                    .iter()
+                    .map(|&s| format!("('truncate', {}, {})", (s >> 64) as u64, s as u64))
+                    .collect();
+                self.query(
+                    &format!(
+                        "INSERT INTO {db}.{t} (`cdc_operation`, `cdc_lsn`, `cdc_tx_ordinal`) VALUES {}",
+                        rows.join(", ")
+                    ),
+                    None,
+                    Timeout::Insert,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Send a table's held rows.
+    fn send_rows(&self, l: &Layout, held: &mut Held) -> Result<()> {
         let total = held.spool.len();
         if total == 0 {
             return Ok(());
@@ -74,6 +130,7 @@ impl ClickHouse {
 
     pub(super) fn encode_event(&self, l: &Layout, out: &mut Vec<u8>, e: &Event) -> Result<()> {
         match e.operation {
+            Operation::Truncate { .. } => unreachable!("truncates are held apart"),
             Operation::Insert => self.encode(
                 l,
                 out,
@@ -145,6 +202,14 @@ impl ClickHouse {
                     }
                     let l = &layouts[&e.table];
                     let held = bufs.entry(e.table.clone()).or_insert_with(Held::new);
+                    if e.operation.is_truncate() {
+                        // Checked now, so a sequence the versions cannot
+                        // hold fails before anything is written.
+                        version(l.kind, e.sequence)?;
+                        held.truncates.push(e.sequence);
+                        stats.applied += 1;
+                        continue;
+                    }
                     self.encode_event(l, &mut held.row, &e)?;
                     held.take_row(self.cfg.max_insert_bytes)?;
                     stats.applied += 1;

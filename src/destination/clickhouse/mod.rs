@@ -65,6 +65,8 @@ pub(super) struct Held {
     pub(super) bounds: Vec<u64>,
     pub(super) since: usize,
     pub(super) row: Vec<u8>,
+    /// The batch's truncates of this table, in order.
+    pub(super) truncates: Vec<Sequence>,
 }
 
 impl Held {
@@ -74,6 +76,7 @@ impl Held {
             bounds: Vec::new(),
             since: 0,
             row: Vec::with_capacity(256),
+            truncates: Vec::new(),
         }
     }
 

@@ -65,6 +65,10 @@ impl SqliteTarget {
                             t.check_classes(img, &|| format!("event {}", e.sequence))
                                 .map_err(|err| input.locate(err))?;
                         }
+                        if e.operation.is_truncate() {
+                            // A row waiting for its key is emptied with its table.
+                            parked.retain(|(table, _, _)| *table != e.table);
+                        }
                         match apply_event(self.db(), t, &e, on_conflict)? {
                             Applied::Parked(row) => parked.push((e.table.clone(), row, e.sequence)),
                             Applied::Done => {

@@ -13,6 +13,7 @@ pub(super) struct TableSql {
     pub(super) select: String,
     pub(super) update: String,
     pub(super) delete: String,
+    pub(super) truncate: String,
 }
 
 impl TableSql {
@@ -56,6 +57,7 @@ impl TableSql {
                 key_where(n + 1)
             ),
             delete: format!("DELETE FROM {t} WHERE {}", key_where(1)),
+            truncate: format!("DELETE FROM {t}"),
             key,
             schema,
             affinity,
@@ -290,6 +292,13 @@ pub(super) fn apply_event(
         ))
     };
     match (e.operation, on_conflict) {
+        // Emptied in the batch's transaction, like every other change.
+        (Operation::Truncate { .. }, _) => {
+            conn.prepare_cached(&t.truncate)
+                .and_then(|mut st| st.execute([]))
+                .map_err(db_err("cannot empty a table for a truncate"))?;
+            Ok(Applied::Done)
+        }
         (Operation::Insert, OnConflict::Error) => insert_row(
             conn,
             t,
