@@ -1883,23 +1883,101 @@ fn publication_without_the_table_fails_verify_and_read() {
 }
 
 #[test]
-fn truncate_in_the_stream_fails_naming_the_table() {
+fn truncate_is_carried_in_its_transaction_and_applied_in_order() {
     let src = Src::new("trunc");
     let s = src.session();
-    s.exec("CREATE TABLE tr (id int PRIMARY KEY)");
+    s.exec("CREATE TABLE tr (id int PRIMARY KEY, v text)");
+    s.exec("CREATE TABLE kid (id int PRIMARY KEY, tr_id int REFERENCES tr)");
     s.exec("CREATE TABLE other (id int PRIMARY KEY)");
-    src.init(&["public.tr", "public.other"]);
+    src.init(&["public.tr", "public.kid", "public.other"]);
     s.exec("INSERT INTO other VALUES (1)");
-    s.exec("INSERT INTO tr VALUES (1), (2)");
-    s.exec("TRUNCATE tr");
-    let r = src.capture(&[]);
-    assert_refused(&r, "read over a TRUNCATE", &["TRUNCATE", "public.tr"]);
-    let a = src.apply(&r.stdout);
-    assert_ne!(a.code, Some(0), "the partial output is refused downstream");
-    assert!(src.target_cursor().is_none());
-    // A cut before the TRUNCATE is still readable.
-    let (_, b) = src.capture_ok(&["--max-events", "3"]);
-    assert_eq!(events(&b).len(), 3);
+    s.exec("INSERT INTO tr VALUES (1, 'a'), (2, 'b')");
+    s.exec("INSERT INTO kid VALUES (1, 1)");
+    // Inserts before and after the TRUNCATE in one transaction; CASCADE
+    // reaches `kid` through its foreign key.
+    s.exec(
+        "BEGIN; INSERT INTO tr VALUES (3, 'c'); TRUNCATE tr CASCADE; \
+         INSERT INTO tr VALUES (1, 'new'); INSERT INTO other VALUES (2); COMMIT",
+    );
+    let (raw, b) = src.capture_ok(&[]);
+    let evs = checked_events(&b);
+    let truncs: Vec<(&str, bool)> = evs
+        .iter()
+        .filter_map(|e| match e.operation {
+            Operation::Truncate { cascade, .. } => Some((e.table.as_str(), cascade)),
+            _ => None,
+        })
+        .collect();
+    let mut tables: Vec<&str> = truncs.iter().map(|t| t.0).collect();
+    tables.sort();
+    assert_eq!(
+        tables,
+        ["public.kid", "public.tr"],
+        "one truncate per table"
+    );
+    assert!(
+        truncs.iter().all(|t| t.1),
+        "CASCADE is recorded: {truncs:?}"
+    );
+    // The transaction stays one batch: its rows and truncates commit together.
+    let txn = b
+        .iter()
+        .find(|b| b.events.iter().any(|e| e.operation.is_truncate()))
+        .unwrap();
+    let t0 = txn
+        .events
+        .iter()
+        .find(|e| e.operation.is_truncate())
+        .unwrap();
+    let same_txn = txn
+        .events
+        .iter()
+        .filter(|e| lsn_of(e.sequence) == lsn_of(t0.sequence))
+        .count();
+    assert_eq!(same_txn, 5, "insert, 2 truncates, 2 inserts in one batch");
+    src.apply_ok(&raw);
+    let q = |sql: &str| -> Vec<String> {
+        let c = open(&src.proj());
+        let mut st = c.prepare(sql).unwrap();
+        let rows = st
+            .query_map([], |r| r.get::<_, String>(0))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        rows
+    };
+    assert_eq!(
+        q("SELECT id || ':' || v FROM \"public.tr\" ORDER BY id"),
+        ["1:new"]
+    );
+    assert_eq!(src.proj_count("public.kid"), 0);
+    assert_eq!(
+        q("SELECT CAST(id AS TEXT) FROM \"public.other\" ORDER BY id"),
+        ["1", "2"]
+    );
+    src.audit_equal();
+    // A replay changes nothing.
+    let again = src.apply_ok(&raw);
+    assert_eq!(again.applied, 0, "a replay applies nothing");
+    src.audit_equal();
+    // Compaction drops what a truncate empties, and the result is the same.
+    let out = run(COMPACT, &[], Some(&raw));
+    expect(&out, 0, "compact");
+    let cb = batches(&out.stdout);
+    let cevs = checked_events(&cb);
+    assert!(
+        !cevs.iter().any(|e| e.table == "public.tr"
+            && e.operation == Operation::Insert
+            && e.after.as_ref().unwrap()[0] == Value::Integer(3)),
+        "the insert of 3 before the truncate is compacted away"
+    );
+    std::fs::remove_file(src.proj()).unwrap();
+    src.apply_ok(&out.stdout);
+    assert_eq!(
+        q("SELECT id || ':' || v FROM \"public.tr\" ORDER BY id"),
+        ["1:new"]
+    );
+    src.audit_equal();
 }
 
 // ---------------------------------------------------------------- follow

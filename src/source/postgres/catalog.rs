@@ -34,12 +34,6 @@ impl Catalog {
         self.by_name.iter().map(|(_, s, _)| s.clone()).collect()
     }
 
-    pub(super) fn name(&self, oid: u32) -> String {
-        self.by_oid
-            .get(&oid)
-            .map_or_else(|| format!("relation {oid}"), |(s, _)| s.table.clone())
-    }
-
     /// Take a Relation message; true when the table's schema differs from the
     /// one the current header carries.
     pub(super) async fn relation(&mut self, c: &Client, rel: Relation) -> Result<bool> {
@@ -101,6 +95,21 @@ impl Catalog {
         }
         self.by_oid.insert(rel.oid, (schema, classes));
         Ok(true)
+    }
+
+    /// A truncate of one relation.
+    pub(super) fn truncate_event(
+        &self,
+        seq: Sequence,
+        relation: u32,
+        op: Operation,
+    ) -> Result<Event> {
+        let (schema, _) = self.by_oid.get(&relation).ok_or_else(|| {
+            Error::data(format!(
+                "truncate of relation {relation} before its Relation message"
+            ))
+        })?;
+        Ok(Event::truncate(seq, schema.table.clone(), op))
     }
 
     pub(super) fn event(&self, seq: Sequence, msg: Message) -> Result<Event> {

@@ -261,42 +261,56 @@ impl PgSource {
                                     w.schemas = catalog.schemas();
                                 }
                             }
-                            Message::Insert { .. } | Message::Update { .. } | Message::Delete { .. } => {
+                            Message::Insert { .. }
+                            | Message::Update { .. }
+                            | Message::Delete { .. }
+                            | Message::Truncate { .. } => {
                                 let Some((commit, ordinal)) = txn.as_mut() else {
                                     return Err(Error::data("row change outside a transaction"));
                                 };
-                                *ordinal += 1;
-                                let seq = sequence(*commit, *ordinal);
-                                if seq <= start {
-                                    continue;
+                                // A TRUNCATE of several tables is one event per
+                                // table, each with its own ordinal.
+                                let events = match msg {
+                                    Message::Truncate { options, relations } => {
+                                        let op = Operation::Truncate {
+                                            cascade: options & 1 != 0,
+                                            restart_identity: options & 2 != 0,
+                                        };
+                                        let mut v = Vec::with_capacity(relations.len());
+                                        for r in relations {
+                                            *ordinal += 1;
+                                            v.push(catalog.truncate_event(sequence(*commit, *ordinal), r, op)?);
+                                        }
+                                        v
+                                    }
+                                    msg => {
+                                        *ordinal += 1;
+                                        vec![catalog.event(sequence(*commit, *ordinal), msg)?]
+                                    }
+                                };
+                                for e in events {
+                                    if e.sequence <= start {
+                                        continue;
+                                    }
+                                    let len = w.encoded_len(&e) as u64;
+                                    limits.check_line(&w.line, &e)?;
+                                    // Like SQLite reads: stop before the bytes written
+                                    // would exceed the limit (one event at least).
+                                    if total > 0 && limits.max_bytes.is_some_and(|m| bytes + len > m) {
+                                        let at = w.position;
+                                        w.finish_batch(at)?;
+                                        return Ok(());
+                                    }
+                                    w.write_encoded(e.sequence)?;
+                                    crate::metrics::event(len);
+                                    total += 1;
+                                    bytes += len;
+                                    if limits.max_events.is_some_and(|m| total >= m) {
+                                        let at = w.position;
+                                        w.finish_batch(at)?;
+                                        return Ok(());
+                                    }
                                 }
-                                let e = catalog.event(seq, msg)?;
-                                let len = w.encoded_len(&e) as u64;
-                                limits.check_line(&w.line, &e)?;
-                                // Like SQLite reads: stop before the bytes written
-                                // would exceed the limit (one event at least).
-                                if total > 0 && limits.max_bytes.is_some_and(|m| bytes + len > m) {
-                                    let at = w.position;
-                                    w.finish_batch(at)?;
-                                    return Ok(());
-                                }
-                                w.write_encoded(e.sequence)?;
-                                crate::metrics::event(len);
-                                total += 1;
-                                bytes += len;
-                                if limits.max_events.is_some_and(|m| total >= m) {
-                                    let at = w.position;
-                                    w.finish_batch(at)?;
-                                    return Ok(());
-                                }
-                            }
-                            Message::Truncate { relations, .. } => {
-                                let names: Vec<String> = relations.iter().map(|r| catalog.name(*r)).collect();
-                                let at = txn.map(|(c, _)| lsn_text(c)).unwrap_or_default();
-                                return Err(Error::data(format!(
-                                    "TRUNCATE of {} in the transaction committing at LSN {at} cannot be carried by the v1 format (take a new snapshot after it)",
-                                    names.join(", ")
-                                )));
                             }
                             Message::Type { .. } | Message::Origin { .. } | Message::Message { .. } => {}
                         }
