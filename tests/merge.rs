@@ -426,7 +426,11 @@ fn json_output_format() {
     );
     r.ok();
     assert_batches(&[merged_parts()], &json_batches(&r.stdout));
-    assert_eq!(r.stdout, merged_parts().to_json(), "canonical JSON text");
+    assert_eq!(
+        Some(r.stdout),
+        merged_parts().to_json(),
+        "canonical JSON text"
+    );
 
     let out = dir.path().join("m.json");
     let r = run(

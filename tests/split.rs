@@ -99,6 +99,7 @@ fn check_split(
             schemas: input.schemas.clone(),
             compacted: input.compacted,
             events,
+            changes: Vec::new(),
         };
         assert_batches(std::slice::from_ref(input), &[rebuilt]);
         assert!(i > first);

@@ -234,6 +234,10 @@ impl<W: Write> crate::ops::BatchSink for DirSink<'_, W> {
         })?;
         writeln!(self.paths, "{}", path.display()).map_err(|e| Error::io("cannot write output", e))
     }
+
+    fn takes_schema_records(&self) -> bool {
+        self.format == OutputFormat::Jsonl
+    }
 }
 
 /// Schemas from a file: a snapshot (its header's schemas) or a JSON array of schemas.

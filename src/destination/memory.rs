@@ -44,16 +44,57 @@ impl MemoryTarget {
             .schemas
             .as_deref()
             .ok_or_else(|| Error::data("the memory target needs schemas"))?;
-        let shapes: HashMap<String, TableShape> = shapes(schemas)?;
+        let mut shapes: HashMap<String, TableShape> = shapes(schemas)?;
+        let mut next_schemas = self.schemas.clone();
         for s in schemas {
-            self.schemas.insert(s.table.clone(), s.clone());
+            next_schemas.insert(s.table.clone(), s.clone());
         }
         let gate = super::BatchGate::open(self.cursor.as_ref(), &batch.header())?;
         if !gate.close(&batch.end)? {
             return Ok(()); // already held
         }
         let mut next = self.tables.clone();
-        for e in batch.events.iter().filter(|e| !gate.holds(e.sequence)) {
+        let mut changes = batch.changes.iter().peekable();
+        for (i, e) in batch.events.iter().enumerate() {
+            // A schema change goes with the event after it.
+            while let Some((_, c)) = changes.next_if(|(at, _)| *at == i) {
+                if gate.holds(e.sequence) {
+                    continue;
+                }
+                let shape = TableShape {
+                    width: c.schema.columns.len(),
+                    key: c.schema.key_indices(),
+                };
+                if let Some(old) = next_schemas.get(&c.schema.table) {
+                    // Like the database targets: a new key is not followed.
+                    let key: Vec<&str> = old
+                        .key
+                        .iter()
+                        .map(|k| c.new_name(k).unwrap_or(""))
+                        .collect();
+                    if key.iter().ne(c.schema.key.iter()) {
+                        return Err(Error::state(format!(
+                            "schema change of table {:?}: the key changes from {:?} to {:?}",
+                            c.schema.table, old.key, c.schema.key
+                        )));
+                    }
+                    let from = c.sources(old);
+                    let rows = next.remove(&c.schema.table).unwrap_or_default();
+                    let t = next.entry(c.schema.table.clone()).or_default();
+                    for row in rows.into_values() {
+                        let row: Row = from
+                            .iter()
+                            .map(|f| f.map_or(Value::Null, |j| row[j].clone()))
+                            .collect();
+                        t.insert(encode_key(&shape, &row), row);
+                    }
+                }
+                next_schemas.insert(c.schema.table.clone(), c.schema.clone());
+                shapes.insert(c.schema.table.clone(), shape);
+            }
+            if gate.holds(e.sequence) {
+                continue;
+            }
             let shape = &shapes[&e.table];
             let t = next.entry(e.table.clone()).or_default();
             let same =
@@ -100,6 +141,7 @@ impl MemoryTarget {
         }
         next.retain(|_, t| !t.is_empty());
         self.tables = next;
+        self.schemas = next_schemas;
         self.cursor = Some(batch.end.clone());
         Ok(())
     }
@@ -131,9 +173,14 @@ impl Target for MemoryTarget {
                         schemas: h.schemas,
                         compacted: h.compacted,
                         events: Vec::new(),
+                        changes: Vec::new(),
                     })
                 }
                 Item::Event(e) => open.as_mut().expect("validated stream").events.push(e),
+                Item::Schema(c) => {
+                    let b = open.as_mut().expect("validated stream");
+                    b.changes.push((b.events.len(), c));
+                }
                 Item::Commit(c) => {
                     let mut b = open.take().expect("validated stream");
                     b.end = c.end;

@@ -185,6 +185,13 @@ impl BatchGate {
         })
     }
 
+    /// Whether the target already holds part of the batch's interval (a
+    /// replay that overlaps its cursor): the header's schemas are then those
+    /// at the batch's start, which the target may have moved past.
+    pub fn overlaps(&self) -> bool {
+        self.held > self.start.sequence()
+    }
+
     /// Whether the event at `sequence` is already held (skip it).
     pub fn holds(&self, sequence: Sequence) -> bool {
         sequence <= self.held

@@ -27,8 +27,10 @@
 use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
 use super::BatchSink;
 use crate::error::{Error, Result};
-use crate::wire::batch::{shapes, write_event_line, TableShape};
-use crate::wire::{BatchStreamReader, Commit, Event, Header, Item, Operation, Schema, Value};
+use crate::wire::batch::{shapes, write_event_line, write_schema_line, TableShape};
+use crate::wire::{
+    BatchStreamReader, Commit, Event, Header, Item, Operation, Schema, SchemaChange, Value,
+};
 use std::collections::{HashMap, VecDeque};
 use std::io::BufRead;
 
@@ -224,6 +226,13 @@ impl Compactor {
         Ok(())
     }
 
+    /// A barrier (a schema change): pass everything held; no run goes on
+    /// across it.
+    pub fn finish_run(&mut self, out: &mut dyn FnMut(&Event) -> Result<()>) -> Result<()> {
+        let n = self.stack.len();
+        self.flush(n, out)
+    }
+
     /// End of the batch: pass everything held. Returns whether any event was
     /// folded away, and starts afresh for the next batch.
     pub fn finish(&mut self, out: &mut dyn FnMut(&Event) -> Result<()>) -> Result<bool> {
@@ -295,6 +304,23 @@ pub fn compact<R: BufRead>(
                     spool.push(&line)
                 })?;
             }
+            Item::Schema(c) => {
+                if !sink.takes_schema_records() {
+                    return Err(input.locate(super::no_json_for_schema_records()));
+                }
+                // A barrier: nothing folds across a schema change.
+                compactor.finish_run(&mut |ev| {
+                    line.clear();
+                    write_event_line(&mut line, ev);
+                    out_count += 1;
+                    spool.push(&line)
+                })?;
+                line.clear();
+                write_schema_line(&mut line, &c);
+                spool.push(&line)?;
+                let (_, own) = header.as_mut().expect("validated stream");
+                own.insert(c.schema.table.clone(), shape_of(&c.schema));
+            }
             Item::Commit(c) => {
                 let mut folded = compactor.finish(&mut |ev| {
                     line.clear();
@@ -308,24 +334,41 @@ pub fn compact<R: BufRead>(
                     // that were not, so what is left is compacted again (a
                     // second pass finds no more to drop: compaction stays
                     // idempotent).
-                    let (_, own) = header.as_ref().expect("validated stream");
+                    let (h, _) = header.as_ref().expect("validated stream");
+                    let mut own = match &h.schemas {
+                        Some(s) => shapes(s)?,
+                        None => HashMap::new(),
+                    };
                     let before = out_count;
                     out_count = 0;
                     let mut again = Compactor::new(HOLD_LIMIT_BYTES);
-                    let mut write = |ev: &Event| {
+                    let mut write = |rec: Record<'_>| {
                         line.clear();
-                        write_event_line(&mut line, ev);
-                        out_count += 1;
+                        match rec {
+                            Record::Event(ev) => {
+                                write_event_line(&mut line, ev);
+                                out_count += 1;
+                            }
+                            Record::Schema(c) => write_schema_line(&mut line, c),
+                        }
                         spare.push(&line)
                     };
-                    drop_truncated(&mut spool, &truncated, &mut |ev| {
-                        let shape = own
-                            .get(&ev.table)
-                            .or_else(|| extra_shapes.get(&ev.table))
-                            .unwrap_or(&NO_SHAPE);
-                        again.push(ev, shape, &mut write)
+                    drop_truncated(&mut spool, &truncated, &mut |item| match item {
+                        Item::Event(ev) => {
+                            let shape = own
+                                .get(&ev.table)
+                                .or_else(|| extra_shapes.get(&ev.table))
+                                .unwrap_or(&NO_SHAPE);
+                            again.push(ev, shape, &mut |e| write(Record::Event(e)))
+                        }
+                        Item::Schema(c) => {
+                            again.finish_run(&mut |e| write(Record::Event(e)))?;
+                            own.insert(c.schema.table.clone(), shape_of(&c.schema));
+                            write(Record::Schema(&c))
+                        }
+                        _ => unreachable!("only events and schema records are spooled"),
                     })?;
-                    folded |= again.finish(&mut write)? || out_count < before;
+                    folded |= again.finish(&mut |e| write(Record::Event(e)))? || out_count < before;
                     std::mem::swap(&mut spool, &mut spare);
                     truncated.clear();
                 }
@@ -356,17 +399,26 @@ static NO_SHAPE: TableShape = TableShape {
     key: Vec::new(),
 };
 
-/// Pass `from`'s events to `keep`, except those before their table's last
-/// truncate (`truncated`: table → index of that truncate).
+/// A record for the second pass's output.
+enum Record<'a> {
+    Event(&'a Event),
+    Schema(&'a SchemaChange),
+}
+
+fn shape_of(s: &Schema) -> TableShape {
+    TableShape {
+        width: s.columns.len(),
+        key: s.key_indices(),
+    }
+}
+
+/// Pass `from`'s records to `keep`, except events before their table's last
+/// truncate (`truncated`: table → index, among events, of that truncate).
 fn drop_truncated(
     from: &mut Spool,
     truncated: &HashMap<String, u64>,
-    keep: &mut dyn FnMut(Event) -> Result<()>,
+    keep: &mut dyn FnMut(Item) -> Result<()>,
 ) -> Result<()> {
-    #[derive(serde::Deserialize)]
-    struct Line {
-        event: Event,
-    }
     let mut rd = from.drain()?;
     let mut buf = Vec::new();
     let mut i = 0u64;
@@ -378,12 +430,18 @@ fn drop_truncated(
         if n == 0 {
             break;
         }
-        let l: Line = serde_json::from_slice(&buf)
-            .map_err(|e| Error::data(format!("a spooled event is unreadable: {e}")))?;
-        if truncated.get(&l.event.table).is_none_or(|&t| i >= t) {
-            keep(l.event)?;
+        let item = crate::wire::jsonl::parse_record(&buf)
+            .and_then(crate::wire::batch::batch_item)
+            .map_err(|e| Error::data(format!("a spooled record is unreadable: {e}")))?;
+        match item {
+            Item::Event(e) => {
+                if truncated.get(&e.table).is_none_or(|&t| i >= t) {
+                    keep(Item::Event(e))?;
+                }
+                i += 1;
+            }
+            other => keep(other)?,
         }
-        i += 1;
     }
     Ok(())
 }

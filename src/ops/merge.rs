@@ -5,13 +5,15 @@
 //! the previous one ended, in the same source: a gap, an overlap or a second
 //! source is an error naming the input. The merged batch starts at the first
 //! start, ends at the last end, has the greatest high water, and the union of
-//! the schemas (a table whose schema differs between batches cannot be merged).
+//! the schemas; `schema` records pass through, and a later header must agree
+//! with the schemas in force where it starts (a table whose schema changes
+//! between batches without a schema record cannot be merged).
 //! Events are held in a spool until the last input has been checked.
 
 use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
 use super::BatchSink;
 use crate::error::{Error, Result};
-use crate::wire::batch::write_event_line;
+use crate::wire::batch::{write_event_line, write_schema_line};
 use crate::wire::{BatchStreamReader, Commit, Header, Item, Schema};
 use std::collections::{BTreeSet, HashMap};
 use std::io::BufRead;
@@ -49,6 +51,8 @@ pub fn merge<R: BufRead>(
     // Union of schemas in first-seen order.
     let mut schemas: Vec<Schema> = Vec::new();
     let mut schema_index: HashMap<String, usize> = HashMap::new();
+    // Each table's schema in force where the merged events have reached.
+    let mut current: HashMap<String, Schema> = HashMap::new();
     let mut uncovered: BTreeSet<String> = BTreeSet::new();
     let mut current_has_schemas = false;
     let mut any_schemas = false;
@@ -101,10 +105,10 @@ pub fn merge<R: BufRead>(
                     if let Some(list) = &h.schemas {
                         any_schemas = true;
                         for s in list {
-                            if let Some(&i) = schema_index.get(&s.table) {
-                                if &schemas[i] != s {
+                            if let Some(now) = current.get(&s.table) {
+                                if now != s {
                                     return Err(Error::data(format!(
-                                        "the schema of table {:?} differs between batches; merge cannot join them (keep them as separate batches)",
+                                        "the schema of table {:?} differs between batches with no schema record between them; merge cannot join them (keep them as separate batches)",
                                         s.table
                                     ))
                                     .in_file(&name));
@@ -112,6 +116,7 @@ pub fn merge<R: BufRead>(
                             } else {
                                 schema_index.insert(s.table.clone(), schemas.len());
                                 schemas.push(s.clone());
+                                current.insert(s.table.clone(), s.clone());
                             }
                         }
                     }
@@ -129,6 +134,15 @@ pub fn merge<R: BufRead>(
                     write_event_line(&mut line, &e);
                     spool.push(&line)?;
                     stats.events += 1;
+                }
+                Item::Schema(c) => {
+                    if !sink.takes_schema_records() {
+                        return Err(r.locate(super::no_json_for_schema_records()));
+                    }
+                    line.clear();
+                    write_schema_line(&mut line, &c);
+                    spool.push(&line)?;
+                    current.insert(c.schema.table.clone(), c.schema);
                 }
                 Item::Commit(c) => end = Some(c),
             }

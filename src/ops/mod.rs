@@ -12,6 +12,7 @@ pub mod spool;
 use crate::error::{Error, Result};
 use crate::wire::batch::{
     write_commit_line, write_header_line, write_json_open, EVENT_LINE_PREFIX, EVENT_LINE_SUFFIX,
+    SCHEMA_LINE_PREFIX,
 };
 use crate::wire::{Commit, Header};
 use std::io::{BufRead, Write};
@@ -28,6 +29,19 @@ pub enum OutputFormat {
 pub trait BatchSink {
     /// One batch: its header, its event records (JSONL event lines), its commit.
     fn batch(&mut self, header: &Header, events: &mut dyn BufRead, commit: &Commit) -> Result<()>;
+
+    /// Whether it can write `schema` records (JSONL can; a
+    /// `mooncdc.batch.v1` document has no place for them).
+    fn takes_schema_records(&self) -> bool {
+        true
+    }
+}
+
+/// The error for a schema record bound for JSON output.
+pub fn no_json_for_schema_records() -> Error {
+    Error::data(
+        "this batch changes a table's schema (a schema record), which the JSON form mooncdc.batch.v1 cannot hold; write JSONL (--output-format jsonl)",
+    )
 }
 
 /// Writes batches to a stream (standard output or a file) in one format.
@@ -40,6 +54,10 @@ impl<W: Write> BatchSink for WriteSink<W> {
     fn batch(&mut self, header: &Header, events: &mut dyn BufRead, commit: &Commit) -> Result<()> {
         write_batch(&mut self.out, self.format, header, events, commit)
             .map_err(|e| Error::io("cannot write output", e))
+    }
+
+    fn takes_schema_records(&self) -> bool {
+        self.format == OutputFormat::Jsonl
     }
 }
 
@@ -70,6 +88,11 @@ pub fn write_batch(
                 line.clear();
                 if events.read_until(b'\n', &mut line)? == 0 {
                     break;
+                }
+                if line.starts_with(SCHEMA_LINE_PREFIX) {
+                    return Err(std::io::Error::other(
+                        no_json_for_schema_records().message(),
+                    ));
                 }
                 let body = line
                     .strip_prefix(EVENT_LINE_PREFIX)

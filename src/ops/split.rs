@@ -3,8 +3,10 @@
 //! The pieces cover exactly the input batch's interval, contiguously: the
 //! first starts at the batch's start, each later one at the previous end, a
 //! cut piece ends at its last event and the final piece at the batch's end.
-//! Every piece keeps the batch's high water and schemas. B counts the bytes of
-//! a piece written as JSONL (header, events and commit lines); one event that
+//! Every piece keeps the batch's high water; its header carries the schemas
+//! in force at its start (a `schema` record goes with the event after it, so
+//! a piece that starts after one carries the changed schema). B counts the
+//! bytes of a piece written as JSONL (header, records and commit lines); one event that
 //! alone exceeds B becomes a piece of its own. A piece's end is not known
 //! while its events are gathered (the last piece ends at the batch's end), so
 //! its commit line is sized with the high water, which no end exceeds. An empty batch gives one empty
@@ -13,8 +15,12 @@
 use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
 use super::BatchSink;
 use crate::error::{Error, Result};
-use crate::wire::batch::{write_commit_line, write_event_line, write_header_line};
-use crate::wire::{BatchStreamReader, Commit, Cursor, Header, Item, Sequence};
+use crate::wire::batch::{
+    write_commit_line, write_event_line, write_header_line, write_schema_line,
+};
+use crate::wire::{
+    BatchStreamReader, Commit, Cursor, Header, Item, Schema, SchemaChange, Sequence,
+};
 use std::io::{BufRead, Read};
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -30,11 +36,13 @@ pub struct SplitStats {
     pub events: u64,
 }
 
-/// A piece decided while reading: its last event, event count and event bytes.
+/// A piece decided while reading: its last event, event count and record
+/// bytes, and the schemas in force at its start (its header's).
 struct Cut {
     end: Sequence,
     count: u64,
     bytes: u64,
+    schemas: Option<Vec<Schema>>,
 }
 
 /// Split every batch of `input` and hand the pieces to `sink`.
@@ -61,6 +69,13 @@ pub fn split<R: BufRead>(
     let mut commit_base = 0u64;
     let mut line = Vec::with_capacity(1024);
     let mut scratch = Vec::with_capacity(256);
+    // Schemas in force at the open piece's start, and now.
+    let mut piece_schemas: Option<Vec<Schema>> = None;
+    let mut current: Option<Vec<Schema>> = None;
+    // Schema records seen since the last event: they go into the piece of
+    // the event after them, so a cut never separates them from it.
+    let mut pending: Vec<SchemaChange> = Vec::new();
+    let mut pending_lines: Vec<u8> = Vec::new();
 
     while let Some(item) = input.next_item()? {
         match item {
@@ -68,14 +83,24 @@ pub fn split<R: BufRead>(
                 count = 0;
                 bytes = 0;
                 cuts.clear();
-                header_len = header_size(&h, h.start.sequence(), &mut scratch);
+                header_len = header_size(&h, h.start.sequence(), &h.schemas, &mut scratch);
                 // A piece's commit line differs only in its count's digits.
                 commit_base = commit_size(&h.start.source, h.high_water, 0, &mut scratch) - 1;
+                piece_schemas = h.schemas.clone();
+                current = h.schemas.clone();
                 header = Some(h);
+            }
+            Item::Schema(c) => {
+                if !sink.takes_schema_records() {
+                    return Err(input.locate(super::no_json_for_schema_records()));
+                }
+                write_schema_line(&mut pending_lines, &c);
+                pending.push(c);
             }
             Item::Event(e) => {
                 let h = header.as_ref().expect("validated stream");
                 line.clear();
+                line.extend_from_slice(&pending_lines);
                 write_event_line(&mut line, &e);
                 let len = line.len() as u64;
                 if count > 0 {
@@ -93,12 +118,23 @@ pub fn split<R: BufRead>(
                             end: last,
                             count,
                             bytes,
+                            schemas: std::mem::replace(&mut piece_schemas, current.clone()),
                         });
                         count = 0;
                         bytes = 0;
-                        header_len = header_size(h, last, &mut scratch);
+                        header_len = header_size(h, last, &piece_schemas, &mut scratch);
                     }
                 }
+                for c in pending.drain(..) {
+                    let list = current
+                        .as_mut()
+                        .expect("validated: schema records need schemas");
+                    match list.iter_mut().find(|s| s.table == c.schema.table) {
+                        Some(s) => *s = c.schema,
+                        None => list.push(c.schema),
+                    }
+                }
+                pending_lines.clear();
                 spool.push(&line)?;
                 count += 1;
                 bytes += len;
@@ -112,11 +148,23 @@ pub fn split<R: BufRead>(
                 let mut start = h.start.clone();
                 for cut in cuts.drain(..) {
                     let end = Cursor::new(h.start.source.clone(), cut.end);
-                    emit(sink, &h, &start, &mut events, cut.bytes, cut.count, &end)?;
+                    let piece = Piece {
+                        start: &start,
+                        schemas: cut.schemas,
+                        bytes: cut.bytes,
+                        count: cut.count,
+                    };
+                    emit(sink, &h, piece, &mut events, &end)?;
                     start = end;
                     stats.batches_out += 1;
                 }
-                emit(sink, &h, &start, &mut events, bytes, count, &c.end)?;
+                let piece = Piece {
+                    start: &start,
+                    schemas: piece_schemas.take(),
+                    bytes,
+                    count,
+                };
+                emit(sink, &h, piece, &mut events, &c.end)?;
                 stats.batches_out += 1;
                 drop(events);
                 count = 0;
@@ -127,22 +175,29 @@ pub fn split<R: BufRead>(
     Ok(stats)
 }
 
+/// One piece to write: where it starts, its header's schemas, its records.
+struct Piece<'a> {
+    start: &'a Cursor,
+    schemas: Option<Vec<Schema>>,
+    bytes: u64,
+    count: u64,
+}
+
 fn emit(
     sink: &mut dyn BatchSink,
     h: &Header,
-    start: &Cursor,
+    p: Piece<'_>,
     events: &mut Box<dyn BufRead + '_>,
-    bytes: u64,
-    count: u64,
     end: &Cursor,
 ) -> Result<()> {
     let header = Header {
-        start: start.clone(),
+        start: p.start.clone(),
         high_water: h.high_water,
-        schemas: h.schemas.clone(),
+        schemas: p.schemas,
         compacted: h.compacted,
     };
-    let mut piece = events.by_ref().take(bytes);
+    let count = p.count;
+    let mut piece = events.by_ref().take(p.bytes);
     sink.batch(
         &header,
         &mut piece,
@@ -153,10 +208,16 @@ fn emit(
     )
 }
 
-fn header_size(h: &Header, start: Sequence, scratch: &mut Vec<u8>) -> u64 {
+fn header_size(
+    h: &Header,
+    start: Sequence,
+    schemas: &Option<Vec<Schema>>,
+    scratch: &mut Vec<u8>,
+) -> u64 {
     scratch.clear();
     let mut hh = h.clone();
     hh.start.set_sequence(start);
+    hh.schemas = schemas.clone();
     write_header_line(scratch, &hh);
     scratch.len() as u64
 }

@@ -22,7 +22,8 @@
 
 use super::jsonl::{json_error, Limits, RawRecord, RecordKind};
 use super::model::{
-    write_cursor, write_event, write_schemas, write_seq, Cursor, Event, Schema, Seq, Sequence,
+    write_cursor, write_event, write_schema_change_line, write_schemas, write_seq, Cursor, Event,
+    Schema, SchemaChange, Seq, Sequence,
 };
 use super::strict::{present, Obj};
 use crate::error::{Error, Result};
@@ -56,6 +57,8 @@ pub struct Commit {
 pub enum Item {
     Header(Header),
     Event(Event),
+    /// A `schema` record: the table's schema from here on.
+    Schema(SchemaChange),
     Commit(Commit),
 }
 
@@ -69,6 +72,9 @@ pub struct Batch {
     /// See [`Header::compacted`].
     pub compacted: bool,
     pub events: Vec<Event>,
+    /// Schema records, each with the index of the event it comes before
+    /// (in order; several may share an index).
+    pub changes: Vec<(usize, SchemaChange)>,
 }
 
 /// Width and key positions of a table, from its schema.
@@ -103,7 +109,7 @@ pub struct Validator {
     /// Refuse anything after the first commit (the strict single-batch decoder).
     single: bool,
     prev_end: Option<Cursor>,
-    open: Option<Open>,
+    open: Option<Box<Open>>,
     batches: u64,
 }
 
@@ -111,6 +117,10 @@ struct Open {
     start: Cursor,
     high_water: Sequence,
     shapes: Option<HashMap<String, TableShape>>,
+    /// With schemas: each table's schema in force (changed by schema records).
+    schemas: HashMap<String, Schema>,
+    /// A schema record waits for the event it belongs to.
+    change_pending: bool,
     /// Without schemas: each table's width as its first image gave it.
     widths: HashMap<String, usize>,
     last: Sequence,
@@ -175,14 +185,22 @@ impl Validator {
             Some(s) => Some(shapes(s)?),
             None => None,
         };
-        self.open = Some(Open {
+        let schemas = h
+            .schemas
+            .iter()
+            .flatten()
+            .map(|s| (s.table.clone(), s.clone()))
+            .collect();
+        self.open = Some(Box::new(Open {
             start: h.start.clone(),
             high_water: h.high_water,
             shapes,
+            schemas,
+            change_pending: false,
             widths: HashMap::new(),
             last: h.start.sequence(),
             count: 0,
-        });
+        }));
         Ok(())
     }
 
@@ -260,6 +278,37 @@ impl Validator {
         }
         open.last = e.sequence;
         open.count += 1;
+        open.change_pending = false;
+        Ok(())
+    }
+
+    /// A `schema` record: checked against the schema in force, which it
+    /// replaces for the events after it.
+    pub fn schema_change(&mut self, c: &SchemaChange) -> Result<()> {
+        let Some(open) = self.open.as_mut() else {
+            return Err(Error::data(if self.batches == 0 {
+                "schema record before the header (the header must come first)"
+            } else {
+                "schema record after the commit (a schema change belongs inside a batch, before the event it precedes)"
+            }));
+        };
+        let Some(shapes) = open.shapes.as_mut() else {
+            return Err(Error::data(
+                "schema record in a batch whose header has no schemas (a schema change needs the schemas it changes)",
+            ));
+        };
+        c.check(open.schemas.get(&c.schema.table))
+            .map_err(Error::data)?;
+        shapes.insert(
+            c.schema.table.clone(),
+            TableShape {
+                width: c.schema.columns.len(),
+                key: c.schema.key_indices(),
+            },
+        );
+        open.schemas
+            .insert(c.schema.table.clone(), c.schema.clone());
+        open.change_pending = true;
         Ok(())
     }
 
@@ -271,6 +320,11 @@ impl Validator {
                 "second commit (a batch has one commit, and it is last)"
             }));
         };
+        if open.change_pending {
+            return Err(Error::data(
+                "schema record at the end of the batch (a schema change belongs to the event after it, in the same batch)",
+            ));
+        }
         if c.end.source != open.start.source {
             return Err(Error::data(format!(
                 "commit ends in source {:?} but the batch started in source {:?}",
@@ -363,6 +417,13 @@ pub fn batch_item(rec: RawRecord) -> Result<Item> {
                 count: rec.count.expect("checked").0,
             }))
         }
+        RecordKind::Schema => {
+            rec.check_members("schema", &["schema"], &["renamed"])?;
+            Ok(Item::Schema(SchemaChange {
+                schema: rec.schema.expect("checked"),
+                renamed: rec.renamed.unwrap_or_default(),
+            }))
+        }
         RecordKind::Row => Err(Error::data(
             "row records belong to snapshots, not batch streams",
         )),
@@ -399,6 +460,7 @@ impl RawBatchDoc {
             schemas: self.schemas,
             compacted: self.compacted.unwrap_or(false),
             events: self.events,
+            changes: Vec::new(),
         })
     }
 }
@@ -408,7 +470,11 @@ impl Batch {
     pub fn validate(&self) -> Result<()> {
         let mut v = Validator::single_batch();
         v.header(&self.header())?;
+        let mut changes = self.changes.iter().peekable();
         for (i, e) in self.events.iter().enumerate() {
+            while let Some((_, c)) = changes.next_if(|(at, _)| *at == i) {
+                v.schema_change(c)?;
+            }
             v.event(e)
                 .map_err(|err| Error::data(format!("event #{}: {}", i + 1, err.message())))?;
         }
@@ -446,7 +512,12 @@ impl Batch {
         d.finish()
     }
 
-    pub fn to_json(&self) -> Vec<u8> {
+    /// The JSON document; `None` for a batch with schema records, which
+    /// `mooncdc.batch.v1` cannot hold.
+    pub fn to_json(&self) -> Option<Vec<u8>> {
+        if !self.changes.is_empty() {
+            return None;
+        }
         let mut out = Vec::new();
         write_json_open(&mut out, &self.header(), &self.end);
         for (i, e) in self.events.iter().enumerate() {
@@ -456,13 +527,17 @@ impl Batch {
             write_event(&mut out, e);
         }
         out.extend_from_slice(b"]}\n");
-        out
+        Some(out)
     }
 
     pub fn to_jsonl(&self) -> Vec<u8> {
         let mut out = Vec::new();
         write_header_line(&mut out, &self.header());
-        for e in &self.events {
+        let mut changes = self.changes.iter().peekable();
+        for (i, e) in self.events.iter().enumerate() {
+            while let Some((_, c)) = changes.next_if(|(at, _)| *at == i) {
+                write_schema_change_line(&mut out, c);
+            }
             write_event_line(&mut out, e);
         }
         write_commit_line(&mut out, &self.commit());
@@ -498,6 +573,11 @@ pub fn write_event_line(out: &mut Vec<u8>, e: &Event) {
     write_event(out, e);
     out.extend_from_slice(EVENT_LINE_SUFFIX);
 }
+
+pub use super::model::write_schema_change_line as write_schema_line;
+
+/// The fixed start of a `schema` record's line.
+pub const SCHEMA_LINE_PREFIX: &[u8] = b"{\"kind\":\"schema\",";
 
 pub fn write_commit_line(out: &mut Vec<u8>, c: &Commit) {
     out.extend_from_slice(b"{\"kind\":\"commit\",\"end\":");

@@ -17,6 +17,7 @@ pub struct BatchDecoder {
     validator: Validator,
     header: Option<Header>,
     events: Vec<Event>,
+    changes: Vec<(usize, super::model::SchemaChange)>,
     commit: Option<Commit>,
     state: DecoderState,
 }
@@ -48,6 +49,7 @@ impl BatchDecoder {
             validator: Validator::single_batch(),
             header: None,
             events: Vec::new(),
+            changes: Vec::new(),
             commit: None,
             state: DecoderState::Open,
         })
@@ -122,6 +124,12 @@ impl BatchDecoder {
                 self.validator.event(&e).map_err(|err| err.at_line(at))?;
                 self.events.push(e);
             }
+            Item::Schema(c) => {
+                self.validator
+                    .schema_change(&c)
+                    .map_err(|e| e.at_line(at))?;
+                self.changes.push((self.events.len(), c));
+            }
             Item::Commit(c) => {
                 self.validator.commit(&c).map_err(|e| e.at_line(at))?;
                 self.commit = Some(c);
@@ -157,6 +165,7 @@ impl BatchDecoder {
             schemas: h.schemas,
             compacted: h.compacted,
             events: std::mem::take(&mut self.events),
+            changes: std::mem::take(&mut self.changes),
         })
     }
 }

@@ -8,7 +8,7 @@
 //! refused as soon as the cap is passed, so memory never holds more than the
 //! cap, whatever the input.
 
-use super::model::{Count, Cursor, Event, Row, Schema, Seq};
+use super::model::{Count, Cursor, Event, Rename, Row, Schema, Seq};
 use super::strict::{one_of, present, Obj};
 use crate::error::{Error, Result};
 use serde::Deserialize;
@@ -172,6 +172,7 @@ pub enum RecordKind {
     Event,
     Commit,
     Row,
+    Schema,
 }
 
 impl<'de> Deserialize<'de> for RecordKind {
@@ -179,12 +180,13 @@ impl<'de> Deserialize<'de> for RecordKind {
         one_of(
             d,
             "record kind",
-            &["header", "event", "commit", "row"],
+            &["header", "event", "commit", "row", "schema"],
             &[
                 RecordKind::Header,
                 RecordKind::Event,
                 RecordKind::Commit,
                 RecordKind::Row,
+                RecordKind::Schema,
             ],
         )
     }
@@ -217,6 +219,10 @@ pub struct RawRecord {
     pub table: Option<String>,
     #[serde(default, deserialize_with = "present")]
     pub row: Option<Row>,
+    #[serde(default, deserialize_with = "present")]
+    pub schema: Option<Schema>,
+    #[serde(default, deserialize_with = "present")]
+    pub renamed: Option<Vec<Rename>>,
 }
 
 impl RawRecord {
@@ -241,6 +247,8 @@ impl RawRecord {
         p!(cursor);
         p!(table);
         p!(row);
+        p!(schema);
+        p!(renamed);
         v
     }
 

@@ -16,7 +16,7 @@ pub mod value;
 pub use batch::{Batch, BatchDecoder, BatchStreamReader, Commit, Header, Item};
 pub use detect::{detect, InputFormat};
 pub use jsonl::Limits;
-pub use model::{Column, Cursor, Event, Operation, Row, Schema, Sequence};
+pub use model::{Column, Cursor, Event, Operation, Rename, Row, Schema, SchemaChange, Sequence};
 pub use snapshot::{SnapItem, SnapshotReader};
 pub use value::Value;
 

@@ -431,6 +431,104 @@ impl Schema {
     }
 }
 
+/// A table's schema changing inside a batch (a `schema` record): from this
+/// position on, the table's events have `schema`'s columns. `renamed` names
+/// the columns the change renamed (old name → new name); every other column
+/// of the old schema missing from the new one was dropped, every other new
+/// column was added. A target applies the change together with the event
+/// after it, and skips it when it already holds that event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaChange {
+    pub schema: Schema,
+    pub renamed: Vec<Rename>,
+}
+
+/// One renamed column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rename {
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRename {
+    from: String,
+    to: String,
+}
+
+impl<'de> Deserialize<'de> for Rename {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let Obj(r) = Obj::<RawRename>::deserialize(d)?;
+        Ok(Rename {
+            from: r.from,
+            to: r.to,
+        })
+    }
+}
+
+impl SchemaChange {
+    /// Check the change against the schema in force before it (`None`: the
+    /// table is new to the batch).
+    pub fn check(&self, old: Option<&Schema>) -> Result<(), String> {
+        self.schema.check()?;
+        let t = &self.schema.table;
+        let mut froms = std::collections::HashSet::new();
+        let mut tos = std::collections::HashSet::new();
+        for r in &self.renamed {
+            let Some(old) = old else {
+                return Err(format!(
+                    "schema change of table {t:?} renames column {:?}, but the table has no schema before it",
+                    r.from
+                ));
+            };
+            if !old.columns.iter().any(|c| c.name == r.from) {
+                return Err(format!(
+                    "schema change of table {t:?} renames column {:?}, which the table did not have",
+                    r.from
+                ));
+            }
+            if !self.schema.columns.iter().any(|c| c.name == r.to) {
+                return Err(format!(
+                    "schema change of table {t:?} renames column {:?} to {:?}, which is not among its new columns",
+                    r.from, r.to
+                ));
+            }
+            if !froms.insert(r.from.as_str()) || !tos.insert(r.to.as_str()) {
+                return Err(format!(
+                    "schema change of table {t:?} names a column in two renames ({:?} to {:?})",
+                    r.from, r.to
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// For each new column, the position in `old` its values come from
+    /// (`None`: an added column).
+    pub fn sources(&self, old: &Schema) -> Vec<Option<usize>> {
+        let mut from = vec![None; self.schema.columns.len()];
+        for (i, c) in old.columns.iter().enumerate() {
+            if let Some(n) = self.new_name(&c.name) {
+                if let Some(j) = self.schema.columns.iter().position(|c| c.name == n) {
+                    from[j] = Some(i);
+                }
+            }
+        }
+        from
+    }
+
+    /// The new name of each old column (`None`: dropped).
+    pub fn new_name<'a>(&'a self, old: &'a str) -> Option<&'a str> {
+        if let Some(r) = self.renamed.iter().find(|r| r.from == old) {
+            return Some(&r.to);
+        }
+        let renamed_to = self.renamed.iter().any(|r| r.to == old);
+        let kept = self.schema.columns.iter().any(|c| c.name == old);
+        (kept && !renamed_to).then_some(old)
+    }
+}
+
 // ---------------------------------------------------------------- encoding
 
 pub fn write_seq(out: &mut Vec<u8>, s: Sequence) {
@@ -508,6 +606,27 @@ pub fn write_schema(out: &mut Vec<u8>, s: &Schema) {
         write_json_str(out, k);
     }
     out.extend_from_slice(b"]}");
+}
+
+/// A `schema` record's line (with its newline).
+pub fn write_schema_change_line(out: &mut Vec<u8>, c: &SchemaChange) {
+    out.extend_from_slice(b"{\"kind\":\"schema\",\"schema\":");
+    write_schema(out, &c.schema);
+    if !c.renamed.is_empty() {
+        out.extend_from_slice(b",\"renamed\":[");
+        for (i, r) in c.renamed.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"from\":");
+            write_json_str(out, &r.from);
+            out.extend_from_slice(b",\"to\":");
+            write_json_str(out, &r.to);
+            out.push(b'}');
+        }
+        out.push(b']');
+    }
+    out.extend_from_slice(b"}\n");
 }
 
 pub fn write_schemas(out: &mut Vec<u8>, schemas: &[Schema]) {

@@ -211,6 +211,9 @@ fn snapshot_item(rec: RawRecord) -> Result<SnapItem> {
         RecordKind::Event => Err(Error::data(
             "event records belong to batch streams, not snapshots",
         )),
+        RecordKind::Schema => Err(Error::data(
+            "schema records belong to batch streams, not snapshots",
+        )),
     }
 }
 

@@ -113,6 +113,7 @@ impl<R: BufRead> BatchStreamReader<R> {
                         match &item {
                             Item::Header(h) => self.validator.header(h)?,
                             Item::Event(e) => self.validator.event(e)?,
+                            Item::Schema(c) => self.validator.schema_change(c)?,
                             Item::Commit(c) => self.validator.commit(c)?,
                         }
                         Ok(item)

@@ -23,6 +23,10 @@ pub fn int(n: i64) -> J {
     json!(["integer", n.to_string()])
 }
 
+pub fn vnull() -> J {
+    json!(["null"])
+}
+
 pub fn text(s: &str) -> J {
     json!(["text", s])
 }
@@ -68,6 +72,23 @@ pub fn upd(seq: u128, table: &str, before: J, after: J) -> J {
 
 pub fn del(seq: u128, table: &str, before: J) -> J {
     json!({"sequence": seq.to_string(), "table": table, "operation": "delete", "before": before})
+}
+
+/// A schema record (for [`Spec::events`]): `schema` from here on, with
+/// `renamed` as (old name, new name).
+pub fn schema_rec(schema: J, renamed: &[(&str, &str)]) -> J {
+    let mut r = json!({"kind": "schema", "schema": schema});
+    if !renamed.is_empty() {
+        r["renamed"] = renamed
+            .iter()
+            .map(|(f, t)| json!({"from": f, "to": t}))
+            .collect();
+    }
+    r
+}
+
+fn is_schema_rec(e: &J) -> bool {
+    e.get("kind").and_then(J::as_str) == Some("schema")
 }
 
 /// A truncate of `table` (neither CASCADE nor RESTART IDENTITY).
@@ -151,17 +172,26 @@ impl Spec {
         format!("{h}\n")
     }
 
+    /// Event lines; an element made by [`schema_rec`] is written as the
+    /// schema record it is.
     pub fn event_lines(&self) -> String {
         self.events
             .iter()
-            .map(|e| format!("{}\n", json!({"kind": "event", "event": e})))
+            .map(|e| {
+                if is_schema_rec(e) {
+                    format!("{e}\n")
+                } else {
+                    format!("{}\n", json!({"kind": "event", "event": e}))
+                }
+            })
             .collect()
     }
 
     pub fn commit_line(&self) -> String {
+        let n = self.events.iter().filter(|e| !is_schema_rec(e)).count();
         format!(
             "{}\n",
-            json!({"kind": "commit", "end": cursor(&self.source, self.end), "count": self.events.len().to_string()})
+            json!({"kind": "commit", "end": cursor(&self.source, self.end), "count": n.to_string()})
         )
     }
 
@@ -250,9 +280,14 @@ pub fn parse_stream(bytes: &[u8]) -> Result<Vec<Batch>, String> {
                     schemas: h.schemas,
                     compacted: h.compacted,
                     events: Vec::new(),
+                    changes: Vec::new(),
                 })
             }
             Ok(Some(Item::Event(e))) => open.as_mut().expect("header first").events.push(e),
+            Ok(Some(Item::Schema(c))) => {
+                let b = open.as_mut().expect("header first");
+                b.changes.push((b.events.len(), c));
+            }
             Ok(Some(Item::Commit(c))) => {
                 let mut b = open.take().expect("header first");
                 b.end = c.end;

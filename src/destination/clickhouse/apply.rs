@@ -4,6 +4,23 @@
 use super::*;
 use crate::destination::BatchGate;
 
+/// A table's rows of one batch under one layout; `change` is made first.
+pub(super) struct Segment {
+    change: Option<(Layout, SchemaChange)>,
+    layout: Layout,
+    held: Held,
+}
+
+impl Segment {
+    fn new(change: Option<(Layout, SchemaChange)>, layout: Layout) -> Segment {
+        Segment {
+            change,
+            layout,
+            held: Held::new(),
+        }
+    }
+}
+
 impl ClickHouse {
     /// Send a table's held rows, in inserts cut at the recorded bounds.
     pub(super) fn flush(&self, l: &Layout, held: &mut Held) -> Result<()> {
@@ -171,8 +188,15 @@ impl ClickHouse {
             ..Default::default()
         };
         self.committed = stats.clone();
+        // Each table's layout in force, and its rows held in segments: a
+        // schema change starts a new segment, made at the commit before the
+        // segment's rows are sent.
         let mut layouts: HashMap<String, Layout> = HashMap::new();
-        let mut bufs: HashMap<String, Held> = HashMap::new();
+        let mut bufs: HashMap<String, Vec<Segment>> = HashMap::new();
+        let mut pending: Vec<SchemaChange> = Vec::new();
+        let mut kind = SourceKind::Sqlite;
+        let mut in_force: Vec<Schema> = Vec::new();
+        let mut ensured = false;
         let mut gate: Option<BatchGate> = None;
         // From a batch's header to its cursor: a stop waits for the commit.
         let mut busy: Option<crate::util::stop::Busy> = None;
@@ -187,30 +211,80 @@ impl ClickHouse {
                             "a ClickHouse target needs the tables' schemas in the batch header",
                         )
                     })?;
+                    kind = SourceKind::of_identity(&h.start.source);
                     layouts.clear();
                     bufs.clear();
-                    for s in schemas {
-                        let l = Layout::new(s, SourceKind::of_identity(&h.start.source));
-                        self.ensure(&l)?;
-                        layouts.insert(s.table.clone(), l);
+                    pending.clear();
+                    in_force = schemas.clone();
+                    // A batch overlapping the cursor describes the tables as
+                    // they were at its start: checked at its first event not
+                    // yet held, with the schema changes the target holds.
+                    ensured = false;
+                    if !gate.as_ref().expect("just opened").overlaps() {
+                        for s in in_force.drain(..) {
+                            let l = Layout::new(&s, kind);
+                            self.ensure(&l)?;
+                            layouts.insert(s.table.clone(), l);
+                        }
+                        ensured = true;
                     }
                 }
+                Item::Schema(c) => pending.push(c),
                 Item::Event(e) => {
                     if gate.as_ref().expect("validated stream").holds(e.sequence) {
+                        for c in pending.drain(..) {
+                            match in_force.iter_mut().find(|s| s.table == c.schema.table) {
+                                Some(s) => *s = c.schema,
+                                None => in_force.push(c.schema),
+                            }
+                        }
                         stats.skipped += 1;
                         continue;
                     }
-                    let l = &layouts[&e.table];
-                    let held = bufs.entry(e.table.clone()).or_insert_with(Held::new);
+                    if !ensured {
+                        for s in in_force.drain(..) {
+                            let l = Layout::new(&s, kind);
+                            self.ensure(&l)?;
+                            layouts.insert(s.table.clone(), l);
+                        }
+                        ensured = true;
+                    }
+                    for c in pending.drain(..) {
+                        let table = c.schema.table.clone();
+                        let new = Layout::new(&c.schema, kind);
+                        let segs = bufs.entry(table.clone()).or_default();
+                        match layouts.get(&table) {
+                            Some(old) => {
+                                // Checked now against the table as it is, so
+                                // a change it cannot follow fails before any
+                                // row of the batch is sent.
+                                if !segs.iter().any(|s| s.change.is_some()) {
+                                    self.evolve(old, &c, &new, true)?;
+                                }
+                                segs.push(Segment::new(Some((old.clone(), c)), new.clone()));
+                            }
+                            None => {
+                                self.ensure(&new)?;
+                                segs.push(Segment::new(None, new.clone()));
+                            }
+                        }
+                        layouts.insert(table, new);
+                    }
+                    let segs = bufs.entry(e.table.clone()).or_default();
+                    if segs.is_empty() {
+                        segs.push(Segment::new(None, layouts[&e.table].clone()));
+                    }
+                    let seg = segs.last_mut().expect("a segment");
+                    let held = &mut seg.held;
                     if e.operation.is_truncate() {
                         // Checked now, so a sequence the versions cannot
                         // hold fails before anything is written.
-                        version(l.kind, e.sequence)?;
+                        version(seg.layout.kind, e.sequence)?;
                         held.truncates.push(e.sequence);
                         stats.applied += 1;
                         continue;
                     }
-                    self.encode_event(l, &mut held.row, &e)?;
+                    self.encode_event(&seg.layout, &mut held.row, &e)?;
                     held.take_row(self.cfg.max_insert_bytes)?;
                     stats.applied += 1;
                     if stats.applied % 65536 == 0 {
@@ -219,10 +293,15 @@ impl ClickHouse {
                 }
                 Item::Commit(c) => {
                     let moves = gate.take().expect("validated stream").close(&c.end)?;
-                    // The batch is valid: now its rows go out, then its
-                    // cursor; a stop asked for meanwhile waits for both.
-                    for (t, held) in bufs.iter_mut() {
-                        self.flush(&layouts[t], held)?;
+                    // The batch is valid: now its schema changes and rows go
+                    // out, then its cursor; a stop asked for meanwhile waits.
+                    for segs in bufs.values_mut() {
+                        for seg in segs.iter_mut() {
+                            if let Some((old, change)) = &seg.change {
+                                self.evolve(old, change, &seg.layout, false)?;
+                            }
+                            self.flush(&seg.layout, &mut seg.held)?;
+                        }
                     }
                     bufs.clear();
                     if moves {

@@ -28,6 +28,7 @@
 mod apply;
 mod config;
 mod cursor;
+mod evolve;
 mod http;
 mod read;
 mod rowbinary;
@@ -47,8 +48,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::source::SourceKind;
 use crate::wire::value::write_value;
 use crate::wire::{
-    BatchStreamReader, Column, Cursor, Event, Item, Operation, Row, Schema, Sequence, SnapItem,
-    SnapshotReader, Value,
+    BatchStreamReader, Column, Cursor, Event, Item, Operation, Row, Schema, SchemaChange, Sequence,
+    SnapItem, SnapshotReader, Value,
 };
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Read};
@@ -104,6 +105,8 @@ pub struct ClickHouse {
     /// Whether `_mooncdc_cursor` is known to exist: created before the first
     /// write, never by a read-only command.
     pub(super) cursor_table: std::cell::Cell<bool>,
+    /// The server's version (major, minor), for what its SQL can do.
+    pub(super) version: (u32, u32),
 }
 
 pub(super) enum Timeout {
@@ -130,9 +133,13 @@ impl ClickHouse {
             committed: ApplyStats::default(),
             options: TargetOptions::default(),
             cursor_table: std::cell::Cell::new(false),
+            version: (0, 0),
         };
         // Reachable, and the credentials work.
-        ch.query("SELECT version()", None, Timeout::Connect)?;
+        let v = ch.query("SELECT version()", None, Timeout::Connect)?;
+        let v = String::from_utf8_lossy(&v);
+        let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        ch.version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
         let s = ch.query(
             "SELECT name FROM system.settings WHERE name IN ('max_execution_time', 'wait_end_of_query', 'max_insert_block_size')",
             None,

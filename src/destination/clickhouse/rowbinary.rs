@@ -213,6 +213,7 @@ pub(super) fn decode_value(r: &mut dyn Read, ty: ChType, nullable: bool) -> Resu
 }
 
 /// One target table's layout.
+#[derive(Clone)]
 pub(super) struct Layout {
     pub(super) schema: Schema,
     pub(super) name: String,
@@ -238,6 +239,26 @@ impl Layout {
 
     pub(super) fn nullable(&self, i: usize) -> bool {
         !self.key.contains(&i)
+    }
+
+    /// Each data column's (name, ClickHouse type) as the table must have it.
+    pub(super) fn expected_columns(&self) -> Vec<(String, String)> {
+        self.schema
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let t = self.types[i].sql();
+                (
+                    c.name.clone(),
+                    if self.nullable(i) {
+                        format!("Nullable({t})")
+                    } else {
+                        t
+                    },
+                )
+            })
+            .collect()
     }
 
     pub(super) fn column_defs(&self) -> Vec<String> {

@@ -130,28 +130,26 @@ impl ClickHouse {
                 .iter()
                 .filter(|(n, _)| !meta.iter().any(|(m, _)| m == n))
                 .collect();
-            let expected: Vec<(String, String)> = l
-                .schema
-                .columns
-                .iter()
-                .enumerate()
-                .map(|(i, c)| {
-                    let t = l.types[i].sql();
-                    (
-                        c.name.clone(),
-                        if l.nullable(i) {
-                            format!("Nullable({t})")
-                        } else {
-                            t
-                        },
-                    )
-                })
-                .collect();
-            let fits = data.len() <= expected.len()
-                && data
-                    .iter()
-                    .zip(&expected)
-                    .all(|(h, e)| h.0 == e.0 && h.1 == e.1);
+            let expected = l.expected_columns();
+            // The history engine keeps columns a schema change dropped
+            // (nullable, anywhere); the stream's columns must then be there
+            // with their types, or missing and added. Otherwise the table's
+            // columns are the stream's first ones.
+            let fits = match self.engine {
+                Engine::Replacing => {
+                    data.len() <= expected.len()
+                        && data
+                            .iter()
+                            .zip(&expected)
+                            .all(|(h, e)| h.0 == e.0 && h.1 == e.1)
+                }
+                Engine::History => data.iter().all(|(n, t)| {
+                    expected
+                        .iter()
+                        .find(|(e, _)| e == n)
+                        .map_or(t.starts_with("Nullable("), |(_, et)| et == t)
+                }),
+            };
             if !fits {
                 return Err(Error::state(format!(
                     "ClickHouse table {} has columns {:?}, but the stream's schema needs {:?} (names and types)",
@@ -160,7 +158,13 @@ impl ClickHouse {
                     expected.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>()
                 )));
             }
-            for (i, c) in l.schema.columns.iter().enumerate().skip(data.len()) {
+            let missing: Vec<usize> = match self.engine {
+                Engine::Replacing => (data.len()..l.schema.columns.len()).collect(),
+                Engine::History => (0..l.schema.columns.len())
+                    .filter(|&i| !data.iter().any(|(n, _)| *n == l.schema.columns[i].name))
+                    .collect(),
+            };
+            for (i, c) in missing.into_iter().map(|i| (i, &l.schema.columns[i])) {
                 if !l.nullable(i) {
                     return Err(Error::state(format!(
                         "cannot add key column {:?} to ClickHouse table {}",

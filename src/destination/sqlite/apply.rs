@@ -21,29 +21,67 @@ impl SqliteTarget {
         let mut tables: HashMap<String, TableSql> = HashMap::new();
         let mut gate: Option<BatchGate> = None;
         let mut parked: Vec<(String, Row, u128)> = Vec::new();
+        // Schema records wait for the event they belong to.
+        let mut pending: Vec<crate::wire::SchemaChange> = Vec::new();
+        let mut kind = crate::source::SourceKind::Sqlite;
+        let mut in_force: Vec<Schema> = Vec::new();
+        let mut ensured = false;
         let result = (|| -> Result<()> {
             while let Some(item) = input.next_item()? {
                 match item {
                     Item::Header(h) => {
                         parked.clear();
+                        pending.clear();
+                        kind = crate::source::SourceKind::of_identity(&h.start.source);
                         self.begin()?;
                         gate = Some(BatchGate::open(stored_cursor(self.db())?.as_ref(), &h)?);
                         tables.clear();
-                        if let Some(schemas) = &h.schemas {
-                            for s in schemas {
-                                let t = ensure_table(
-                                    self.db(),
-                                    s,
-                                    crate::source::SourceKind::of_identity(&h.start.source),
-                                )?;
+                        in_force = h.schemas.clone().unwrap_or_default();
+                        // A batch that overlaps the cursor describes tables
+                        // as they were at its start: they are checked at its
+                        // first event not yet held, with the schema changes
+                        // the target already holds.
+                        ensured = false;
+                        if !gate.as_ref().expect("just opened").overlaps() {
+                            for s in in_force.drain(..) {
+                                let t = ensure_table(self.db(), &s, kind)?;
                                 tables.insert(s.table.clone(), t);
                             }
+                            ensured = true;
                         }
                     }
+                    Item::Schema(c) => pending.push(c),
                     Item::Event(e) => {
                         if gate.as_ref().expect("validated stream").holds(e.sequence) {
+                            // Held, with the schema changes before it.
+                            for c in pending.drain(..) {
+                                match in_force.iter_mut().find(|s| s.table == c.schema.table) {
+                                    Some(s) => *s = c.schema,
+                                    None => in_force.push(c.schema),
+                                }
+                            }
                             stats.skipped += 1;
                             continue;
+                        }
+                        if !ensured {
+                            for s in in_force.drain(..) {
+                                let t = ensure_table(self.db(), &s, kind)
+                                    .map_err(|err| input.locate(err))?;
+                                tables.insert(s.table.clone(), t);
+                            }
+                            ensured = true;
+                        }
+                        for c in pending.drain(..) {
+                            if parked.iter().any(|(t, _, _)| *t == c.schema.table) {
+                                return Err(Error::state(format!(
+                                    "the schema of table {:?} changes while a row waits for its key to be freed (a key swap in progress); the target cannot carry both",
+                                    c.schema.table
+                                )));
+                            }
+                            let old = tables.get(&c.schema.table).map(|t| t.schema.clone());
+                            let t = super::evolve::evolve_table(self.db(), old.as_ref(), &c, kind)
+                                .map_err(|err| input.locate(err))?;
+                            tables.insert(c.schema.table.clone(), t);
                         }
                         if !tables.contains_key(&e.table) {
                             let t = existing_table(self.db(), &e.table)?;

@@ -10,6 +10,7 @@
 //! point loses nothing and duplicates nothing.
 
 mod apply;
+mod evolve;
 mod table;
 mod types;
 
