@@ -2728,120 +2728,244 @@ fn the_password_comes_from_a_libpq_password_file() {
 
 // ---------------------------------------------------------------- schema changes
 
+/// The schema in force for `table` at the end of a stream (last header,
+/// then its schema records).
+fn final_schema(b: &[Batch], table: &str) -> mooncdc::wire::Schema {
+    let last = b.last().expect("a batch");
+    last.changes
+        .iter()
+        .rev()
+        .map(|(_, c)| &c.schema)
+        .chain(last.schemas.iter().flatten())
+        .find(|s| s.table == table)
+        .unwrap_or_else(|| panic!("no schema for {table}"))
+        .clone()
+}
+
 #[test]
-fn a_column_added_mid_stream_starts_a_batch_with_the_new_schema() {
+fn schema_changes_are_carried_inside_their_transaction() {
     let src = Src::new("ddl");
     let s = src.session();
-    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text)");
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text, gone text, w int)");
     src.init(&["public.a"]);
-    s.exec("INSERT INTO a VALUES (1, 'x')");
-    s.exec("ALTER TABLE a ADD COLUMN n int8");
-    s.exec("INSERT INTO a VALUES (2, 'y', 5)");
-    s.exec("UPDATE a SET n = 7 WHERE id = 1");
+    s.exec("INSERT INTO a VALUES (1, 'x', 'g1', 1)");
+    // One transaction: a row in the old shape, a column added, one dropped,
+    // a type widened, each followed by a row in its new shape.
+    s.exec(
+        "BEGIN; INSERT INTO a VALUES (2, 'y', 'g2', 2); \
+         ALTER TABLE a ADD COLUMN n int8; INSERT INTO a VALUES (3, 'z', 'g3', 3, 5); \
+         ALTER TABLE a DROP COLUMN gone; UPDATE a SET n = 7 WHERE id = 1; \
+         ALTER TABLE a ALTER COLUMN w TYPE bigint; INSERT INTO a VALUES (4, 'q', 4, 6); COMMIT",
+    );
     let (bytes, b) = src.capture_ok(&[]);
     let ev = checked_events(&b);
     assert_described(
         &[
-            e_ins("public.a", vec![vi(1), vt("x")]),
-            e_ins("public.a", vec![vi(2), vt("y"), vi(5)]),
+            e_ins("public.a", vec![vi(1), vt("x"), vt("g1"), vi(1)]),
+            e_ins("public.a", vec![vi(2), vt("y"), vt("g2"), vi(2)]),
+            e_ins("public.a", vec![vi(3), vt("z"), vt("g3"), vi(3), vi(5)]),
             e_upd(
                 "public.a",
-                vec![vi(1), vt("x"), VN],
-                vec![vi(1), vt("x"), vi(7)],
+                vec![vi(1), vt("x"), vi(1), VN],
+                vec![vi(1), vt("x"), vi(1), vi(7)],
             ),
+            e_ins("public.a", vec![vi(4), vt("q"), vi(4), vi(6)]),
         ],
         &ev,
     );
-    let width = |batch: &Batch| {
-        batch
-            .schemas
-            .as_ref()
-            .unwrap()
+    // The whole transaction is in one batch, each change a record right
+    // before the first event in its shape.
+    let txn = b
+        .iter()
+        .find(|b| !b.changes.is_empty())
+        .expect("a batch with schema records");
+    assert_eq!(txn.changes.len(), 3, "{:?}", txn.changes);
+    let first_after = |k: usize| txn.events[txn.changes[k].0].key_image().unwrap()[0].clone();
+    assert_eq!(first_after(0), Value::Integer(3));
+    assert_eq!(first_after(1), Value::Integer(1));
+    assert_eq!(first_after(2), Value::Integer(4));
+    assert!(
+        txn.events
             .iter()
-            .find(|s| s.table == "public.a")
-            .unwrap()
-            .columns
-            .len()
-    };
-    assert!(b.len() >= 2, "the new shape starts a new batch");
-    assert_eq!(width(&b[0]), 2);
-    assert_eq!(width(b.last().unwrap()), 3);
+            .any(|e| e.after.as_ref().is_some_and(|a| a[0] == Value::Integer(2))),
+        "the row in the old shape is in the same batch"
+    );
+    let cols: Vec<(&str, &str)> = txn.changes[2]
+        .1
+        .schema
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.decl_type.as_str()))
+        .collect();
+    assert_eq!(
+        cols,
+        [
+            ("id", "integer"),
+            ("v", "text"),
+            ("w", "bigint"),
+            ("n", "bigint")
+        ]
+    );
     src.apply_ok(&bytes);
+    src.audit_equal();
+    let proj = open(&src.proj());
+    let names: Vec<String> = proj
+        .prepare("SELECT name FROM pragma_table_info('public.a') ORDER BY cid")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(names, ["id", "v", "w", "n"], "the projection followed");
+    // Replayed, nothing changes.
+    let again = src.apply_ok(&bytes);
+    assert_eq!(again.applied, 0);
     src.audit_equal();
 }
 
-// ---------------------------------------------------------------- key order
+#[test]
+fn with_the_ddl_trigger_renames_are_carried() {
+    let src = Src::new("ddl_trig");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text, w int)");
+    src.init(&["public.a"]);
+    // The test role may not create event triggers: refused, nothing
+    // installed, the reason named.
+    let r = src.cmd("init", &["--ddl"]);
+    expect(
+        &r,
+        1,
+        "init --ddl without the right to create event triggers",
+    );
+    assert!(r.stderr.contains("event triggers"), "{}", r.stderr);
+    assert_eq!(s.value("SELECT count(*) FROM pg_event_trigger"), "0");
+    let su = src.db.superuser_url();
+    let r = run(
+        CAPTURE,
+        &["init", "--ddl", "--source", &su, "--slot", src.slot_name()],
+        None,
+    );
+    expect(&r, 0, "init --ddl as a superuser");
+    assert!(r.stderr.contains("DDL trigger installed"), "{}", r.stderr);
+    s.exec("INSERT INTO a VALUES (1, 'x', 1)");
+    s.exec("ALTER TABLE a RENAME COLUMN v TO v2");
+    s.exec("INSERT INTO a VALUES (2, 'y', 2)");
+    // A swap of two names through a third, then a drop and an add together.
+    s.exec(
+        "BEGIN; ALTER TABLE a RENAME COLUMN v2 TO tmp; ALTER TABLE a RENAME COLUMN w TO v2; \
+         ALTER TABLE a RENAME COLUMN tmp TO w; UPDATE a SET w = 'z' WHERE id = 1; COMMIT",
+    );
+    s.exec("ALTER TABLE a DROP COLUMN v2, ADD COLUMN extra int");
+    s.exec("INSERT INTO a VALUES (3, 'q', 9)");
+    let (bytes, b) = src.capture_ok(&[]);
+    let changes: Vec<Vec<(String, String)>> = b
+        .iter()
+        .flat_map(|b| b.changes.iter())
+        .map(|(_, c)| {
+            c.renamed
+                .iter()
+                .map(|r| (r.from.clone(), r.to.clone()))
+                .collect()
+        })
+        .collect();
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        changes,
+        vec![
+            pairs(&[("v", "v2")]),
+            pairs(&[("v2", "w"), ("w", "v2")]),
+            pairs(&[])
+        ],
+        "renames said, the drop and add as such"
+    );
+    src.apply_ok(&bytes);
+    src.audit_equal();
+    let proj = open(&src.proj());
+    let names: Vec<String> = proj
+        .prepare("SELECT name FROM pragma_table_info('public.a') ORDER BY cid")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(names, ["id", "w", "extra"]);
+    let w1: String = proj
+        .query_row("SELECT w FROM \"public.a\" WHERE id = 1", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(w1, "z", "the renamed column kept its values");
+}
 
 #[test]
-fn snapshot_orders_keys_as_the_wire_values_compare() {
-    let src = Src::new("keyorder");
+fn a_table_added_to_the_publication_is_created_in_the_target() {
+    let src = Src::new("ddl_pub");
     let s = src.session();
-    let icu = s.value("SELECT count(*) FROM pg_collation WHERE collname = 'und-x-icu'") == "1";
-    let coll = if icu { "COLLATE \"und-x-icu\"" } else { "" };
-    s.exec(&format!(
-        "CREATE TABLE tk (k text {coll} PRIMARY KEY, v int)"
-    ));
-    s.exec(&format!(
-        "CREATE TABLE ck (a int, b varchar(10) {coll}, PRIMARY KEY (a, b))"
-    ));
-    s.exec("CREATE TABLE nk (k numeric PRIMARY KEY)");
-    s.exec("CREATE TABLE bk (k bytea PRIMARY KEY)");
-    s.exec("CREATE TABLE uk (k uuid PRIMARY KEY)");
-    s.exec("CREATE TABLE dk (k date PRIMARY KEY)");
-    s.exec("CREATE TABLE fk (k float8 PRIMARY KEY)");
-    let tables = [
-        "public.tk",
-        "public.ck",
-        "public.nk",
-        "public.bk",
-        "public.uk",
-        "public.dk",
-        "public.fk",
-    ];
-    src.init(&tables);
-    let keys = [
-        "a",
-        "B",
-        "b",
-        "A",
-        "é",
-        "e",
-        "z",
-        "Z",
-        "😀",
-        "\u{FEFF}x",
-        " ",
-        "a b",
-        "ab",
-        "10",
-        "9",
-        "-",
-        "_",
-    ];
-    let vals: Vec<String> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| format!("({}, {i})", lit(k)))
-        .collect();
-    s.exec(&format!("INSERT INTO tk VALUES {}", vals.join(", ")));
-    let vals: Vec<String> = keys
-        .iter()
-        .enumerate()
-        .map(|(i, k)| format!("({}, {})", i % 3, lit(k)))
-        .collect();
-    s.exec(&format!("INSERT INTO ck VALUES {}", vals.join(", ")));
-    s.exec("INSERT INTO nk VALUES (10), (9), (-1), (0.5), (100), (-0.25), (1e-5)");
-    s.exec("INSERT INTO bk VALUES ('\\x00'), ('\\xff'), ('\\x0001'), (''), ('\\x7f80')");
-    s.exec("INSERT INTO uk VALUES ('ffffffff-0000-0000-0000-000000000000'), ('00000000-0000-0000-0000-00000000000a'), ('0a000000-0000-0000-0000-000000000000')");
-    s.exec("INSERT INTO dk VALUES ('2024-01-01'), ('1999-12-31'), ('0044-03-15 BC'), ('infinity'), ('-infinity')");
-    s.exec("INSERT INTO fk VALUES (1.5), (-2), (5e-324), (-1e300), (0), (10)");
-    let r = src.tool(SNAPSHOT, &[], &["-q"]);
-    expect(&r, 0, "snapshot");
-    // The reader checks strictly increasing key order (DESIGN §6, §7).
-    let (_, rows) = parse_snapshot(&r.stdout);
-    assert_eq!(rows["public.tk"].len(), keys.len());
-    src.apply_ok(&r.stdout);
+    s.exec("CREATE TABLE a (id int PRIMARY KEY)");
+    s.exec("CREATE TABLE later (id int PRIMARY KEY, v text)");
+    src.init(&["public.a"]);
+    s.exec("INSERT INTO a VALUES (1)");
+    let (first, _) = src.capture_ok(&[]);
+    src.apply_ok(&first);
+    // Added to the publication (by init, which also sets its replica
+    // identity) while empty, then written to.
+    let r = src.cmd("init", &["--table", "public.later"]);
+    expect(&r, 0, "init --table later");
+    s.exec("INSERT INTO later VALUES (1, 'one'); INSERT INTO a VALUES (2)");
+    let cur = src.target_cursor().unwrap().to_json();
+    let (rest, b) = src.capture_ok(&["--after", &cur]);
+    assert!(
+        b.iter().any(|b| b
+            .changes
+            .iter()
+            .any(|(_, c)| c.schema.table == "public.later"))
+            || b.iter().any(|b| b
+                .schemas
+                .iter()
+                .flatten()
+                .any(|s| s.table == "public.later")),
+        "the new table is described"
+    );
+    src.apply_ok(&rest);
+    assert_eq!(src.proj_count("public.later"), 1);
     src.audit_equal();
+}
+
+#[test]
+fn ambiguous_and_incompatible_schema_changes_fail_closed() {
+    let src = Src::new("ddl_bad");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text, w int)");
+    src.init(&["public.a"]);
+    // A rename within one read: the stream cannot tell it from a drop and
+    // an add.
+    s.exec("INSERT INTO a VALUES (1, 'x', 1)");
+    s.exec("ALTER TABLE a RENAME COLUMN v TO v2; INSERT INTO a VALUES (2, 'y', 2)");
+    let r = src.capture(&[]);
+    assert_refused(
+        &r,
+        "read over a rename",
+        &["\"public.a\"", "may be a rename", "--ddl"],
+    );
+    let a = src.apply(&r.stdout);
+    assert_ne!(a.code, Some(0), "the partial output is refused downstream");
+    assert_eq!(src.target_cursor(), None, "nothing applied");
+    // A narrowing type change, on another table of a fresh source.
+    let src2 = Src::new("ddl_type");
+    let s2 = src2.session();
+    s2.exec("CREATE TABLE b (id int PRIMARY KEY, n bigint)");
+    src2.init(&["public.b"]);
+    s2.exec("INSERT INTO b VALUES (1, 1)");
+    s2.exec("ALTER TABLE b ALTER COLUMN n TYPE text; INSERT INTO b VALUES (2, 'two')");
+    let r = src2.capture(&[]);
+    assert_refused(
+        &r,
+        "read over a type change",
+        &["\"n\"", "from bigint to text"],
+    );
+    assert_eq!(src2.target_cursor(), None);
 }
 
 #[test]
@@ -3572,7 +3696,17 @@ fn differential_oracle_against_wal2json() {
 
     let (_, b) = src.capture_ok(&[]);
     let ours = by_transaction(&checked_events(&b));
-    let schemas = b[0].schemas.clone().unwrap();
+    let schemas: Vec<mooncdc::wire::Schema> = b[0]
+        .schemas
+        .iter()
+        .flatten()
+        .map(|s| final_schema(&b, &s.table))
+        .chain(
+            b[0].changes
+                .iter()
+                .map(|(_, c)| final_schema(&b, &c.schema.table)),
+        )
+        .collect();
     let columns: BTreeMap<String, Vec<String>> = schemas
         .iter()
         .map(|s| {

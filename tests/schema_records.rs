@@ -21,13 +21,21 @@ fn s_kv() -> J {
 fn s_kvw() -> J {
     schema(
         "t",
-        &[("id", "INTEGER", false), ("v", "TEXT", true), ("w", "INTEGER", true)],
+        &[
+            ("id", "INTEGER", false),
+            ("v", "TEXT", true),
+            ("w", "INTEGER", true),
+        ],
         &["id"],
     )
 }
 
 fn s_kx() -> J {
-    schema("t", &[("id", "INTEGER", false), ("x", "TEXT", true)], &["id"])
+    schema(
+        "t",
+        &[("id", "INTEGER", false), ("x", "TEXT", true)],
+        &["id"],
+    )
 }
 
 fn rw3(id: i64, v: &str, w: i64) -> J {
@@ -121,7 +129,8 @@ fn merge_refuses_a_header_that_disagrees_with_the_records_before_it() {
     let r = run(MERGE, &[f1.to_str().unwrap(), f2.to_str().unwrap()], None);
     r.expect_code(1).stdout_empty();
     assert!(
-        r.stderr.contains("differs between batches with no schema record"),
+        r.stderr
+            .contains("differs between batches with no schema record"),
         "{}",
         r.stderr
     );

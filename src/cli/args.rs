@@ -216,6 +216,10 @@ pub enum CaptureCommand {
         /// Capture only this table (repeatable; PostgreSQL: schema.table)
         #[arg(long = "table", value_name = "NAME")]
         tables: Vec<String>,
+        /// PostgreSQL: also install the DDL trigger, so renamed columns are
+        /// carried (needs the right to create event triggers)
+        #[arg(long)]
+        ddl: bool,
         #[command(flatten)]
         pg: PgArgs,
     },

@@ -18,10 +18,22 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
     match a.command {
         None => read(a.read),
         Some(CaptureCommand::Read(r)) => read(r),
-        Some(CaptureCommand::Init { source, tables, pg }) => {
-            let (identity, tables) = open(&source, &pg)?.init(&tables)?;
+        Some(CaptureCommand::Init {
+            source,
+            tables,
+            ddl,
+            pg,
+        }) => {
+            let src = open(&source, &pg)?;
+            if ddl && src.kind() != crate::source::SourceKind::Postgres {
+                return Err(src.install_ddl().unwrap_err().into());
+            }
+            let (identity, tables) = src.init(&tables)?;
             for t in &tables {
                 crate::log::info(&format!("capturing table {t:?}"));
+            }
+            if ddl {
+                crate::log::info(&src.install_ddl()?);
             }
             println!("{identity}");
             Ok(ExitCode::SUCCESS)

@@ -140,6 +140,13 @@ pub trait Source {
     /// Install capture for the tables named (default: every table with a
     /// key). Returns the identity and the tables newly captured.
     fn init(&self, tables: &[String]) -> Result<(String, Vec<String>)>;
+    /// Install what describes schema changes in the stream exactly
+    /// (`init --ddl`); returns what it did.
+    fn install_ddl(&self) -> Result<String> {
+        Err(Error::usage(
+            "--ddl is for PostgreSQL sources (a SQLite source's schema changes go through mooncdc-capture migrate)",
+        ))
+    }
     /// What differs from what this version would install (empty: current).
     fn verify(&self) -> Result<Vec<String>>;
     /// Bring capture up to date; returns what it did, one line each.

@@ -404,6 +404,17 @@ impl PgDb {
         )
     }
 
+    /// The same database as the cluster's superuser (for what needs one,
+    /// such as event triggers).
+    pub fn superuser_url(&self) -> String {
+        format!(
+            "postgres://postgres:{}@127.0.0.1:{}/{}",
+            url_encode(SUPERUSER_PASSWORD),
+            self.cluster.port,
+            self.dbname
+        )
+    }
+
     /// A new session as [`ROLE`].
     pub fn session(&self) -> Session {
         Session::connect(self.cluster.port, &self.dbname)

@@ -152,7 +152,7 @@ impl ClickHouse {
             };
             if !fits {
                 return Err(Error::state(format!(
-                    "ClickHouse table {} has columns {:?}, but the stream's schema needs {:?} (names and types)",
+                    "ClickHouse table {} has columns {:?}, but the stream's schema needs {:?} (names and types); the stream does not say how one became the other (a column renamed, dropped or moved while no capture was reading, say): change the table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
                     l.name,
                     data.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>(),
                     expected.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>()

@@ -165,7 +165,7 @@ pub(super) fn ensure_table(
     let (hn, sn) = (names(&have), names(s));
     if have.key != s.key || hn.len() > sn.len() || hn[..] != sn[..hn.len()] {
         return Err(Error::state(format!(
-            "target table {:?} has columns {:?} and key {:?}, but the stream's schema has columns {:?} and key {:?}",
+            "target table {:?} has columns {:?} and key {:?}, but the stream's schema has columns {:?} and key {:?}; the stream does not say how one became the other (a column renamed, dropped or moved while no capture was reading, say): change the target table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
             s.table, hn, have.key, sn, s.key
         )));
     }

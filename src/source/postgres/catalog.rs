@@ -3,9 +3,20 @@
 
 use super::*;
 
+/// What a Relation message says of its table.
+pub(super) enum RelChange {
+    /// As the stream already knew it.
+    Same,
+    /// First described in this read.
+    New(Schema),
+    /// Changed: (before, after).
+    Changed(Schema, Schema),
+}
+
 /// What the stream knows about each published table.
 pub(super) struct Catalog {
-    /// By relation OID: schema, classes per column.
+    /// By relation OID, as the stream's Relation messages described them:
+    /// schema, classes per column.
     pub(super) by_oid: HashMap<u32, (Schema, Vec<Class>)>,
     /// By name, as loaded from the catalog at the start.
     pub(super) by_name: Vec<(String, Schema, Vec<Class>)>,
@@ -30,13 +41,10 @@ impl Catalog {
         })
     }
 
-    pub(super) fn schemas(&self) -> Vec<Schema> {
-        self.by_name.iter().map(|(_, s, _)| s.clone()).collect()
-    }
-
-    /// Take a Relation message; true when the table's schema differs from the
-    /// one the current header carries.
-    pub(super) async fn relation(&mut self, c: &Client, rel: Relation) -> Result<bool> {
+    /// Take a Relation message: the table's schema at this point of the
+    /// stream (the server describes a table before its first change in a
+    /// session and again after its columns change).
+    pub(super) async fn relation(&mut self, c: &Client, rel: Relation) -> Result<RelChange> {
         let name = format!("{}.{}", rel.namespace, rel.name);
         let mut columns = Vec::with_capacity(rel.columns.len());
         let mut classes = Vec::with_capacity(rel.columns.len());
@@ -52,49 +60,52 @@ impl Catalog {
             columns.push((col.name.clone(), ty));
             classes.push(class_of(col.type_oid));
         }
-        let known = self.by_name.iter().position(|(n, _, _)| *n == name);
-        let same = known.is_some_and(|i| {
-            let s = &self.by_name[i].1;
-            s.columns.len() == columns.len()
+        let same_as = |s: &Schema| {
+            s.table == name
+                && s.columns.len() == columns.len()
                 && s.columns
                     .iter()
                     .zip(&columns)
                     .all(|(a, (n, t))| &a.name == n && &a.decl_type == t)
-        });
-        if same {
-            let (_, s, cls) = &self.by_name[known.expect("known")];
-            self.by_oid.insert(rel.oid, (s.clone(), cls.clone()));
-            return Ok(false);
+        };
+        let before = self.by_oid.get(&rel.oid).map(|(s, _)| s.clone());
+        if before.as_ref().is_some_and(same_as) {
+            return Ok(RelChange::Same);
         }
-        // New or changed: nullability and key from the catalog as it is now.
-        let (s, t) = (rel.namespace.clone(), rel.name.clone());
-        let (fresh, _) = table_schema(c, &s, &t).await?;
-        let schema = Schema {
-            table: name.clone(),
-            columns: columns
-                .into_iter()
-                .map(|(n, ty)| {
-                    let nullable = fresh
-                        .columns
-                        .iter()
-                        .find(|c| c.name == n)
-                        .is_none_or(|c| c.nullable);
-                    Column {
-                        name: n,
-                        decl_type: ty,
-                        nullable,
-                    }
-                })
-                .collect(),
-            key: fresh.key,
+        // As loaded at the start, when it matches; else nullability and key
+        // from the catalog as it is now.
+        let schema = match self.by_name.iter().find(|(_, s, _)| same_as(s)) {
+            Some((_, s, _)) => s.clone(),
+            None => {
+                let (s, t) = (rel.namespace.clone(), rel.name.clone());
+                let (fresh, _) = table_schema(c, &s, &t).await?;
+                Schema {
+                    table: name.clone(),
+                    columns: columns
+                        .into_iter()
+                        .map(|(n, ty)| {
+                            let nullable = fresh
+                                .columns
+                                .iter()
+                                .find(|c| c.name == n)
+                                .is_none_or(|c| c.nullable);
+                            Column {
+                                name: n,
+                                decl_type: ty,
+                                nullable,
+                            }
+                        })
+                        .collect(),
+                    key: fresh.key,
+                }
+            }
         };
         schema.check().map_err(Error::data)?;
-        match known {
-            Some(i) => self.by_name[i] = (name, schema.clone(), classes.clone()),
-            None => self.by_name.push((name, schema.clone(), classes.clone())),
-        }
-        self.by_oid.insert(rel.oid, (schema, classes));
-        Ok(true)
+        self.by_oid.insert(rel.oid, (schema.clone(), classes));
+        Ok(match before {
+            None => RelChange::New(schema),
+            Some(old) => RelChange::Changed(old, schema),
+        })
     }
 
     /// A truncate of one relation.

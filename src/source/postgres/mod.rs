@@ -22,6 +22,8 @@ mod admin;
 mod audit;
 mod catalog;
 pub mod conn;
+mod ddl;
+mod ddl_trigger;
 pub mod pgoutput;
 mod pgpass;
 mod replication;
@@ -45,9 +47,13 @@ use crate::source::{
     SourceStatus,
 };
 use crate::util::quote_ident;
-use crate::wire::batch::{write_commit_line, write_event_line, write_header_line};
+use crate::wire::batch::{
+    write_commit_line, write_event_line, write_header_line, write_schema_line,
+};
 use crate::wire::snapshot::SnapshotWriter;
-use crate::wire::{Column, Commit, Cursor, Event, Header, Operation, Row, Schema, Sequence, Value};
+use crate::wire::{
+    Column, Commit, Cursor, Event, Header, Operation, Row, Schema, SchemaChange, Sequence, Value,
+};
 use conn::PgConn;
 use futures_util::StreamExt;
 use pgoutput::{Cell, Message, Relation};
@@ -196,6 +202,9 @@ impl Source for PgSource {
     fn init(&self, tables: &[String]) -> Result<(String, Vec<String>)> {
         PgSource::init(self, tables)
     }
+    fn install_ddl(&self) -> Result<String> {
+        PgSource::install_ddl(self)
+    }
     fn verify(&self) -> Result<Vec<String>> {
         PgSource::verify(self)
     }
@@ -294,7 +303,7 @@ mod tests {
             ),
             (
                 "replication_stream",
-                rt.block_on(src.replication_stream(1, 1)).map(drop),
+                rt.block_on(src.replication_stream(1, 1, false)).map(drop),
             ),
         ]
     }

@@ -350,13 +350,15 @@ impl ReplClient {
         publication: &str,
         start: u64,
         confirmed: u64,
+        messages: bool,
     ) -> R<()> {
         let sql = format!(
-            "START_REPLICATION SLOT {} LOGICAL {:X}/{:X} (proto_version '1', publication_names '{}')",
+            "START_REPLICATION SLOT {} LOGICAL {:X}/{:X} (proto_version '1', publication_names '{}'{})",
             crate::util::quote_ident(slot),
             start >> 32,
             start & 0xffff_ffff,
-            crate::util::quote_ident(publication).replace('\'', "''")
+            crate::util::quote_ident(publication).replace('\'', "''"),
+            if messages { ", messages 'true'" } else { "" }
         );
         let mut buf = BytesMut::new();
         frontend::query(&sql, &mut buf)?;

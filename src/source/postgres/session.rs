@@ -81,6 +81,7 @@ impl PgSource {
         &self,
         start: u64,
         confirmed: u64,
+        messages: bool,
     ) -> Result<ReplClient> {
         self.connecting(async {
             let app = format!("{} stream", self.conn.application_name);
@@ -88,7 +89,7 @@ impl PgSource {
                 .await
                 .map_err(repl_err("cannot open the replication stream"))?;
             client
-                .start(&self.slot, &self.publication, start, confirmed)
+                .start(&self.slot, &self.publication, start, confirmed, messages)
                 .await
                 .map_err(repl_err("cannot start replication"))?;
             Ok(client)

@@ -103,10 +103,19 @@ impl PgSource {
 
         // Reads never acknowledge: the status updates report the slot's own
         // confirmed position (raised only by --ack-from-target).
-        let mut client = Some(self.replication_stream(start_lsn, slot.confirmed).await?);
+        // With the DDL trigger installed, its logical messages say which
+        // columns a change renamed.
+        let messages = Self::ddl_installed(&c).await?;
+        let mut ddl = DdlState::default();
+        let mut client = Some(
+            self.replication_stream(start_lsn, slot.confirmed, messages)
+                .await?,
+        );
 
         let high_water = sequence(wal_end, 0).max(start);
-        let mut w = BatchOut::new(id.clone(), start, high_water, catalog.schemas(), out);
+        // Headers carry the tables as the stream has described them so far
+        // (the schema at this point of the WAL, not the catalog's now).
+        let mut w = BatchOut::new(id.clone(), start, high_water, Vec::new(), out);
         let mut txn: Option<(u64, u64)> = None; // (commit lsn, ordinal)
         let mut total = 0u64;
         let mut bytes = 0u64;
@@ -251,15 +260,39 @@ impl PgSource {
                                 }
                             }
                             Message::Relation(rel) => {
-                                if catalog.relation(&c, rel).await? {
-                                    // A table's shape changed: the batch ends here and
-                                    // the next header carries the new schema.
-                                    if w.open {
-                                        let at = w.position;
-                                        w.finish_batch(at)?;
+                                // Before the resume point (a transaction sent
+                                // again after a reconnect, or a cursor inside
+                                // one), the stream only catches up with what
+                                // was written: the table's shape there.
+                                let replaying = txn.is_some_and(|(c, o)| sequence(c, o + 1) <= start);
+                                match catalog.relation(&c, rel).await? {
+                                    RelChange::Same => {}
+                                    RelChange::New(s) => {
+                                        ddl.renamed.remove(&s.table);
+                                        w.add_table(s);
                                     }
-                                    w.schemas = catalog.schemas();
+                                    RelChange::Changed(_, new) if replaying => {
+                                        ddl.renamed.remove(&new.table);
+                                        w.add_table(new);
+                                    }
+                                    // A schema change: schema records, written with
+                                    // the next event, inside its transaction's batch.
+                                    RelChange::Changed(old, new) => {
+                                        if old.table != new.table {
+                                            return Err(Error::state(format!(
+                                                "table {:?} was renamed to {:?}; a target cannot follow a table rename by itself: rename the target's table (and keep the publication's) or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
+                                                old.table, new.table
+                                            )));
+                                        }
+                                        let told = ddl.renamed.remove(&new.table).flatten();
+                                        for change in super::ddl::classify(&old, &new, told.as_deref())? {
+                                            w.pending.push(change);
+                                        }
+                                    }
                                 }
+                            }
+                            Message::Message { prefix, content, lsn, .. } if prefix == super::ddl_trigger::PREFIX => {
+                                ddl.take(lsn, &content)?;
                             }
                             Message::Insert { .. }
                             | Message::Update { .. }
@@ -383,7 +416,7 @@ impl PgSource {
                     break;
                 }
                 match self
-                    .resume(&id, &timeline, (w.position >> 64) as u64, acked)
+                    .resume(&id, &timeline, (w.position >> 64) as u64, acked, messages)
                     .await
                 {
                     Ok((sql, repl)) => {
@@ -441,6 +474,7 @@ impl PgSource {
         timeline: &str,
         lsn: u64,
         acked: u64,
+        messages: bool,
     ) -> Result<(Client, ReplClient)> {
         let (now, now_timeline) = self.identity_and_timeline().await?;
         if now != id {
@@ -464,7 +498,7 @@ impl PgSource {
             )));
         }
         let repl = self
-            .replication_stream(lsn, acked.max(slot.confirmed))
+            .replication_stream(lsn, acked.max(slot.confirmed), messages)
             .await?;
         Ok((c, repl))
     }
@@ -501,6 +535,52 @@ pub(super) fn ack_from(
     acked
 }
 
+/// What the DDL trigger's messages said since each table's last Relation
+/// message: the columns renamed (`None`: unknown, as after a crash emptied
+/// the trigger's table).
+#[derive(Default)]
+pub(super) struct DdlState {
+    pub(super) renamed: HashMap<String, Option<Vec<crate::wire::Rename>>>,
+    /// The last message taken: a transaction sent again after a reconnect
+    /// sends its messages again, taken once.
+    last_lsn: u64,
+}
+
+impl DdlState {
+    fn take(&mut self, lsn: u64, content: &[u8]) -> Result<()> {
+        if lsn != 0 && lsn <= self.last_lsn {
+            return Ok(());
+        }
+        self.last_lsn = lsn;
+        #[derive(serde::Deserialize)]
+        struct Msg {
+            table: String,
+            renamed: Option<Vec<crate::wire::Rename>>,
+        }
+        let m: Msg = serde_json::from_slice(content).map_err(|e| {
+            Error::data(format!("a DDL trigger message is not understood ({e}); run mooncdc-capture init --ddl again to update the trigger"))
+        })?;
+        let entry = self
+            .renamed
+            .entry(m.table)
+            .or_insert_with(|| Some(Vec::new()));
+        match (entry.as_mut(), m.renamed) {
+            (Some(list), Some(new)) => {
+                // Compose with the renames already seen: a→b then b→c is a→c.
+                for r in new {
+                    match list.iter_mut().find(|x| x.to == r.from) {
+                        Some(x) => x.to = r.to,
+                        None => list.push(r),
+                    }
+                }
+                list.retain(|r| r.from != r.to);
+            }
+            _ => *entry = None,
+        }
+        Ok(())
+    }
+}
+
 /// Streams batches: a header when the first event or the end comes, events,
 /// a commit at each end.
 pub(super) struct BatchOut<'a> {
@@ -512,6 +592,8 @@ pub(super) struct BatchOut<'a> {
     pub(super) open: bool,
     pub(super) count: u64,
     pub(super) line: Vec<u8>,
+    /// Schema records waiting for the next event (they belong to it).
+    pub(super) pending: Vec<SchemaChange>,
 }
 
 impl<'a> BatchOut<'a> {
@@ -531,6 +613,33 @@ impl<'a> BatchOut<'a> {
             open: false,
             count: 0,
             line: Vec::with_capacity(1024),
+            pending: Vec::new(),
+        }
+    }
+
+    /// A table first described now: in the next header when no batch is
+    /// open, else a schema record (a table new to the batch).
+    pub(super) fn add_table(&mut self, s: Schema) {
+        let in_force = self
+            .pending
+            .iter()
+            .rev()
+            .map(|c| &c.schema)
+            .chain(self.schemas.iter())
+            .find(|x| x.table == s.table);
+        if in_force == Some(&s) {
+            return;
+        }
+        if !self.open && self.pending.is_empty() {
+            match self.schemas.iter_mut().find(|x| x.table == s.table) {
+                Some(x) => *x = s,
+                None => self.schemas.push(s),
+            }
+        } else {
+            self.pending.push(SchemaChange {
+                schema: s,
+                renamed: Vec::new(),
+            });
         }
     }
 
@@ -566,6 +675,17 @@ impl<'a> BatchOut<'a> {
             let event = std::mem::take(&mut self.line);
             self.open_batch()?;
             self.line = event;
+        }
+        if !self.pending.is_empty() {
+            let mut rec = Vec::new();
+            for c in self.pending.drain(..) {
+                write_schema_line(&mut rec, &c);
+                match self.schemas.iter_mut().find(|x| x.table == c.schema.table) {
+                    Some(x) => *x = c.schema,
+                    None => self.schemas.push(c.schema),
+                }
+            }
+            self.out.write_all(&rec).map_err(io_out)?;
         }
         self.out.write_all(&self.line).map_err(io_out)?;
         self.count += 1;
