@@ -317,7 +317,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__subcmd__capture__subcmd__init)
-            opts="-h --source --table --slot --publication --help"
+            opts="-h --source --table --ddl --slot --publication --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

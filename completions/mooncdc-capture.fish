@@ -57,6 +57,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l table -d 'Capture only this table (repeatable; PostgreSQL: schema.table)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l publication -d 'PostgreSQL: the publication' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l ddl -d 'PostgreSQL: also install the DDL trigger, so renamed columns are carried (needs the right to create event triggers)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s h -l help -d 'Print help'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l source -d 'The source database URL' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l slot -d 'PostgreSQL: the replication slot' -r
