@@ -871,38 +871,31 @@ fn add_column_is_drift_and_upgrade_keeps_old_changes_readable() {
          UPDATE t SET b = 'b1' WHERE id = 1;
          INSERT INTO o VALUES (2);",
     );
-    // The stream across the upgrade: old-width changes in a batch with the old
-    // schema, then a new header with the new schema.
+    // The stream across the upgrade: one batch, the old-width changes under
+    // the header's schema, then a schema record with the new column before
+    // the first change in the new shape.
     let (raw, b) = db.capture_ok(&[]);
-    assert_eq!(
-        b.len(),
-        2,
-        "the stream should split at the schema change:\n{}",
-        String::from_utf8_lossy(&raw)
-    );
-    assert_contiguous(&b);
+    assert_eq!(b.len(), 1, "{}", String::from_utf8_lossy(&raw));
     assert_eq!(b[0].start.sequence(), 1);
-    assert_eq!(b[1].end.sequence(), db.status().high_water);
-    let width = |bi: usize| {
-        b[bi]
-            .schemas
-            .as_ref()
-            .unwrap()
-            .iter()
-            .find(|s| s.table == "t")
-            .map(|s| s.columns.len())
-    };
-    assert_eq!((width(0), width(1)), (Some(2), Some(3)));
+    assert_eq!(b[0].end.sequence(), db.status().high_water);
+    let width = b[0]
+        .schemas
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|s| s.table == "t")
+        .map(|s| s.columns.len());
+    assert_eq!(width, Some(2));
+    assert_eq!(b[0].changes.len(), 1);
+    let (at, change) = &b[0].changes[0];
+    assert_eq!(*at, 3, "before the first change in the new shape");
+    assert_eq!(change.schema.columns.len(), 3);
+    assert!(change.renamed.is_empty());
     assert_events(
         &[
             e_ins("t", vec![vi(2), vt("a2")]),
             e_upd("t", vec![vi(2), vt("a2")], vec![vi(2), vt("a2x")]),
             e_ins("o", vec![vi(1)]),
-        ],
-        &b[0].events,
-    );
-    assert_events(
-        &[
             e_ins("t", vec![vi(3), vt("a3"), vt("b3")]),
             e_upd(
                 "t",
@@ -911,7 +904,7 @@ fn add_column_is_drift_and_upgrade_keeps_old_changes_readable() {
             ),
             e_ins("o", vec![vi(2)]),
         ],
-        &b[1].events,
+        &b[0].events,
     );
     // The projection (holding 1..2 with two columns) takes the rest and the new column.
     let s = db.apply_ok(&raw);
@@ -1093,6 +1086,8 @@ fn init_refuses_tables_without_a_key_and_table_selects() {
         ],
         &events(&b),
     );
+    // The read starts before c was captured: the header has a, and c comes
+    // as a table new to the batch, right before its first change.
     let names: Vec<String> = b[0]
         .schemas
         .as_ref()
@@ -1100,7 +1095,10 @@ fn init_refuses_tables_without_a_key_and_table_selects() {
         .iter()
         .map(|s| s.table.clone())
         .collect();
-    assert_eq!(names, vec!["a", "c"]);
+    assert_eq!(names, vec!["a"]);
+    assert_eq!(b[0].changes.len(), 1);
+    assert_eq!(b[0].changes[0].1.schema.table, "c");
+    assert_eq!(b[0].changes[0].0, 1);
 }
 
 // ---------------------------------------------------------------- values capture cannot carry
@@ -2114,31 +2112,91 @@ fn migrate_runs_schema_changes_with_capture_rebuilt() {
         "capture current after migrate",
     );
     db.src_sql("INSERT INTO t VALUES (2, 'y'); UPDATE t SET a = 'z' WHERE id = 1;");
-    let (_, b) = db.capture_ok(&["--after", &db.target_cursor().unwrap().to_json()]);
+    let (raw, b) = db.capture_ok(&["--after", &db.target_cursor().unwrap().to_json()]);
+    // The read starts before the migration: its header has the old columns
+    // and a schema record drops b before the first change after it.
+    let header_cols: Vec<String> = b[0].schemas.as_ref().unwrap()[0]
+        .columns
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    assert_eq!(header_cols, ["id", "a", "b"]);
+    assert_eq!(b[0].changes.len(), 1);
+    assert_eq!(b[0].changes[0].0, 0);
     assert!(
         events(&b)
             .iter()
             .all(|e| e.after.as_ref().is_none_or(|r| r.len() == 2)),
         "events after the migration carry the new columns"
     );
-    // The projection is the source's, after its own schema change.
-    db.proj_sql("ALTER TABLE t DROP COLUMN b");
-    let r = db.apply(
-        &exec(
-            CAPTURE,
-            &[
-                "--source",
-                &db.src_url(),
-                "--after",
-                &db.target_cursor().unwrap().to_json(),
-            ],
-            None,
-        )
-        .stdout,
-        &[],
-    );
+    // The projection follows by itself.
+    let r = db.apply(&raw, &[]);
     expect(&r, 0, "apply after the migration");
+    let cols: Vec<String> = db
+        .proj_conn()
+        .prepare("SELECT name FROM pragma_table_info('t') ORDER BY cid")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(cols, ["id", "a"]);
     db.audit_equal();
+}
+
+/// Renamed columns reach the stream as renames, never as a drop and an
+/// add: through `migrate` (one statement at a time, a swap through a third
+/// name included) and through `upgrade` after an unmanaged `RENAME COLUMN`
+/// (the triggers SQLite rewrote name the new column). The projection renames
+/// its columns and keeps their values; the audit is equal.
+#[test]
+fn renamed_columns_are_carried_as_renames() {
+    let db = Dbs::new();
+    db.src_sql(
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT, b INT); INSERT INTO t VALUES (1, 'x', 5);",
+    );
+    db.init(&[]);
+    db.snapshot_apply();
+    let r = db.capture_cmd(
+        "migrate",
+        &[
+            "--",
+            "ALTER TABLE t RENAME COLUMN a TO tmp; ALTER TABLE t RENAME COLUMN b TO a; \
+             ALTER TABLE t RENAME COLUMN tmp TO b; ALTER TABLE t ADD COLUMN c TEXT",
+        ],
+    );
+    expect(&r, 0, "migrate with renames");
+    db.src_sql("INSERT INTO t VALUES (2, 7, 'y', 'c2');");
+    let (raw, b) = db.capture_ok(&["--after", &db.target_cursor().unwrap().to_json()]);
+    let renamed: Vec<(String, String)> = b[0].changes[0]
+        .1
+        .renamed
+        .iter()
+        .map(|r| (r.from.clone(), r.to.clone()))
+        .collect();
+    assert_eq!(
+        renamed,
+        [
+            ("a".to_string(), "b".to_string()),
+            ("b".to_string(), "a".to_string())
+        ]
+    );
+    expect(&db.apply(&raw, &[]), 0, "apply the swap");
+    db.audit_equal();
+    db.assert_same_rows(&["t"]);
+    // An unmanaged rename: SQLite rewrites capture's triggers, upgrade reads
+    // the new name from them.
+    db.src_sql("ALTER TABLE t RENAME COLUMN c TO d; UPDATE t SET d = 'd1' WHERE id = 1;");
+    let r = db.capture_cmd("upgrade", &[]);
+    expect(&r, 0, "upgrade after a rename");
+    assert!(
+        r.stderr.contains("column \"c\" renamed to \"d\""),
+        "{}",
+        r.stderr
+    );
+    db.catch_up();
+    db.audit_equal();
+    db.assert_same_rows(&["t"]);
 }
 
 /// `--after ''` (what `$(mooncdc-apply cursor …)` gives for a target without

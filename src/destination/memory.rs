@@ -55,10 +55,14 @@ impl MemoryTarget {
         }
         let mut next = self.tables.clone();
         let mut changes = batch.changes.iter().peekable();
-        for (i, e) in batch.events.iter().enumerate() {
-            // A schema change goes with the event after it.
+        for i in 0..=batch.events.len() {
+            // A schema change goes with the event after it (at the end, with
+            // the batch's end, which moves the cursor), and is made once.
+            let e = batch.events.get(i);
             while let Some((_, c)) = changes.next_if(|(at, _)| *at == i) {
-                if gate.holds(e.sequence) {
+                if e.is_some_and(|e| gate.holds(e.sequence))
+                    || next_schemas.get(&c.schema.table) == Some(&c.schema)
+                {
                     continue;
                 }
                 let shape = TableShape {
@@ -92,6 +96,7 @@ impl MemoryTarget {
                 next_schemas.insert(c.schema.table.clone(), c.schema.clone());
                 shapes.insert(c.schema.table.clone(), shape);
             }
+            let Some(e) = e else { break };
             if gate.holds(e.sequence) {
                 continue;
             }

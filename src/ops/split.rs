@@ -142,6 +142,14 @@ pub fn split<R: BufRead>(
                 stats.events += 1;
             }
             Item::Commit(c) => {
+                // Schema records at the end belong to the batch's end: they
+                // go into the last piece.
+                if !pending_lines.is_empty() {
+                    spool.push(&pending_lines)?;
+                    bytes += pending_lines.len() as u64;
+                    pending_lines.clear();
+                    pending.clear();
+                }
                 let h = header.take().expect("validated stream");
                 stats.batches_in += 1;
                 let mut events = spool.drain()?;

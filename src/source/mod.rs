@@ -2,6 +2,7 @@
 //! backend (`sqlite/`, `postgres/`).
 
 pub mod postgres;
+pub mod schema_change;
 pub mod sqlite;
 
 use crate::error::{Error, Result};

@@ -119,8 +119,6 @@ struct Open {
     shapes: Option<HashMap<String, TableShape>>,
     /// With schemas: each table's schema in force (changed by schema records).
     schemas: HashMap<String, Schema>,
-    /// A schema record waits for the event it belongs to.
-    change_pending: bool,
     /// Without schemas: each table's width as its first image gave it.
     widths: HashMap<String, usize>,
     last: Sequence,
@@ -196,7 +194,6 @@ impl Validator {
             high_water: h.high_water,
             shapes,
             schemas,
-            change_pending: false,
             widths: HashMap::new(),
             last: h.start.sequence(),
             count: 0,
@@ -278,7 +275,6 @@ impl Validator {
         }
         open.last = e.sequence;
         open.count += 1;
-        open.change_pending = false;
         Ok(())
     }
 
@@ -308,7 +304,6 @@ impl Validator {
         );
         open.schemas
             .insert(c.schema.table.clone(), c.schema.clone());
-        open.change_pending = true;
         Ok(())
     }
 
@@ -320,11 +315,6 @@ impl Validator {
                 "second commit (a batch has one commit, and it is last)"
             }));
         };
-        if open.change_pending {
-            return Err(Error::data(
-                "schema record at the end of the batch (a schema change belongs to the event after it, in the same batch)",
-            ));
-        }
         if c.end.source != open.start.source {
             return Err(Error::data(format!(
                 "commit ends in source {:?} but the batch started in source {:?}",
@@ -478,6 +468,9 @@ impl Batch {
             v.event(e)
                 .map_err(|err| Error::data(format!("event #{}: {}", i + 1, err.message())))?;
         }
+        for (_, c) in changes {
+            v.schema_change(c)?;
+        }
         v.commit(&self.commit())
     }
 
@@ -539,6 +532,9 @@ impl Batch {
                 write_schema_change_line(&mut out, c);
             }
             write_event_line(&mut out, e);
+        }
+        for (_, c) in changes {
+            write_schema_change_line(&mut out, c);
         }
         write_commit_line(&mut out, &self.commit());
         out

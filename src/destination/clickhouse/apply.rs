@@ -249,27 +249,7 @@ impl ClickHouse {
                         }
                         ensured = true;
                     }
-                    for c in pending.drain(..) {
-                        let table = c.schema.table.clone();
-                        let new = Layout::new(&c.schema, kind);
-                        let segs = bufs.entry(table.clone()).or_default();
-                        match layouts.get(&table) {
-                            Some(old) => {
-                                // Checked now against the table as it is, so
-                                // a change it cannot follow fails before any
-                                // row of the batch is sent.
-                                if !segs.iter().any(|s| s.change.is_some()) {
-                                    self.evolve(old, &c, &new, true)?;
-                                }
-                                segs.push(Segment::new(Some((old.clone(), c)), new.clone()));
-                            }
-                            None => {
-                                self.ensure(&new)?;
-                                segs.push(Segment::new(None, new.clone()));
-                            }
-                        }
-                        layouts.insert(table, new);
-                    }
+                    self.queue_changes(&mut pending, &mut layouts, &mut bufs, kind)?;
                     let segs = bufs.entry(e.table.clone()).or_default();
                     if segs.is_empty() {
                         segs.push(Segment::new(None, layouts[&e.table].clone()));
@@ -293,6 +273,19 @@ impl ClickHouse {
                 }
                 Item::Commit(c) => {
                     let moves = gate.take().expect("validated stream").close(&c.end)?;
+                    // Schema records at the end belong to the batch's end:
+                    // made when the batch moves the cursor.
+                    if moves && !pending.is_empty() {
+                        if !ensured {
+                            for s in in_force.drain(..) {
+                                let l = Layout::new(&s, kind);
+                                self.ensure(&l)?;
+                                layouts.insert(s.table.clone(), l);
+                            }
+                            ensured = true;
+                        }
+                        self.queue_changes(&mut pending, &mut layouts, &mut bufs, kind)?;
+                    }
                     // The batch is valid: now its schema changes and rows go
                     // out, then its cursor; a stop asked for meanwhile waits.
                     for segs in bufs.values_mut() {
@@ -319,6 +312,37 @@ impl ClickHouse {
             }
         }
         Ok(stats)
+    }
+
+    /// Schema records become segments, each made before its rows at the
+    /// commit; checked now against the table as it is, so a change it cannot
+    /// follow fails before any row of the batch is sent.
+    fn queue_changes(
+        &self,
+        pending: &mut Vec<SchemaChange>,
+        layouts: &mut HashMap<String, Layout>,
+        bufs: &mut HashMap<String, Vec<Segment>>,
+        kind: SourceKind,
+    ) -> Result<()> {
+        for c in pending.drain(..) {
+            let table = c.schema.table.clone();
+            let new = Layout::new(&c.schema, kind);
+            let segs = bufs.entry(table.clone()).or_default();
+            match layouts.get(&table) {
+                Some(old) => {
+                    if !segs.iter().any(|s| s.change.is_some()) {
+                        self.evolve(old, &c, &new, true)?;
+                    }
+                    segs.push(Segment::new(Some((old.clone(), c)), new.clone()));
+                }
+                None => {
+                    self.ensure(&new)?;
+                    segs.push(Segment::new(None, new.clone()));
+                }
+            }
+            layouts.insert(table, new);
+        }
+        Ok(())
     }
 
     /// Load a snapshot into a target holding no cursor; rows take the version

@@ -122,6 +122,23 @@ impl SqliteTarget {
                     }
                     Item::Commit(c) => {
                         let moves = gate.take().expect("validated stream").close(&c.end)?;
+                        // Schema records at the end belong to the batch's
+                        // end: made when the batch moves the cursor.
+                        if moves && !pending.is_empty() {
+                            if !ensured {
+                                for s in in_force.drain(..) {
+                                    let t = ensure_table(self.db(), &s, kind)?;
+                                    tables.insert(s.table.clone(), t);
+                                }
+                                ensured = true;
+                            }
+                            for c in pending.drain(..) {
+                                let old = tables.get(&c.schema.table).map(|t| t.schema.clone());
+                                let t =
+                                    super::evolve::evolve_table(self.db(), old.as_ref(), &c, kind)?;
+                                tables.insert(c.schema.table.clone(), t);
+                            }
+                        }
                         if let Some((table, _, seq)) = parked.first() {
                             return Err(Error::state(format!(
                                 "event {seq} (update on table {table:?}): its new key is still held by another row at the end of the batch; the target diverges from the source"

@@ -28,6 +28,11 @@ pub(super) fn evolve_table(
     };
     let have = table_schema(conn, t)?;
     let names = |s: &Schema| s.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
+    if names(&have) == names(new) && have.key == new.key && names(old) != names(new) {
+        // Already made (the change came again, as a merged stream may
+        // bring it): nothing to do.
+        return ensure_table(conn, new, kind);
+    }
     if names(&have) != names(old) || have.key != old.key {
         return Err(Error::state(format!(
             "schema change of table {t:?}: the target table has columns {:?} and key {:?}, but the stream's schema before the change has columns {:?} and key {:?}; the target diverges from the source (give it a new snapshot)",

@@ -22,7 +22,6 @@ mod admin;
 mod audit;
 mod catalog;
 pub mod conn;
-mod ddl;
 mod ddl_trigger;
 pub mod pgoutput;
 mod pgpass;

@@ -285,7 +285,8 @@ impl PgSource {
                                             )));
                                         }
                                         let told = ddl.renamed.remove(&new.table).flatten();
-                                        for change in super::ddl::classify(&old, &new, told.as_deref())? {
+                                        let fix = "To carry such changes, install the DDL trigger before them (mooncdc-capture init --ddl)";
+                                        for change in crate::source::schema_change::classify(&old, &new, told.as_deref(), fix)? {
                                             w.pending.push(change);
                                         }
                                     }

@@ -96,7 +96,16 @@ pub fn trigger_sql(tv: &TableVersion) -> [(String, String); 3] {
     ]
 }
 
-pub(super) fn install_version(conn: &Connection, schema: Schema) -> Result<TableVersion> {
+/// Record a table version and install its triggers. `replaces`: it takes
+/// over from an older version (a schema change): a marker row in the log
+/// (`op` 4) is the point where it does, so that the read says the change
+/// there (schema records) and a position at or after it has the new shape.
+/// A version's takeover position is noted as `since:<tid>`.
+pub(super) fn install_version(
+    conn: &Connection,
+    schema: Schema,
+    replaces: bool,
+) -> Result<TableVersion> {
     conn.execute(
         &format!("INSERT INTO {TABLES}(name, schema, current) VALUES (?1, ?2, 1)"),
         params![schema.table, schema_json(&schema)],
@@ -107,6 +116,17 @@ pub(super) fn install_version(conn: &Connection, schema: Schema) -> Result<Table
         schema,
         current: true,
     };
+    let since = if replaces {
+        conn.execute(
+            &format!("INSERT INTO {LOG}(tid, op) VALUES (?1, {MARKER_OP})"),
+            [tv.tid],
+        )
+        .map_err(db_err("cannot log the schema change"))?;
+        conn.last_insert_rowid().max(0) as Sequence
+    } else {
+        high_water(conn)?
+    };
+    meta_set(conn, &format!("since:{}", tv.tid), &since.to_string())?;
     widen_log(conn, &tv.schema)?;
     for (_, sql) in trigger_sql(&tv) {
         conn.execute_batch(&sql)
@@ -114,6 +134,9 @@ pub(super) fn install_version(conn: &Connection, schema: Schema) -> Result<Table
     }
     Ok(tv)
 }
+
+/// The log's `op` of a schema-change marker.
+pub(super) const MARKER_OP: i64 = 4;
 
 pub(super) fn drop_triggers(conn: &Connection, tid: i64) -> Result<()> {
     for op in ["ins", "upd", "del"] {
@@ -163,7 +186,7 @@ pub fn init(path: &Path, tables: &[String]) -> Result<Vec<String>> {
             continue;
         }
         let schema = table_schema(&tx, &name)?;
-        install_version(&tx, schema)?;
+        install_version(&tx, schema, false)?;
         added.push(name);
     }
     tx.commit().map_err(db_err("cannot commit"))?;
@@ -252,6 +275,20 @@ fn upgrade_with(path: &Path, migration: Option<&str>) -> Result<Vec<String>> {
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(db_err("cannot begin a transaction"))?;
     let mut actions = Vec::new();
+    // Columns renamed since capture last looked: the triggers SQLite rewrote
+    // name them (read before they are dropped).
+    let mut renames = super::renames::Renames::default();
+    let mut known: HashMap<String, bool> = HashMap::new();
+    let captured = current_tables(&tx)?;
+    for (name, tv) in &captured {
+        let names = super::renames::trigger_names(&tx, tv)?;
+        known.insert(name.clone(), names.is_some());
+        for (c, n) in tv.schema.columns.iter().zip(names.iter().flatten()) {
+            if &c.name != n {
+                renames.add(name, &c.name, n);
+            }
+        }
+    }
     // Drop every MoonCDC trigger, then install the current ones.
     let names: Vec<String> = {
         let mut st = tx
@@ -271,8 +308,8 @@ fn upgrade_with(path: &Path, migration: Option<&str>) -> Result<Vec<String>> {
     // The application's schema change, with no trigger in its way.
     if let Some(sql) = migration {
         let before = tx.total_changes();
-        tx.execute_batch(sql)
-            .map_err(|e| Error::database("the migration failed; nothing of it was kept", e))?;
+        let tables: Vec<String> = captured.keys().cloned().collect();
+        super::renames::run_noting_renames(&tx, sql, &tables, &mut renames)?;
         let changed = tx.total_changes() - before;
         if changed > 0 {
             return Err(Error::state(format!(
@@ -313,8 +350,18 @@ fn upgrade_with(path: &Path, migration: Option<&str>) -> Result<Vec<String>> {
                 [tv.tid],
             )
             .map_err(db_err("cannot retire a table version"))?;
-            let nv = install_version(&tx, now)?;
-            let synced = log_added_columns(&tx, &tv.schema, &nv)?;
+            let nv = install_version(&tx, now, true)?;
+            let renamed = renames.0.get(&name).cloned().unwrap_or_default();
+            if known.get(&name).copied().unwrap_or(false) {
+                super::renames::store(&tx, nv.tid, &renamed)?;
+            }
+            for r in &renamed {
+                actions.push(format!(
+                    "table {name:?}: column {:?} renamed to {:?}",
+                    r.from, r.to
+                ));
+            }
+            let synced = log_added_columns(&tx, &tv.schema, &nv, &renamed)?;
             actions.push(format!(
                 "table {name:?}: schema changed, now captured as version {} (earlier changes keep version {}){}",
                 nv.tid,
@@ -355,8 +402,19 @@ pub(super) fn log_added_columns(
     conn: &Connection,
     old: &Schema,
     new: &TableVersion,
+    renamed: &[crate::wire::Rename],
 ) -> Result<u64> {
-    let names_old: Vec<&str> = old.columns.iter().map(|c| c.name.as_str()).collect();
+    // The old columns under their new names.
+    let names_old: Vec<&str> = old
+        .columns
+        .iter()
+        .map(|c| {
+            renamed
+                .iter()
+                .find(|r| r.from == c.name)
+                .map_or(c.name.as_str(), |r| r.to.as_str())
+        })
+        .collect();
     let cols = &new.schema.columns;
     let added: Vec<usize> = (0..cols.len())
         .filter(|&i| !names_old.contains(&cols[i].name.as_str()))

@@ -11,10 +11,12 @@ pub struct ReadStats {
     pub end: Option<Cursor>,
 }
 
-/// Write one batch stream of the changes after `after` (default: the
-/// acknowledged position), in one read transaction. A batch ends where a
-/// table's schema version changes (the next header carries the new schema),
-/// at the last event when a limit cut the read, else at the high water.
+/// Write one batch of the changes after `after` (default: the acknowledged
+/// position), in one read transaction. A table's new schema version is a
+/// schema record before its first event. The batch ends at the last event
+/// when a limit cut the read, else at the high water. A schema change the
+/// stream cannot describe exactly fails the read, naming it, before the
+/// batch's commit line (downstream applies none of it).
 pub fn read(
     path: &Path,
     after: Option<&Cursor>,
@@ -70,26 +72,22 @@ pub fn read_in(
         }
     };
     let versions = table_versions(conn)?;
-    // Pass 1: batch boundaries where a table's version changes, and each batch's tables.
-    let mut plan: Vec<(Vec<i64>, Option<Sequence>, u64)> = Vec::new(); // (tids, cut-after seq, events)
-    let mut limited_by_events = false;
+    let since = takeovers(conn, &versions)?;
+    // Pass 1: how many events, and the tables they touch.
+    let mut touched: Vec<i64> = Vec::new();
+    let mut n = 0u64;
     {
         let mut st = conn
             .prepare_cached(&format!(
-                "SELECT seq, tid FROM {LOG} WHERE seq > ?1 ORDER BY seq"
+                "SELECT seq, tid FROM {LOG} WHERE seq > ?1 AND op <> {MARKER_OP} ORDER BY seq"
             ))
             .map_err(db_err("cannot read the change log"))?;
         let mut rows = st
             .query([start as i64])
             .map_err(db_err("cannot read the change log"))?;
-        let mut by_name: HashMap<&str, i64> = HashMap::new();
-        let mut tids: Vec<i64> = Vec::new();
-        let mut count = 0u64;
-        let mut total = 0u64;
-        let mut last: Sequence = start;
+        let mut seen: HashMap<&str, ()> = HashMap::new();
         while let Some(r) = rows.next().map_err(db_err("cannot read the change log"))? {
-            if limits.max_events.is_some_and(|m| total >= m) {
-                limited_by_events = true;
+            if limits.max_events.is_some_and(|m| n >= m) {
                 break;
             }
             let seq: i64 = r.get(0).map_err(db_err("seq"))?;
@@ -99,32 +97,39 @@ pub fn read_in(
                     "change {seq} refers to unknown table version {tid}"
                 ))
             })?;
-            match by_name.get(tv.schema.table.as_str()) {
-                Some(&t) if t != tid => {
-                    plan.push((std::mem::take(&mut tids), Some(last), count));
-                    by_name.clear();
-                    count = 0;
-                    by_name.insert(tv.schema.table.as_str(), tid);
-                    tids.push(tid);
-                }
-                Some(_) => {}
-                None => {
-                    by_name.insert(tv.schema.table.as_str(), tid);
-                    tids.push(tid);
-                }
+            if seen.insert(tv.schema.table.as_str(), ()).is_none() {
+                touched.push(tid);
             }
-            count += 1;
-            total += 1;
-            last = seq as Sequence;
+            n += 1;
         }
-        plan.push((tids, None, count));
     }
-    let total: u64 = plan.iter().map(|p| p.2).sum();
     let mut stats = ReadStats::default();
-    if total == 0 && !always_emit && start == hw {
+    if n == 0 && !always_emit && start == hw {
         return Ok(stats);
     }
 
+    // The header: every captured table as a target holding `start` has it:
+    // the version that took over at or before it (a version made by a
+    // release that did not note its takeover counts from the table's start
+    // when it is the table's first).
+    let mut in_force: BTreeMap<String, i64> = BTreeMap::new();
+    for tv in versions.values() {
+        match since.get(&tv.tid) {
+            Some(&s) if s <= start => {
+                in_force.insert(tv.schema.table.clone(), tv.tid);
+            }
+            Some(_) => {}
+            None => {
+                in_force.entry(tv.schema.table.clone()).or_insert(tv.tid);
+            }
+        }
+    }
+    for &t in &touched {
+        let name = &versions[&t].schema.table;
+        if !in_force.contains_key(name) && !since.contains_key(&t) {
+            in_force.insert(name.clone(), t);
+        }
+    }
     // Pass 2: stream the events.
     let width = log_width(conn)?;
     let cols: Vec<String> = (0..width).map(|i| format!("v{i}")).collect();
@@ -143,97 +148,169 @@ pub fn read_in(
         .query([start as i64])
         .map_err(db_err("cannot read the change log"))?;
     let mut line = Vec::with_capacity(1024);
-    let mut batch_start = start;
     let mut bytes = 0u64;
-    let nplans = plan.len();
-    for (i, (tids, cut, n)) in plan.into_iter().enumerate() {
-        let schemas: Vec<Schema> = tids.iter().map(|t| versions[t].schema.clone()).collect();
-        let header = Header {
-            start: Cursor::new(id.clone(), batch_start),
-            high_water: hw,
-            schemas: Some(schemas),
-            compacted: false,
-        };
-        line.clear();
-        write_header_line(&mut line, &header);
-        out.write_all(&line).map_err(io_out)?;
-        let mut written = 0u64;
-        let mut last = batch_start;
-        let mut stopped_by_bytes = false;
-        while written < n {
-            let Some(r) = rows.next().map_err(db_err("cannot read the change log"))? else {
-                break;
-            };
-            let seq = r.get::<_, i64>(0).map_err(db_err("seq"))? as Sequence;
-            let tid: i64 = r.get(1).map_err(db_err("tid"))?;
-            let op: i64 = r.get(2).map_err(db_err("op"))?;
+    let header = Header {
+        start: Cursor::new(id.clone(), start),
+        high_water: hw,
+        schemas: Some(
+            in_force
+                .values()
+                .map(|t| versions[t].schema.clone())
+                .collect(),
+        ),
+        compacted: false,
+    };
+    line.clear();
+    write_header_line(&mut line, &header);
+    out.write_all(&line).map_err(io_out)?;
+    let fix = "Run schema changes with mooncdc-capture migrate, or upgrade right after an ALTER TABLE while capture's triggers are in place (docs/OPERATIONS.md, schema changes)";
+    // The records that take a table from its version in force to `tid`.
+    let change_to =
+        |in_force: &mut BTreeMap<String, i64>, tid: i64, out: &mut Vec<u8>| -> Result<()> {
             let tv = &versions[&tid];
-            let ncol = tv.schema.columns.len();
-            let located = |e: String| {
-                Error::data(format!("change {seq} of table {:?}: {e}", tv.schema.table))
-            };
-            let before = || row_values(r, 3, ncol).map_err(located);
-            let after = || row_values(r, 3 + ncol, ncol).map_err(located);
-            let (operation, before, after) = match op {
-                1 => (Operation::Insert, None, Some(after()?)),
-                2 => (Operation::Update, Some(before()?), Some(after()?)),
-                3 => (Operation::Delete, Some(before()?), None),
-                other => {
-                    return Err(Error::data(format!(
-                        "change {seq} has unknown operation code {other}"
-                    )))
+            let old = in_force.insert(tv.schema.table.clone(), tid);
+            match old {
+                Some(o) if o == tid => {}
+                Some(o) => {
+                    let known = super::renames::stored(conn, tid)?;
+                    for c in crate::source::schema_change::classify(
+                        &versions[&o].schema,
+                        &tv.schema,
+                        known.as_deref(),
+                        fix,
+                    )? {
+                        write_schema_line(out, &c);
+                    }
                 }
-            };
-            for img in [&before, &after].into_iter().flatten() {
-                null_key(&tv.schema, img).map_err(located)?;
+                None => write_schema_line(
+                    out,
+                    &crate::wire::SchemaChange {
+                        schema: tv.schema.clone(),
+                        renamed: Vec::new(),
+                    },
+                ),
             }
-            let e = Event {
-                sequence: seq,
-                table: tv.schema.table.clone(),
-                operation,
-                before,
-                after,
-            };
-            line.clear();
-            write_event_line(&mut line, &e);
-            limits.check_line(&line, &e)?;
-            if written > 0
-                && limits
-                    .max_bytes
-                    .is_some_and(|m| bytes + line.len() as u64 > m)
-            {
-                stopped_by_bytes = true;
-                break;
-            }
-            bytes += line.len() as u64;
-            out.write_all(&line).map_err(io_out)?;
-            written += 1;
-            last = seq;
+            Ok(())
+        };
+    let mut written = 0u64;
+    let mut last = start;
+    let mut stopped = false;
+    // Schema-change markers read since the last event: their records go
+    // before the next event (whatever its table), so a target holding a
+    // position past a marker also holds the change.
+    let mut markers: Vec<(Sequence, i64)> = Vec::new();
+    while let Some(r) = rows.next().map_err(db_err("cannot read the change log"))? {
+        let seq = r.get::<_, i64>(0).map_err(db_err("seq"))? as Sequence;
+        let tid: i64 = r.get(1).map_err(db_err("tid"))?;
+        let op: i64 = r.get(2).map_err(db_err("op"))?;
+        if !versions.contains_key(&tid) {
+            return Err(Error::data(format!(
+                "change {seq} refers to unknown table version {tid}"
+            )));
         }
-        let end = if stopped_by_bytes || (limited_by_events && i + 1 == nplans) {
-            last
-        } else {
-            match cut {
-                Some(c) => c,
-                None => hw,
-            }
-        };
-        let commit = Commit {
-            end: Cursor::new(id.clone(), end),
-            count: written,
-        };
-        line.clear();
-        write_commit_line(&mut line, &commit);
-        out.write_all(&line).map_err(io_out)?;
-        stats.batches += 1;
-        stats.events += written;
-        stats.end = Some(commit.end.clone());
-        batch_start = end;
-        if stopped_by_bytes {
+        if op == MARKER_OP {
+            markers.push((seq, tid));
+            continue;
+        }
+        if limits.max_events.is_some_and(|m| written >= m) {
+            stopped = true;
             break;
         }
+        let tv = &versions[&tid];
+        let ncol = tv.schema.columns.len();
+        let located =
+            |e: String| Error::data(format!("change {seq} of table {:?}: {e}", tv.schema.table));
+        let before = || row_values(r, 3, ncol).map_err(located);
+        let after = || row_values(r, 3 + ncol, ncol).map_err(located);
+        let (operation, before, after) = match op {
+            1 => (Operation::Insert, None, Some(after()?)),
+            2 => (Operation::Update, Some(before()?), Some(after()?)),
+            3 => (Operation::Delete, Some(before()?), None),
+            other => {
+                return Err(Error::data(format!(
+                    "change {seq} has unknown operation code {other}"
+                )))
+            }
+        };
+        for img in [&before, &after].into_iter().flatten() {
+            null_key(&tv.schema, img).map_err(located)?;
+        }
+        // Schema changes before this change: the markers passed, and the
+        // event's own version (where no marker says when it took over).
+        // One that cannot be described exactly fails the read before the
+        // batch's commit line, so downstream applies none of it.
+        line.clear();
+        let mut forced = in_force.clone();
+        for &(_, t) in &markers {
+            change_to(&mut forced, t, &mut line)?;
+        }
+        change_to(&mut forced, tid, &mut line)?;
+        let e = Event {
+            sequence: seq,
+            table: tv.schema.table.clone(),
+            operation,
+            before,
+            after,
+        };
+        let record_bytes = line.len();
+        write_event_line(&mut line, &e);
+        limits.check_line(&line[record_bytes..], &e)?;
+        if written > 0
+            && limits
+                .max_bytes
+                .is_some_and(|m| bytes + line.len() as u64 > m)
+        {
+            stopped = true;
+            break;
+        }
+        bytes += line.len() as u64;
+        out.write_all(&line).map_err(io_out)?;
+        in_force = forced;
+        markers.clear();
+        written += 1;
+        last = seq;
     }
+    // Markers with no change after them: their records end the batch (they
+    // belong to its end).
+    let end = if stopped { last } else { hw };
+    if !stopped && !markers.is_empty() {
+        line.clear();
+        let mut forced = in_force.clone();
+        for &(_, t) in &markers {
+            change_to(&mut forced, t, &mut line)?;
+        }
+        out.write_all(&line).map_err(io_out)?;
+    }
+    let commit = Commit {
+        end: Cursor::new(id.clone(), end),
+        count: written,
+    };
+    line.clear();
+    write_commit_line(&mut line, &commit);
+    out.write_all(&line).map_err(io_out)?;
+    stats.batches += 1;
+    stats.events += written;
+    stats.end = Some(commit.end.clone());
     Ok(stats)
+}
+
+/// Where each table version took over (`since:<tid>`): changes logged after
+/// that position are its. Versions made by releases that did not note it are
+/// absent.
+fn takeovers(
+    conn: &Connection,
+    versions: &BTreeMap<i64, TableVersion>,
+) -> Result<BTreeMap<i64, Sequence>> {
+    let mut out = BTreeMap::new();
+    for tid in versions.keys() {
+        if let Some(s) = meta_get(conn, &format!("since:{tid}"))? {
+            let s: Sequence = s.parse().map_err(|_| {
+                Error::data(format!("capture metadata since:{tid} is not a position"))
+            })?;
+            out.insert(*tid, s);
+        }
+    }
+    Ok(out)
 }
 
 /// Follow the change log: emit a batch whenever changes commit, forever (until

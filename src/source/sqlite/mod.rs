@@ -34,6 +34,7 @@ mod snapshot;
 
 pub use audit::{select_in_key_order, SqliteAuditRows};
 
+mod renames;
 use install::*;
 pub use install::{init, migrate, trigger_sql, upgrade, verify, MAX_CAPTURED_COLUMNS};
 pub use log::{follow, read, read_in, ReadStats};
@@ -45,7 +46,9 @@ use crate::sqlite_util::{
     db_err, open_existing, order_by_key, quote_ident, random_uuid, row_values, table_schema,
     user_tables, RESERVED_PREFIX,
 };
-use crate::wire::batch::{write_commit_line, write_event_line, write_header_line};
+use crate::wire::batch::{
+    write_commit_line, write_event_line, write_header_line, write_schema_line,
+};
 use crate::wire::model::write_schema;
 use crate::wire::snapshot::SnapshotWriter;
 use crate::wire::{Commit, Cursor, Event, Header, Operation, Schema, Sequence};

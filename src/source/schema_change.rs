@@ -1,26 +1,29 @@
-//! What a table's schema change was, from the schema before it and the one a
-//! Relation message gives after it, as `schema` records — or a refusal when
-//! the stream cannot say exactly.
+//! What a table's schema change was, from the schema before it and the one
+//! after it, as `schema` records — or a refusal when the source cannot say
+//! exactly.
 //!
-//! A Relation message lists the columns as they are, nothing more: a column
-//! gone and another new in one change may be a rename or a drop and an add,
-//! and only a DDL record (`init --ddl`) says which. Without one, such a
+//! Two column lists alone do not say everything: a column gone and another
+//! new in one change may be a rename or a drop and an add, and only the
+//! source's record of the change (PostgreSQL's DDL trigger, SQLite's
+//! `migrate` or its rewritten triggers) says which. Without one, such a
 //! change fails closed. A column dropped and added again under the same name
 //! moves to the end of the list and loses its values: it is carried as a
 //! drop followed by an add. A type change is carried only when every value
 //! keeps its exact text (integer widenings, longer or unbounded `varchar`,
 //! more `numeric` digits with the same scale).
 
-use super::*;
-use crate::wire::{Rename, SchemaChange};
+use crate::error::{Error, Result};
+use crate::wire::{Rename, Schema, SchemaChange};
 
-/// The records for `old` → `new`; `renamed` comes from a DDL record of the
-/// same change when there is one (`Some`, possibly empty: the change is then
-/// known to rename exactly these columns).
-pub(super) fn classify(
+/// The records for `old` → `new`; `renamed` comes from the source's record
+/// of the same change when there is one (`Some`, possibly empty: the change
+/// is then known to rename exactly these columns). `fix` says how to make
+/// such changes describable, for the refusal of an ambiguous one.
+pub fn classify(
     old: &Schema,
     new: &Schema,
     renamed: Option<&[Rename]>,
+    fix: &str,
 ) -> Result<Vec<SchemaChange>> {
     let t = &new.table;
     let told = renamed.is_some();
@@ -74,7 +77,7 @@ pub(super) fn classify(
         .collect();
     if !told && !truly_gone.is_empty() && !truly_added.is_empty() {
         return Err(Error::state(format!(
-            "table {t:?}: columns {truly_gone:?} are gone and {truly_added:?} are new in one schema change; that may be a rename, which the replication stream cannot tell from a drop and an add, so nothing of it was written. To carry such changes, install the DDL trigger before them (mooncdc-capture init --ddl); to go on from here, give the targets a new snapshot (docs/OPERATIONS.md, schema changes)"
+            "table {t:?}: columns {truly_gone:?} are gone and {truly_added:?} are new in one schema change; that may be a rename, which the source's record cannot tell from a drop and an add, so nothing of it was written. {fix}; to go on from here, give the targets a new snapshot (docs/OPERATIONS.md, schema changes)"
         )));
     }
     for &(i, j) in &kept {
@@ -106,7 +109,7 @@ pub(super) fn classify(
 
 /// Whether a column of type `a` may become `b` with every value's text
 /// unchanged.
-pub(super) fn widening(a: &str, b: &str) -> bool {
+pub fn widening(a: &str, b: &str) -> bool {
     if a == b {
         return true;
     }
@@ -152,6 +155,18 @@ pub(super) fn widening(a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::Column;
+
+    const FIX: &str =
+        "To carry such changes, install the DDL trigger before them (mooncdc-capture init --ddl)";
+
+    fn classify(
+        old: &Schema,
+        new: &Schema,
+        renamed: Option<&[Rename]>,
+    ) -> Result<Vec<SchemaChange>> {
+        super::classify(old, new, renamed, FIX)
+    }
 
     fn s(cols: &[(&str, &str)]) -> Schema {
         Schema {
