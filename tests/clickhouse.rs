@@ -2832,3 +2832,123 @@ fn read_only_commands_create_nothing_on_the_server() {
     assert!(tables().contains("_mooncdc_cursor"));
     audit_equal(&dbs.src_url(), &url);
 }
+
+// ---------------------------------------------------------------- schema changes
+
+/// A PostgreSQL source's schema changes reach ClickHouse: a column added, one
+/// dropped, a type widened, each in the transaction that made it; an apply
+/// killed between two of the `ALTER`s (simulated by making the first by hand)
+/// converges on the replay; a rename, which 18.16 cannot make, stops the
+/// apply before anything changes, naming the way on.
+#[test]
+fn postgres_schema_changes_reach_clickhouse() {
+    let pgdb = common::pg::db("ddl_to_clickhouse");
+    let slot = "s_ddl_to_clickhouse";
+    let src = pgdb.url();
+    let s = pgdb.session();
+    s.exec("CREATE TABLE public.items (id int PRIMARY KEY, v text, gone text, w int)");
+    let r = exec(
+        "mooncdc-capture",
+        &[
+            "init",
+            "--source",
+            &src,
+            "--slot",
+            slot,
+            "--table",
+            "public.items",
+        ],
+        None,
+    );
+    expect(&r, 0, "capture init");
+    s.exec("INSERT INTO public.items VALUES (1, 'a', 'g', 1), (2, 'b', 'g', 2)");
+    let db = ch::db("ddl_from_postgres");
+    let url = db.url();
+    let step = || {
+        let r = pipeline(&format!(
+            "{{capture}} --source {src} --slot {slot} --after \"$({{apply}} cursor --target {url})\" \
+             | {{compact}} | {{apply}} --target {url}",
+            src = shell_quote(&src),
+            url = shell_quote(&url)
+        ));
+        no_secret(&r);
+        r
+    };
+    let audit = || {
+        let r = exec(
+            AUDIT,
+            &["--source", &src, "--slot", slot, "--target", &url],
+            None,
+        );
+        no_secret(&r);
+        r
+    };
+    let r = pipeline(&format!(
+        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {}",
+        shell_quote(&src),
+        shell_quote(&url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+    s.exec(
+        "BEGIN; INSERT INTO public.items VALUES (3, 'c', 'g', 3); \
+         ALTER TABLE public.items ADD COLUMN n bigint; UPDATE public.items SET n = 7 WHERE id = 1; \
+         ALTER TABLE public.items DROP COLUMN gone; INSERT INTO public.items VALUES (4, 'd', 4, 8); \
+         ALTER TABLE public.items ALTER COLUMN w TYPE bigint; UPDATE public.items SET w = 5000000000 WHERE id = 2; \
+         COMMIT",
+    );
+    // As if an apply had been killed after its first ALTER.
+    db.query("ALTER TABLE public_items ADD COLUMN n Nullable(Int64)");
+    expect(&step(), 0, "the schema changes");
+    expect(&audit(), 0, "audit after the schema changes");
+    assert_rows(
+        "the table's columns",
+        &strs(&[
+            &["id", "Int32"],
+            &["v", "Nullable(String)"],
+            &["w", "Nullable(Int64)"],
+            &["n", "Nullable(Int64)"],
+        ]),
+        &db.rows(
+            "SELECT name, type FROM system.columns WHERE database = currentDatabase() \
+             AND table = 'public_items' AND name NOT LIKE '\\_etl%'",
+        ),
+    );
+    assert_rows(
+        "the view",
+        &strs(&[
+            &["1", "a", "1", "7"],
+            &["2", "b", "5000000000", "\\N"],
+            &["3", "c", "3", "\\N"],
+            &["4", "d", "4", "8"],
+        ]),
+        &db.rows("SELECT id, v, w, n FROM public_items__current ORDER BY id"),
+    );
+    // A rename (with the DDL trigger, so the stream says it): refused by an
+    // 18.16 server, cursor unchanged.
+    let su = pgdb.superuser_url();
+    expect(
+        &exec(
+            "mooncdc-capture",
+            &["init", "--ddl", "--source", &su, "--slot", slot],
+            None,
+        ),
+        0,
+        "init --ddl",
+    );
+    let held = exec(APPLY, &["cursor", "--target", &url], None)
+        .stdout_str()
+        .to_string();
+    s.exec("ALTER TABLE public.items RENAME COLUMN v TO label; INSERT INTO public.items VALUES (5, 'e', 5, 9)");
+    let r = step();
+    expect(&r, 1, "a rename on 18.16");
+    assert!(
+        r.stderr.contains("RENAME COLUMN") && r.stderr.contains("20.4"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        exec(APPLY, &["cursor", "--target", &url], None).stdout_str(),
+        held,
+        "cursor unchanged"
+    );
+}

@@ -2897,6 +2897,20 @@ fn with_the_ddl_trigger_renames_are_carried() {
         .query_row("SELECT w FROM \"public.a\" WHERE id = 1", [], |r| r.get(0))
         .unwrap();
     assert_eq!(w1, "z", "the renamed column kept its values");
+    // A read that starts after the target's cursor, whose first description
+    // of the table comes after a rename: the trigger's message says what the
+    // table was, so the rename is still carried.
+    s.exec("ALTER TABLE a RENAME COLUMN extra TO more; INSERT INTO a VALUES (4, 'r', 10)");
+    let cur = src.target_cursor().unwrap().to_json();
+    let (rest, b) = src.capture_ok(&["--after", &cur]);
+    let renamed: Vec<(String, String)> = b
+        .iter()
+        .flat_map(|b| b.changes.iter())
+        .flat_map(|(_, c)| c.renamed.iter().map(|r| (r.from.clone(), r.to.clone())))
+        .collect();
+    assert_eq!(renamed, pairs(&[("extra", "more")]));
+    src.apply_ok(&rest);
+    src.audit_equal();
 }
 
 #[test]

@@ -4,6 +4,22 @@
 use super::*;
 use crate::destination::BatchGate;
 
+/// Every (column, type) a table has in any state its batch goes through.
+fn allowed(segs: &[Segment]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for s in segs {
+        let layouts = s.change.iter().map(|(o, _)| o).chain([&s.layout]);
+        for l in layouts {
+            for c in l.expected_columns() {
+                if !out.contains(&c) {
+                    out.push(c);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// A table's rows of one batch under one layout; `change` is made first.
 pub(super) struct Segment {
     change: Option<(Layout, SchemaChange)>,
@@ -197,6 +213,10 @@ impl ClickHouse {
         let mut kind = SourceKind::Sqlite;
         let mut in_force: Vec<Schema> = Vec::new();
         let mut ensured = false;
+        // Tables whose columns did not match the header: a replay after an
+        // apply killed amid a schema change, checked at the commit against
+        // every state the batch takes the table through.
+        let mut deferred: HashMap<String, Error> = HashMap::new();
         let mut gate: Option<BatchGate> = None;
         // From a batch's header to its cursor: a stop waits for the commit.
         let mut busy: Option<crate::util::stop::Busy> = None;
@@ -215,17 +235,14 @@ impl ClickHouse {
                     layouts.clear();
                     bufs.clear();
                     pending.clear();
+                    deferred.clear();
                     in_force = schemas.clone();
                     // A batch overlapping the cursor describes the tables as
                     // they were at its start: checked at its first event not
                     // yet held, with the schema changes the target holds.
                     ensured = false;
                     if !gate.as_ref().expect("just opened").overlaps() {
-                        for s in in_force.drain(..) {
-                            let l = Layout::new(&s, kind);
-                            self.ensure(&l)?;
-                            layouts.insert(s.table.clone(), l);
-                        }
+                        self.ensure_all(&mut in_force, kind, &mut layouts, &mut deferred)?;
                         ensured = true;
                     }
                 }
@@ -242,11 +259,7 @@ impl ClickHouse {
                         continue;
                     }
                     if !ensured {
-                        for s in in_force.drain(..) {
-                            let l = Layout::new(&s, kind);
-                            self.ensure(&l)?;
-                            layouts.insert(s.table.clone(), l);
-                        }
+                        self.ensure_all(&mut in_force, kind, &mut layouts, &mut deferred)?;
                         ensured = true;
                     }
                     self.queue_changes(&mut pending, &mut layouts, &mut bufs, kind)?;
@@ -277,22 +290,40 @@ impl ClickHouse {
                     // made when the batch moves the cursor.
                     if moves && !pending.is_empty() {
                         if !ensured {
-                            for s in in_force.drain(..) {
-                                let l = Layout::new(&s, kind);
-                                self.ensure(&l)?;
-                                layouts.insert(s.table.clone(), l);
-                            }
+                            self.ensure_all(&mut in_force, kind, &mut layouts, &mut deferred)?;
                             ensured = true;
                         }
                         self.queue_changes(&mut pending, &mut layouts, &mut bufs, kind)?;
                     }
+                    // Before anything is written: each changed table must be
+                    // in one of the states the batch takes it through.
+                    for (t, segs) in &bufs {
+                        let changed = segs.iter().any(|s| s.change.is_some());
+                        if let Some(err) = deferred.remove(t).filter(|_| !changed) {
+                            return Err(err);
+                        }
+                        if let Some((old, change, new)) = segs
+                            .iter()
+                            .find_map(|s| s.change.as_ref().map(|(o, c)| (o, c, &s.layout)))
+                        {
+                            self.evolve(old, change, new, &allowed(segs), true)?;
+                        }
+                    }
+                    if let Some((_, err)) = deferred.drain().next() {
+                        return Err(err);
+                    }
                     // The batch is valid: now its schema changes and rows go
                     // out, then its cursor; a stop asked for meanwhile waits.
                     for segs in bufs.values_mut() {
-                        for seg in segs.iter_mut() {
-                            if let Some((old, change)) = &seg.change {
-                                self.evolve(old, change, &seg.layout, false)?;
+                        let allowed = allowed(segs);
+                        for k in 0..segs.len() {
+                            if let Some((old, change)) = &segs[k].change {
+                                self.evolve(old, change, &segs[k].layout, &allowed, false)?;
                             }
+                            if self.passed(segs, k)? {
+                                continue;
+                            }
+                            let seg = &mut segs[k];
                             self.flush(&seg.layout, &mut seg.held)?;
                         }
                     }
@@ -315,8 +346,7 @@ impl ClickHouse {
     }
 
     /// Schema records become segments, each made before its rows at the
-    /// commit; checked now against the table as it is, so a change it cannot
-    /// follow fails before any row of the batch is sent.
+    /// commit (checked there, before any row of the batch is sent).
     fn queue_changes(
         &self,
         pending: &mut Vec<SchemaChange>,
@@ -330,9 +360,6 @@ impl ClickHouse {
             let segs = bufs.entry(table.clone()).or_default();
             match layouts.get(&table) {
                 Some(old) => {
-                    if !segs.iter().any(|s| s.change.is_some()) {
-                        self.evolve(old, &c, &new, true)?;
-                    }
                     segs.push(Segment::new(Some((old.clone(), c)), new.clone()));
                 }
                 None => {
@@ -343,6 +370,70 @@ impl ClickHouse {
             layouts.insert(table, new);
         }
         Ok(())
+    }
+
+    /// `ensure` for the header's tables; a table whose columns differ is
+    /// noted in `deferred` (see `apply_stream`), any other failure is one.
+    fn ensure_all(
+        &self,
+        in_force: &mut Vec<Schema>,
+        kind: SourceKind,
+        layouts: &mut HashMap<String, Layout>,
+        deferred: &mut HashMap<String, Error>,
+    ) -> Result<()> {
+        for s in in_force.drain(..) {
+            let l = Layout::new(&s, kind);
+            match self.ensure(&l) {
+                Ok(()) => {}
+                Err(e)
+                    if e.kind() == ErrorKind::State
+                        && e.message().contains("the stream's schema needs") =>
+                {
+                    deferred.insert(s.table.clone(), e);
+                }
+                Err(e) => return Err(e),
+            }
+            layouts.insert(s.table.clone(), l);
+        }
+        Ok(())
+    }
+
+    /// Whether the table is already past segment `k`: a column its rows
+    /// have is gone, taken away by a later change of the same batch. Then an
+    /// apply was killed after sending those rows and making that change
+    /// (rows go out before the next change is made), so they are not sent
+    /// again.
+    fn passed(&self, segs: &[Segment], k: usize) -> Result<bool> {
+        if segs[k].held.spool.is_empty() && segs[k].held.truncates.is_empty() {
+            return Ok(false);
+        }
+        let have = self.columns_of(&segs[k].layout.name)?;
+        let missing: Vec<&str> = segs[k]
+            .layout
+            .schema
+            .columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .filter(|n| !have.iter().any(|h| h == n))
+            .collect();
+        if missing.is_empty() {
+            return Ok(false);
+        }
+        let later_removes = |n: &str| {
+            segs[k + 1..].iter().any(|s| {
+                s.change
+                    .as_ref()
+                    .is_some_and(|(_, c)| c.new_name(n) != Some(n))
+            })
+        };
+        if missing.iter().all(|n| later_removes(n)) {
+            Ok(true)
+        } else {
+            Err(Error::state(format!(
+                "ClickHouse table {} lacks columns {missing:?} that rows of this batch have; the target diverges from the source (give it a new snapshot)",
+                segs[k].layout.name
+            )))
+        }
     }
 
     /// Load a snapshot into a target holding no cursor; rows take the version

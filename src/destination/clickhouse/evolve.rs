@@ -22,6 +22,7 @@ impl ClickHouse {
         old: &Layout,
         c: &SchemaChange,
         new: &Layout,
+        allowed: &[(String, String)],
         dry: bool,
     ) -> Result<()> {
         let db = qi(&self.cfg.database);
@@ -43,15 +44,14 @@ impl ClickHouse {
         let type_of = |cols: &[(String, String)], n: &str| {
             cols.iter().find(|(c, _)| c == n).map(|(_, t)| t.clone())
         };
-        // Every column the table has must be one of the two schemas' (the
-        // history engine also keeps columns dropped earlier).
+        // Every column the table has must be one the batch's schemas have
+        // (the history engine also keeps columns dropped earlier).
         for (n, ty) in &have {
-            let known = type_of(&was, n).as_ref() == Some(ty)
-                || type_of(&will, n).as_ref() == Some(ty)
+            let known = allowed.iter().any(|(an, at)| an == n && at == ty)
                 || (self.engine == Engine::History && ty.starts_with("Nullable("));
             if !known {
                 return Err(refuse(format!(
-                    "the table has column {n} {ty}, which is in neither the schema before the change nor the one after it; the target diverges from the source (give it a new snapshot)"
+                    "the table has column {n} {ty}, which is in none of the schemas the stream gives it around this change; the target diverges from the source (give it a new snapshot)"
                 )));
             }
         }
@@ -89,6 +89,8 @@ impl ClickHouse {
                 ));
             }
         }
+        // Only the steps of this change, and only forward: a table a killed
+        // apply left further along is not taken back.
         if self.engine == Engine::Replacing {
             for oc in &old.schema.columns {
                 if c.new_name(&oc.name).is_none() && has(&oc.name) {
@@ -96,20 +98,23 @@ impl ClickHouse {
                 }
             }
         }
-        for (n, ty) in &will {
-            let now = type_of(&have, n).or_else(|| {
-                // A column renamed by a step above has its old name's type.
-                c.renamed
-                    .iter()
-                    .find(|r| &r.to == n)
-                    .and_then(|r| type_of(&have, &r.from))
-            });
-            match now {
-                None => steps.push(format!("ALTER TABLE {db}.{t} ADD COLUMN {} {ty}", qi(n))),
-                Some(now) if &now != ty => {
-                    steps.push(format!("ALTER TABLE {db}.{t} MODIFY COLUMN {} {ty}", qi(n)))
+        let from = c.sources(&old.schema);
+        for (j, (n, ty)) in will.iter().enumerate() {
+            match from[j] {
+                // Added by this change.
+                None if !has(n) => {
+                    steps.push(format!("ALTER TABLE {db}.{t} ADD COLUMN {} {ty}", qi(n)))
                 }
-                Some(_) => {}
+                None => {}
+                // Kept (perhaps renamed): its type changes only from the old
+                // one.
+                Some(i) => {
+                    let now =
+                        type_of(&have, n).or_else(|| type_of(&have, &old.schema.columns[i].name));
+                    if now.as_ref() == Some(&was[i].1) && &was[i].1 != ty {
+                        steps.push(format!("ALTER TABLE {db}.{t} MODIFY COLUMN {} {ty}", qi(n)));
+                    }
+                }
             }
         }
         if dry {
@@ -117,6 +122,17 @@ impl ClickHouse {
         }
         for sql in &steps {
             self.query(sql, None, Timeout::Ddl)?;
+        }
+        // A table now in the new shape: checked, and its view recreated. One
+        // further along (a later change of the batch was made before a
+        // kill) is finished by that change.
+        let now: Vec<(String, String)> = self
+            .columns_typed(&new.name)?
+            .into_iter()
+            .filter(|(n, _)| !meta(n))
+            .collect();
+        if will.iter().any(|w| !now.contains(w)) {
+            return Ok(());
         }
         if self.engine == Engine::Replacing {
             let view = format!("{}__current", new.name);
@@ -126,7 +142,6 @@ impl ClickHouse {
                 Timeout::Ddl,
             )?;
         }
-        // Checks the result and recreates the view.
         self.ensure(new)
     }
 }

@@ -11,7 +11,10 @@
 //! says `"renamed":null` (unknown), which the stream treats as no DDL record
 //! at all: an ambiguous change still fails closed, never guessed.
 //!
-//! Message: `{"table":"schema.table","renamed":[{"from":"a","to":"b"}]}`.
+//! Message: `{"table":"schema.table","renamed":[{"from":"a","to":"b"}],
+//! "before":[{"name":"a","type":"text","nullable":true}]}` (`before`: the
+//! columns before the command, so a read whose first description of the
+//! table comes after the change still knows what it changed from).
 
 use super::*;
 
@@ -23,10 +26,13 @@ pub(super) const TRIGGER: &str = "mooncdc_ddl";
 
 const INSTALL: &str = r#"
 CREATE SCHEMA IF NOT EXISTS mooncdc;
-CREATE UNLOGGED TABLE IF NOT EXISTS mooncdc.ddl_columns (
+DROP TABLE IF EXISTS mooncdc.ddl_columns;
+CREATE UNLOGGED TABLE mooncdc.ddl_columns (
     relid oid NOT NULL,
     attnum int2 NOT NULL,
     name name NOT NULL,
+    type text NOT NULL,
+    not_null boolean NOT NULL,
     PRIMARY KEY (relid, attnum)
 );
 CREATE OR REPLACE FUNCTION mooncdc.ddl_end() RETURNS event_trigger
@@ -36,6 +42,7 @@ DECLARE
     tag text;
     known boolean;
     renamed jsonb;
+    before jsonb;
 BEGIN
     FOR t, tag IN
         SELECT DISTINCT objid, command_tag FROM pg_event_trigger_ddl_commands()
@@ -50,17 +57,23 @@ BEGIN
                   FROM mooncdc.ddl_columns s
                   JOIN pg_attribute a ON a.attrelid = s.relid AND a.attnum = s.attnum
                  WHERE s.relid = t AND NOT a.attisdropped AND a.attname <> s.name;
+                SELECT jsonb_agg(jsonb_build_object('name', name, 'type', type, 'nullable', NOT not_null)
+                                 ORDER BY attnum)
+                  INTO before
+                  FROM mooncdc.ddl_columns WHERE relid = t;
             ELSE
                 renamed := 'null'::jsonb;
+                before := 'null'::jsonb;
             END IF;
             PERFORM pg_logical_emit_message(true, 'mooncdc_ddl', jsonb_build_object(
                 'table', (SELECT n.nspname || '.' || c.relname FROM pg_class c
                           JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = t),
-                'renamed', renamed)::text);
+                'renamed', renamed, 'before', before)::text);
         END IF;
         DELETE FROM mooncdc.ddl_columns WHERE relid = t;
         INSERT INTO mooncdc.ddl_columns
-            SELECT attrelid, attnum, attname FROM pg_attribute
+            SELECT attrelid, attnum, attname, format_type(atttypid, atttypmod), attnotnull
+              FROM pg_attribute
              WHERE attrelid = t AND attnum > 0 AND NOT attisdropped;
     END LOOP;
 END
@@ -71,14 +84,14 @@ CREATE EVENT TRIGGER mooncdc_ddl ON ddl_command_end
     WHEN TAG IN ('ALTER TABLE', 'CREATE TABLE')
     EXECUTE FUNCTION mooncdc.ddl_end();
 INSERT INTO mooncdc.ddl_columns
-    SELECT a.attrelid, a.attnum, a.attname
+    SELECT a.attrelid, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
       FROM pg_attribute a
       JOIN pg_class c ON c.oid = a.attrelid
       JOIN pg_namespace n ON n.oid = c.relnamespace
      WHERE c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped
        AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'mooncdc')
        AND n.nspname NOT LIKE 'pg\_%'
-    ON CONFLICT (relid, attnum) DO UPDATE SET name = excluded.name;
+    ON CONFLICT (relid, attnum) DO NOTHING;
 "#;
 
 impl PgSource {

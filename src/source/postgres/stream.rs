@@ -267,12 +267,32 @@ impl PgSource {
                                 let replaying = txn.is_some_and(|(c, o)| sequence(c, o + 1) <= start);
                                 match catalog.relation(&c, rel).await? {
                                     RelChange::Same => {}
+                                    // First described after a change the DDL trigger
+                                    // recorded in this read: the table as it was
+                                    // before it, then the change.
+                                    RelChange::New(s) if !replaying && ddl.before.contains_key(&s.table) => {
+                                        let before = ddl.before.remove(&s.table).expect("checked");
+                                        let told = ddl.renamed.remove(&s.table).flatten();
+                                        let old = Schema {
+                                            table: s.table.clone(),
+                                            columns: before,
+                                            key: s.key.clone(),
+                                        };
+                                        old.check().map_err(Error::data)?;
+                                        w.add_table(old.clone());
+                                        let fix = "To carry such changes, install the DDL trigger before them (mooncdc-capture init --ddl)";
+                                        for change in crate::source::schema_change::classify(&old, &s, told.as_deref(), fix)? {
+                                            w.pending.push(change);
+                                        }
+                                    }
                                     RelChange::New(s) => {
                                         ddl.renamed.remove(&s.table);
+                                        ddl.before.remove(&s.table);
                                         w.add_table(s);
                                     }
                                     RelChange::Changed(_, new) if replaying => {
                                         ddl.renamed.remove(&new.table);
+                                        ddl.before.remove(&new.table);
                                         w.add_table(new);
                                     }
                                     // A schema change: schema records, written with
@@ -285,6 +305,7 @@ impl PgSource {
                                             )));
                                         }
                                         let told = ddl.renamed.remove(&new.table).flatten();
+                                        ddl.before.remove(&new.table);
                                         let fix = "To carry such changes, install the DDL trigger before them (mooncdc-capture init --ddl)";
                                         for change in crate::source::schema_change::classify(&old, &new, told.as_deref(), fix)? {
                                             w.pending.push(change);
@@ -542,6 +563,8 @@ pub(super) fn ack_from(
 #[derive(Default)]
 pub(super) struct DdlState {
     pub(super) renamed: HashMap<String, Option<Vec<crate::wire::Rename>>>,
+    /// The table's columns before the first of those messages.
+    pub(super) before: HashMap<String, Vec<Column>>,
     /// The last message taken: a transaction sent again after a reconnect
     /// sends its messages again, taken once.
     last_lsn: u64,
@@ -557,10 +580,17 @@ impl DdlState {
         struct Msg {
             table: String,
             renamed: Option<Vec<crate::wire::Rename>>,
+            #[serde(default)]
+            before: Option<Vec<Column>>,
         }
         let m: Msg = serde_json::from_slice(content).map_err(|e| {
             Error::data(format!("a DDL trigger message is not understood ({e}); run mooncdc-capture init --ddl again to update the trigger"))
         })?;
+        if !self.renamed.contains_key(&m.table) {
+            if let Some(b) = m.before {
+                self.before.insert(m.table.clone(), b);
+            }
+        }
         let entry = self
             .renamed
             .entry(m.table)
@@ -616,6 +646,22 @@ impl<'a> BatchOut<'a> {
             line: Vec::with_capacity(1024),
             pending: Vec::new(),
         }
+    }
+
+    /// Write the schema records waiting, which then are in force.
+    fn write_pending(&mut self) -> Result<()> {
+        if !self.pending.is_empty() {
+            let mut rec = Vec::new();
+            for c in self.pending.drain(..) {
+                write_schema_line(&mut rec, &c);
+                match self.schemas.iter_mut().find(|x| x.table == c.schema.table) {
+                    Some(x) => *x = c.schema,
+                    None => self.schemas.push(c.schema),
+                }
+            }
+            self.out.write_all(&rec).map_err(io_out)?;
+        }
+        Ok(())
     }
 
     /// A table first described now: in the next header when no batch is
@@ -677,17 +723,7 @@ impl<'a> BatchOut<'a> {
             self.open_batch()?;
             self.line = event;
         }
-        if !self.pending.is_empty() {
-            let mut rec = Vec::new();
-            for c in self.pending.drain(..) {
-                write_schema_line(&mut rec, &c);
-                match self.schemas.iter_mut().find(|x| x.table == c.schema.table) {
-                    Some(x) => *x = c.schema,
-                    None => self.schemas.push(c.schema),
-                }
-            }
-            self.out.write_all(&rec).map_err(io_out)?;
-        }
+        self.write_pending()?;
         self.out.write_all(&self.line).map_err(io_out)?;
         self.count += 1;
         self.position = sequence;
@@ -696,6 +732,9 @@ impl<'a> BatchOut<'a> {
 
     pub(super) fn finish_batch(&mut self, end: Sequence) -> Result<()> {
         self.open_batch()?;
+        // Schema changes with no event after them yet belong to the batch's
+        // end: a target past it has them.
+        self.write_pending()?;
         self.line.clear();
         write_commit_line(
             &mut self.line,
