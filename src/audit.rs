@@ -266,8 +266,36 @@ fn schema_difference(target: &dyn Target, s: &Schema) -> Result<Option<String>> 
         return Ok(None);
     };
     if have.columns != want || have.key.as_ref().is_some_and(|k| *k != s.key) {
+        // Named apart from row differences: what is missing, what is extra,
+        // and what looks like a rename (one gone, one new, in one place).
+        let missing: Vec<&String> = want.iter().filter(|c| !have.columns.contains(c)).collect();
+        let extra: Vec<&String> = have.columns.iter().filter(|c| !want.contains(c)).collect();
+        let mut what = Vec::new();
+        if !missing.is_empty() {
+            what.push(format!("missing in the target: {missing:?}"));
+        }
+        if !extra.is_empty() {
+            what.push(format!("only in the target: {extra:?}"));
+        }
+        if let ([m], [x]) = (&missing[..], &extra[..]) {
+            if want.iter().position(|c| c == *m) == have.columns.iter().position(|c| c == *x) {
+                what.push(format!(
+                    "perhaps column {x:?} was renamed to {m:?} at the source"
+                ));
+            }
+        }
+        if missing.is_empty() && extra.is_empty() && have.columns != want {
+            what.push("the same columns in another order".to_string());
+        }
+        if let Some(k) = have.key.as_ref().filter(|k| **k != s.key) {
+            what.push(format!(
+                "the key differs ({:?} at the source, {k:?} in the target)",
+                s.key
+            ));
+        }
         return Ok(Some(format!(
-            "the source has columns {want:?} (key {:?}), the target {:?}{}",
+            "{}; the source has columns {want:?} (key {:?}), the target {:?}{}",
+            what.join("; "),
             s.key,
             have.columns,
             have.key.map_or(String::new(), |k| format!(" (key {k:?})"))

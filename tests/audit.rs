@@ -301,6 +301,7 @@ fn columns_that_differ_are_a_difference() {
     expect(&r, 1, "audit with a column the target lacks");
     let text = String::from_utf8_lossy(&r.stdout);
     assert!(text.contains("schema differs: table \"o\""), "{text}");
+    assert!(text.contains("missing in the target: [\"y\"]"), "{text}");
     assert!(text.lines().any(|l| l == "different"), "{text}");
     let r = db.audit(&["--format", "jsonl"]);
     expect(&r, 1, "audit --format jsonl with a column the target lacks");
@@ -317,4 +318,15 @@ fn columns_that_differ_are_a_difference() {
     // Once the change is applied, the projection has the column and the values.
     db.catch_up();
     db.audit_equal();
+    // A column renamed in the target only: named as such, apart from rows.
+    db.proj_sql("ALTER TABLE o RENAME COLUMN y TO z");
+    let r = db.audit(&[]);
+    expect(&r, 1, "audit of a renamed target column");
+    let text = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        text.contains("missing in the target: [\"y\"]")
+            && text.contains("only in the target: [\"z\"]")
+            && text.contains("perhaps column \"z\" was renamed to \"y\""),
+        "{text}"
+    );
 }

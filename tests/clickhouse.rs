@@ -2952,3 +2952,66 @@ fn postgres_schema_changes_reach_clickhouse() {
         "cursor unchanged"
     );
 }
+
+/// A SQLite source's migration reaches both ClickHouse engines: a column
+/// dropped and one added go through `migrate`, each target follows, the
+/// history table keeps the dropped column's past values; a rename is
+/// refused by an 18.16 server before anything changes.
+#[test]
+fn sqlite_migrations_reach_clickhouse() {
+    let dbs = Dbs::new();
+    dbs.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT, b TEXT); INSERT INTO t VALUES (1, 'a1', 'b1');");
+    dbs.init(&[]);
+    let db = ch::db("sqlite_migrate");
+    let url = db.url();
+    snapshot_to(&dbs, &url);
+    let hist = ch::db("sqlite_migrate_hist");
+    let (all, _) = dbs.capture_ok(&[]);
+    apply_ok(&hist.url(), &all, &["--engine", "history"]);
+    dbs.src_sql("INSERT INTO t VALUES (2, 'a2', 'b2');");
+    let r = dbs.capture_cmd(
+        "migrate",
+        &[
+            "--",
+            "ALTER TABLE t DROP COLUMN b; ALTER TABLE t ADD COLUMN c INTEGER",
+        ],
+    );
+    expect(&r, 0, "migrate");
+    dbs.src_sql("INSERT INTO t VALUES (3, 'a3', 33); UPDATE t SET c = 11 WHERE id = 1;");
+    catch_up(&dbs, &url);
+    audit_equal(&dbs.src_url(), &url);
+    assert_rows(
+        "the view after the migration",
+        &strs(&[&["1", "a1", "11"], &["2", "a2", "\\N"], &["3", "a3", "33"]]),
+        &db.rows("SELECT id, a, c FROM t__current ORDER BY id"),
+    );
+    // The history table: every change, the dropped column kept (NULL after).
+    let after =
+        Cursor::parse_json(&exec(APPLY, &["cursor", "--target", &hist.url()], None).stdout_str())
+            .unwrap();
+    let (rest, _) = dbs.capture_ok(&["--after", &after.to_json()]);
+    apply_ok(&hist.url(), &rest, &["--engine", "history"]);
+    assert_rows(
+        "history keeps b",
+        &strs(&[
+            &["insert", "2", "b2", "\\N"],
+            &["insert", "3", "\\N", "33"],
+            &["update", "1", "\\N", "11"],
+        ]),
+        &hist.rows("SELECT cdc_operation, id, b, c FROM t ORDER BY cdc_lsn, cdc_tx_ordinal"),
+    );
+    // A rename: the stream says it, 18.16 cannot make it.
+    let r = dbs.capture_cmd("migrate", &["--", "ALTER TABLE t RENAME COLUMN a TO label"]);
+    expect(&r, 0, "migrate a rename");
+    dbs.src_sql("INSERT INTO t VALUES (4, 'a4', 44);");
+    let held = cursor_seq(&url);
+    let after = exec(APPLY, &["cursor", "--target", &url], None)
+        .stdout_str()
+        .trim()
+        .to_string();
+    let (rest, _) = dbs.capture_ok(&["--after", &after]);
+    let r = apply(&url, &rest, &[]);
+    expect(&r, 1, "a rename on 18.16");
+    assert!(r.stderr.contains("RENAME COLUMN"), "{}", r.stderr);
+    assert_eq!(cursor_seq(&url), held, "cursor unchanged");
+}

@@ -2913,6 +2913,60 @@ fn with_the_ddl_trigger_renames_are_carried() {
     src.audit_equal();
 }
 
+/// Schema changes while a pipeline follows: each transaction's batch carries
+/// its change, the projection follows without a restart, the audit is equal.
+#[test]
+fn schema_changes_while_following() {
+    let src = Src::new("ddl_follow");
+    let s = src.session();
+    s.exec("CREATE TABLE f (id int PRIMARY KEY, v text, gone text, w int)");
+    src.init(&["public.f"]);
+    let su = src.db.superuser_url();
+    expect(
+        &run(
+            CAPTURE,
+            &["init", "--ddl", "--source", &su, "--slot", src.slot_name()],
+            None,
+        ),
+        0,
+        "init --ddl",
+    );
+    let proj = src.proj_url();
+    let mut args = src.source_args();
+    args.extend(
+        [
+            "--follow",
+            "--ack-from-target",
+            &proj,
+            "--idle-batch-ms",
+            "200",
+        ]
+        .map(String::from),
+    );
+    let (capture, apply) = follow_pipeline(&args, &proj);
+    s.exec("INSERT INTO f VALUES (1, 'a', 'g', 1)");
+    src.wait_target_at(s.insert_lsn(), 20, "the first insert");
+    s.exec("ALTER TABLE f ADD COLUMN n int; INSERT INTO f VALUES (2, 'b', 'g', 2, 20)");
+    s.exec("ALTER TABLE f DROP COLUMN gone; UPDATE f SET n = 10 WHERE id = 1");
+    s.exec("ALTER TABLE f RENAME COLUMN v TO label; INSERT INTO f VALUES (3, 'c', 3, 30)");
+    s.exec("ALTER TABLE f ALTER COLUMN w TYPE bigint; UPDATE f SET w = 9000000000 WHERE id = 2");
+    s.exec("BEGIN; INSERT INTO f VALUES (4, 'd', 4, 40); TRUNCATE f; INSERT INTO f VALUES (5, 'e', 5, 50); COMMIT");
+    src.wait_target_at(s.insert_lsn(), 30, "the schema changes");
+    finish(capture, true);
+    finish(apply, true);
+    src.audit_equal();
+    let proj = open(&src.proj());
+    let names: Vec<String> = proj
+        .prepare("SELECT name FROM pragma_table_info('public.f') ORDER BY cid")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(names, ["id", "label", "w", "n"]);
+    assert_eq!(src.proj_count("public.f"), 1);
+}
+
 #[test]
 fn a_table_added_to_the_publication_is_created_in_the_target() {
     let src = Src::new("ddl_pub");
