@@ -70,6 +70,9 @@ impl Endpoint {
     pub fn source(&self, pg: &PgNames) -> Result<Box<dyn Source>> {
         match self {
             Endpoint::Sqlite(p) => Ok(Box::new(SqliteSource { path: p.clone() })),
+            Endpoint::Postgres(c) if c.target_schema.is_some() => Err(Error::usage(
+                "schema= is an option of PostgreSQL targets (where a SQLite source's tables land), not of sources",
+            )),
             Endpoint::Postgres(c) => Ok(Box::new(PgSource::new(
                 (**c).clone(),
                 pg.slot.as_deref(),
@@ -92,10 +95,9 @@ impl Endpoint {
             Endpoint::ClickHouse(c) => Ok(Box::new(
                 ClickHouse::connect((**c).clone(), engine)?.with_options(options),
             )),
-            Endpoint::Postgres(_) => Err(Error::usage(format!(
-                "PostgreSQL targets ({}) are not supported by this build yet",
-                self.display()
-            ))),
+            Endpoint::Postgres(c) => Ok(Box::new(
+                crate::destination::postgres::PgTarget::open((**c).clone())?.with_options(options),
+            )),
         }
     }
 

@@ -49,6 +49,17 @@ fn kinds() -> Vec<Kind> {
             }),
         },
         Kind {
+            name: "postgres",
+            checks_images: true,
+            make: Box::new(|_, case, o| {
+                let db = common::pg::db(&format!("contract_{case}"));
+                endpoint::parse(&db.url())
+                    .unwrap()
+                    .target(o, Engine::Replacing)
+                    .unwrap()
+            }),
+        },
+        Kind {
             name: "clickhouse",
             checks_images: false,
             make: Box::new(|_, case, o| {

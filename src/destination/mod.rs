@@ -5,6 +5,7 @@
 
 pub mod clickhouse;
 pub mod memory;
+pub mod postgres;
 pub mod sqlite;
 
 use crate::error::{Error, Result};

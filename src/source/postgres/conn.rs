@@ -53,6 +53,9 @@ pub struct PgConn {
     pub connect_timeout: Duration,
     pub keepalives_idle: Duration,
     pub application_name: String,
+    /// `schema=`: a target's schema for a SQLite source's tables (a
+    /// PostgreSQL source's tables keep their own).
+    pub target_schema: Option<String>,
 }
 
 impl std::fmt::Debug for PgConn {
@@ -232,6 +235,7 @@ impl PgConn {
         let mut connect_timeout = Duration::from_secs(10);
         let mut keepalives_idle = Duration::from_secs(30);
         let mut application_name = "mooncdc".to_string();
+        let mut target_schema = None;
         for (k, v) in kv {
             match k.as_str() {
                 "host" => host = v,
@@ -269,6 +273,7 @@ impl PgConn {
                     keepalives_idle = Duration::from_secs(n.max(1));
                 }
                 "application_name" => application_name = v,
+                "schema" => target_schema = Some(v),
                 // Options MoonCDC sets itself or that have no meaning here.
                 "keepalives" | "keepalives_interval" | "keepalives_count" | "options" | "target_session_attrs"
                 | "sslcompression" | "gssencmode" | "channel_binding" | "replication" | "client_encoding" => {}
@@ -319,6 +324,7 @@ impl PgConn {
             connect_timeout,
             keepalives_idle,
             application_name,
+            target_schema,
         })
     }
 

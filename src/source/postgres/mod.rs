@@ -27,6 +27,7 @@ pub mod pgoutput;
 mod pgpass;
 mod replication;
 mod session;
+pub use session::connect_client;
 mod snapshot;
 mod stream;
 mod tls;
@@ -77,7 +78,7 @@ pub struct PgSource {
 
 /// A driver error as the cause of `what`: the server's own message for a
 /// server error, the driver's text otherwise; the error itself is kept.
-fn pg_err(what: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
+pub fn pg_err(what: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
     move |e| {
         let text = e
             .as_db_error()
@@ -134,7 +135,7 @@ fn io_out(e: std::io::Error) -> Error {
     Error::io("cannot write output", e)
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

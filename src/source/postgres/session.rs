@@ -3,6 +3,39 @@
 
 use super::*;
 
+/// A SQL session (`role` names it in `application_name`), every phase of
+/// connecting bounded by `connect_timeout`.
+pub async fn connect_client(conn: &PgConn, role: &str) -> Result<Client> {
+    let tls = conn.tls()?;
+    let config = conn.tokio_config(role);
+    let connecting = async {
+        config
+            .connect(tls)
+            .await
+            .map_err(|e| pg_err(&format!("cannot connect to {}", conn.display()))(e))
+    };
+    let (client, connection) = match tokio::time::timeout(conn.connect_timeout, connecting).await {
+        Ok(r) => r?,
+        Err(_) => {
+            return Err(Error::new(
+                ErrorKind::Database,
+                format!("cannot connect to {}", conn.display()),
+            )
+            .with_source(Cause {
+                text: format!(
+                    "no answer within {} s (connect_timeout); is this a PostgreSQL server?",
+                    conn.connect_timeout.as_secs()
+                ),
+                inner: std::io::Error::from(std::io::ErrorKind::TimedOut),
+            }))
+        }
+    };
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
 impl PgSource {
     /// Run one whole phase of connecting (TCP, TLS, startup, authentication
     /// and, on a replication session, IDENTIFY_SYSTEM or START_REPLICATION)
@@ -30,20 +63,7 @@ impl PgSource {
     }
 
     pub(super) async fn client(&self, role: &str) -> Result<Client> {
-        let tls = self.conn.tls()?;
-        let config = self.conn.tokio_config(role);
-        let (client, connection) = self
-            .connecting(async {
-                config
-                    .connect(tls)
-                    .await
-                    .map_err(|e| pg_err(&format!("cannot connect to {}", self.conn.display()))(e))
-            })
-            .await?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-        Ok(client)
+        connect_client(&self.conn, role).await
     }
 
     /// A replication session that has not started streaming, and its

@@ -1,0 +1,632 @@
+//! Applying batch streams (one transaction per batch, statements pipelined)
+//! and snapshots (binary COPY), and schema changes in the batch's
+//! transaction.
+
+use super::*;
+use crate::destination::BatchGate;
+use crate::wire::{SchemaChange, Sequence};
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+
+/// Statements in flight at most before their results are checked.
+const PIPELINE: usize = 512;
+
+/// One statement waiting to be sent, and what its result must be.
+struct Op {
+    stmt: Statement,
+    params: Vec<Box<dyn ToSql + Sync + Send>>,
+    /// Rows it must change (`None`: any number).
+    expect: Option<u64>,
+    sequence: Sequence,
+    what: &'static str,
+    table: String,
+    key: String,
+}
+
+async fn run(c: &Client, ops: &mut Vec<Op>) -> Result<()> {
+    let results = futures_util::future::join_all(ops.iter().map(|op| async move {
+        let params: Vec<&(dyn ToSql + Sync)> = op
+            .params
+            .iter()
+            .map(|p| &**p as &(dyn ToSql + Sync))
+            .collect();
+        c.execute(&op.stmt, &params).await
+    }))
+    .await;
+    for (op, r) in ops.iter().zip(results) {
+        match r {
+            Ok(n) if op.expect.is_none_or(|e| e == n) => {}
+            Ok(_) => {
+                return Err(Error::state(format!(
+                    "event {} ({} on table {:?}, key {}): {}; the target diverges from the source (--on-conflict overwrite forces it)",
+                    op.sequence,
+                    op.what,
+                    op.table,
+                    op.key,
+                    match op.what {
+                        "insert" => "the target already holds a row with this key",
+                        _ => "no stored row has this key and the before image",
+                    }
+                )))
+            }
+            Err(e) => {
+                return Err(pg_err(&format!(
+                    "event {} ({} on table {:?}, key {}) failed",
+                    op.sequence, op.what, op.table, op.key
+                ))(e))
+            }
+        }
+    }
+    ops.clear();
+    Ok(())
+}
+
+fn key_text(t: &Table, row: &Row) -> String {
+    let key: Vec<Value> = t.key.iter().map(|&i| row[i].clone()).collect();
+    let mut out = Vec::new();
+    crate::wire::value::write_row(&mut out, &key);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+fn params(
+    t: &Table,
+    row: &Row,
+    seq: Option<Sequence>,
+) -> Result<Vec<Box<dyn ToSql + Sync + Send>>> {
+    if row.len() != t.cols.len() {
+        return Err(Error::data(format!(
+            "a row of {} values for table {:?} of {} columns",
+            row.len(),
+            t.schema.table,
+            t.cols.len()
+        )));
+    }
+    let at = || seq.map_or("snapshot row".to_string(), |s| format!("event {s}"));
+    t.cols
+        .iter()
+        .zip(row)
+        .map(|(c, v)| param(c, v, &t.schema.table, &at))
+        .collect()
+}
+
+/// The statements for one event.
+fn event_ops(t: &Table, e: &crate::wire::Event, on_conflict: OnConflict) -> Result<Vec<Op>> {
+    let op = |stmt: &Statement, p, expect, key: String| Op {
+        stmt: stmt.clone(),
+        params: p,
+        expect,
+        sequence: e.sequence,
+        what: e.operation.as_str(),
+        table: e.table.clone(),
+        key,
+    };
+    let s = Some(e.sequence);
+    let overwrite = on_conflict == OnConflict::Overwrite;
+    Ok(match (e.operation, &e.before, &e.after) {
+        (Operation::Insert, _, Some(a)) => {
+            let k = key_text(t, a);
+            let mut v = Vec::new();
+            if overwrite {
+                v.push(op(&t.upsert_delete, params(t, a, s)?, None, k.clone()));
+            }
+            v.push(op(&t.insert, params(t, a, s)?, Some(1), k));
+            v
+        }
+        (Operation::Update, Some(b), Some(a)) => {
+            let k = key_text(t, b);
+            if overwrite {
+                vec![
+                    op(&t.upsert_delete, params(t, b, s)?, None, k.clone()),
+                    op(&t.upsert_delete, params(t, a, s)?, None, k.clone()),
+                    op(&t.insert, params(t, a, s)?, Some(1), k),
+                ]
+            } else {
+                let mut p = params(t, b, s)?;
+                p.extend(params(t, a, s)?);
+                vec![op(&t.update, p, Some(1), k)]
+            }
+        }
+        (Operation::Delete, Some(b), _) => {
+            let k = key_text(t, b);
+            if overwrite {
+                vec![op(&t.upsert_delete, params(t, b, s)?, None, k)]
+            } else {
+                vec![op(&t.delete, params(t, b, s)?, Some(1), k)]
+            }
+        }
+        _ => unreachable!("checked images"),
+    })
+}
+
+/// A deferred key check failing at the commit: which table and key.
+fn commit_error(e: tokio_postgres::Error) -> Error {
+    if let Some(d) = e.as_db_error() {
+        if d.code() == &tokio_postgres::error::SqlState::UNIQUE_VIOLATION {
+            return Error::state(format!(
+                "at the batch's commit, table {}.{} holds a key twice ({}): the batch inserts or moves a row onto a key the target holds; the target diverges from the source (--on-conflict overwrite forces it); nothing of the batch was applied",
+                d.schema().unwrap_or("?"),
+                d.table().unwrap_or("?"),
+                d.detail().unwrap_or("")
+            ));
+        }
+    }
+    pg_err("cannot commit the batch")(e)
+}
+
+impl PgTarget {
+    /// Apply a batch stream: each batch in one transaction with its cursor.
+    pub fn apply_stream(
+        &mut self,
+        input: &mut BatchStreamReader<DynRead>,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        self.client()?;
+        let mut committed = ApplyStats::default();
+        let result = self.apply_stream_in(input, progress, &mut committed);
+        if result.is_err() {
+            if let Some(c) = &self.client {
+                let _ = self.rt.block_on(c.batch_execute("ROLLBACK"));
+            }
+        }
+        self.committed = committed;
+        result
+    }
+
+    fn apply_stream_in(
+        &self,
+        input: &mut BatchStreamReader<DynRead>,
+        progress: &mut dyn FnMut(&ApplyStats),
+        committed: &mut ApplyStats,
+    ) -> Result<ApplyStats> {
+        let rt = &self.rt;
+        let c = self.client.as_ref().expect("connected");
+        let on_conflict = self.options.on_conflict;
+        let mut stats = ApplyStats {
+            cursor: rt.block_on(stored_cursor(c))?,
+            ..Default::default()
+        };
+        *committed = stats.clone();
+        let mut tables: HashMap<String, Table> = HashMap::new();
+        let mut gate: Option<BatchGate> = None;
+        let mut pending: Vec<SchemaChange> = Vec::new();
+        let mut in_force: Vec<Schema> = Vec::new();
+        let mut ensured = false;
+        let mut kind = SourceKind::Sqlite;
+        let mut ops: Vec<Op> = Vec::new();
+        let mut busy: Option<crate::util::stop::Busy> = None;
+        while let Some(item) = input.next_item()? {
+            match item {
+                Item::Header(h) => {
+                    drop(busy.replace(crate::util::stop::Busy::new()));
+                    rt.block_on(c.batch_execute(
+                        "BEGIN; CREATE SCHEMA IF NOT EXISTS mooncdc; \
+                         CREATE TABLE IF NOT EXISTS mooncdc.cursors (source text PRIMARY KEY, sequence text NOT NULL)",
+                    ))
+                    .map_err(pg_err("cannot begin a batch"))?;
+                    gate = Some(BatchGate::open(
+                        rt.block_on(stored_cursor(c))?.as_ref(),
+                        &h,
+                    )?);
+                    kind = SourceKind::of_identity(&h.start.source);
+                    tables.clear();
+                    pending.clear();
+                    in_force = h.schemas.clone().unwrap_or_default();
+                    // As for the other targets: a batch that overlaps the
+                    // cursor is checked at its first event not yet held.
+                    ensured = false;
+                    if !gate.as_ref().expect("opened").overlaps() {
+                        for s in in_force.drain(..) {
+                            let t = rt.block_on(self.ensure(c, &s, kind))?;
+                            tables.insert(s.table.clone(), t);
+                        }
+                        ensured = true;
+                    }
+                }
+                Item::Schema(ch) => pending.push(ch),
+                Item::Event(e) => {
+                    if gate.as_ref().expect("validated stream").holds(e.sequence) {
+                        for ch in pending.drain(..) {
+                            match in_force.iter_mut().find(|s| s.table == ch.schema.table) {
+                                Some(s) => *s = ch.schema,
+                                None => in_force.push(ch.schema),
+                            }
+                        }
+                        stats.skipped += 1;
+                        continue;
+                    }
+                    if !ensured {
+                        for s in in_force.drain(..) {
+                            let t = rt.block_on(self.ensure(c, &s, kind))?;
+                            tables.insert(s.table.clone(), t);
+                        }
+                        ensured = true;
+                    }
+                    if !pending.is_empty() {
+                        rt.block_on(run(c, &mut ops))?;
+                        for ch in pending.drain(..) {
+                            let t = rt
+                                .block_on(self.evolve(c, tables.get(&ch.schema.table), &ch, kind))
+                                .map_err(|err| input.locate(err))?;
+                            tables.insert(ch.schema.table.clone(), t);
+                        }
+                    }
+                    if !tables.contains_key(&e.table) {
+                        return Err(input.locate(Error::data(format!(
+                            "event {} is for table {:?}, which the stream gives no schema for (a PostgreSQL target needs the schemas in the batch header)",
+                            e.sequence, e.table
+                        ))));
+                    }
+                    let t = &tables[&e.table];
+                    if e.operation.is_truncate() {
+                        rt.block_on(run(c, &mut ops))?;
+                        rt.block_on(c.batch_execute(&format!("TRUNCATE {}", t.qname)))
+                            .map_err(pg_err("cannot truncate a target table"))?;
+                    } else {
+                        ops.extend(event_ops(t, &e, on_conflict).map_err(|err| input.locate(err))?);
+                        if ops.len() >= PIPELINE {
+                            rt.block_on(run(c, &mut ops))?;
+                        }
+                    }
+                    stats.applied += 1;
+                    if stats.applied % 65536 == 0 {
+                        progress(&stats);
+                    }
+                }
+                Item::Commit(cm) => {
+                    rt.block_on(run(c, &mut ops))?;
+                    let moves = gate.take().expect("validated stream").close(&cm.end)?;
+                    if moves && !pending.is_empty() {
+                        if !ensured {
+                            for s in in_force.drain(..) {
+                                let t = rt.block_on(self.ensure(c, &s, kind))?;
+                                tables.insert(s.table.clone(), t);
+                            }
+                            ensured = true;
+                        }
+                        for ch in pending.drain(..) {
+                            let t = rt.block_on(self.evolve(
+                                c,
+                                tables.get(&ch.schema.table),
+                                &ch,
+                                kind,
+                            ))?;
+                            tables.insert(ch.schema.table.clone(), t);
+                        }
+                    }
+                    if moves {
+                        let seq = cm.end.sequence().to_string();
+                        rt.block_on(c.execute(
+                            "INSERT INTO mooncdc.cursors (source, sequence) VALUES ($1, $2) \
+                             ON CONFLICT (source) DO UPDATE SET sequence = EXCLUDED.sequence",
+                            &[&cm.end.source, &seq],
+                        ))
+                        .map_err(pg_err("cannot store the cursor"))?;
+                        rt.block_on(c.execute(
+                            "DELETE FROM mooncdc.cursors WHERE source <> $1",
+                            &[&cm.end.source],
+                        ))
+                        .map_err(pg_err("cannot store the cursor"))?;
+                        stats.cursor = Some(cm.end.clone());
+                    }
+                    rt.block_on(c.batch_execute("COMMIT"))
+                        .map_err(commit_error)?;
+                    drop(busy.take());
+                    stats.batches += 1;
+                    *committed = stats.clone();
+                    progress(&stats);
+                    if crate::util::stop::requested() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Load a snapshot into a target holding no cursor, in one transaction,
+    /// with its cursor.
+    pub fn apply_snapshot(
+        &mut self,
+        input: &mut SnapshotReader<DynRead>,
+        progress: &mut dyn FnMut(&ApplyStats),
+    ) -> Result<ApplyStats> {
+        self.client()?;
+        let mut committed = ApplyStats::default();
+        let result = self.apply_snapshot_in(input, progress, &mut committed);
+        if result.is_err() {
+            if let Some(c) = &self.client {
+                let _ = self.rt.block_on(c.batch_execute("ROLLBACK"));
+            }
+        }
+        self.committed = committed;
+        result
+    }
+
+    fn apply_snapshot_in(
+        &self,
+        input: &mut SnapshotReader<DynRead>,
+        progress: &mut dyn FnMut(&ApplyStats),
+        committed: &mut ApplyStats,
+    ) -> Result<ApplyStats> {
+        let rt = &self.rt;
+        let c = self.client.as_ref().expect("connected");
+        let existing = self.options.existing_rows;
+        let mut stats = ApplyStats::default();
+        let mut tables: HashMap<String, Table> = HashMap::new();
+        let mut cursor: Option<Cursor> = None;
+        let mut copy: Option<(String, Loader)> = None;
+        while let Some(item) = input.next_item()? {
+            match item {
+                SnapItem::Header {
+                    cursor: cur,
+                    schemas,
+                } => {
+                    rt.block_on(c.batch_execute(
+                        "BEGIN; CREATE SCHEMA IF NOT EXISTS mooncdc; \
+                         CREATE TABLE IF NOT EXISTS mooncdc.cursors (source text PRIMARY KEY, sequence text NOT NULL)",
+                    ))
+                    .map_err(pg_err("cannot begin the snapshot"))?;
+                    crate::destination::snapshot_allowed(rt.block_on(stored_cursor(c))?.as_ref())?;
+                    let kind = SourceKind::of_identity(&cur.source);
+                    for s in &schemas {
+                        let t = rt.block_on(self.ensure(c, s, kind))?;
+                        let held: bool = rt
+                            .block_on(c.query_one(
+                                &format!("SELECT EXISTS (SELECT 1 FROM {})", t.qname),
+                                &[],
+                            ))
+                            .map_err(pg_err("cannot read a target table"))?
+                            .get(0);
+                        if held {
+                            match existing {
+                                ExistingRows::Refuse => {
+                                    return Err(crate::destination::existing_rows_error(&s.table))
+                                }
+                                // In the snapshot's transaction: a bad
+                                // snapshot leaves the rows as they were.
+                                ExistingRows::Replace => rt
+                                    .block_on(c.batch_execute(&format!("TRUNCATE {}", t.qname)))
+                                    .map_err(pg_err("cannot empty a target table"))?,
+                                ExistingRows::Keep => {}
+                            }
+                        }
+                        tables.insert(s.table.clone(), t);
+                    }
+                    cursor = Some(cur);
+                }
+                SnapItem::Row { table, row } => {
+                    if copy.as_ref().is_none_or(|(t, _)| *t != table) {
+                        if let Some((_, l)) = copy.take() {
+                            rt.block_on(l.finish(c))?;
+                        }
+                        let t = &tables[&table];
+                        copy = Some((table.clone(), rt.block_on(Loader::start(c, t))?));
+                    }
+                    let t = &tables[&table];
+                    let (_, l) = copy.as_mut().expect("started");
+                    rt.block_on(l.write(t, &row))?;
+                    stats.applied += 1;
+                    if stats.applied % 65536 == 0 {
+                        progress(&stats);
+                    }
+                }
+                SnapItem::Commit { .. } => {
+                    if let Some((_, l)) = copy.take() {
+                        rt.block_on(l.finish(c))?;
+                    }
+                    let cur = cursor.take().expect("validated snapshot");
+                    let busy = crate::util::stop::Busy::new();
+                    rt.block_on(c.execute(
+                        "INSERT INTO mooncdc.cursors (source, sequence) VALUES ($1, $2)",
+                        &[&cur.source, &cur.sequence().to_string()],
+                    ))
+                    .map_err(pg_err("cannot store the cursor"))?;
+                    rt.block_on(c.batch_execute("COMMIT"))
+                        .map_err(commit_error)?;
+                    drop(busy);
+                    stats.batches += 1;
+                    stats.cursor = Some(cur);
+                    *committed = stats.clone();
+                    progress(&stats);
+                }
+            }
+        }
+        Ok(stats)
+    }
+
+    /// A schema record in the batch's transaction: the table must be as the
+    /// stream says it was before the change (or already after it).
+    async fn evolve(
+        &self,
+        c: &Client,
+        old: Option<&Table>,
+        ch: &SchemaChange,
+        kind: SourceKind,
+    ) -> Result<Table> {
+        let new = &ch.schema;
+        let Some(old) = old else {
+            return self.ensure(c, new, kind).await;
+        };
+        let (ns, name) = target_name(&new.table, kind, &self.schema);
+        let q = old.qname.clone();
+        let (have, key) = read_columns(c, &ns, &name)
+            .await?
+            .ok_or_else(|| Error::state(format!("target table {q} is gone")))?;
+        let names: Vec<&str> = have.iter().map(|c| c.name.as_str()).collect();
+        let new_names: Vec<&str> = new.columns.iter().map(|c| c.name.as_str()).collect();
+        if names == new_names && key == new.key {
+            return self.ensure(c, new, kind).await;
+        }
+        let old_names: Vec<&str> = old.schema.columns.iter().map(|c| c.name.as_str()).collect();
+        if names != old_names || key != old.schema.key {
+            return Err(Error::state(format!(
+                "schema change of table {:?}: the target table has columns {names:?} and key {key:?}, but the stream's schema before the change has columns {old_names:?} and key {:?}; the target diverges from the source (give it a new snapshot)",
+                new.table, old.schema.key
+            )));
+        }
+        let mapped: Vec<&str> = old
+            .schema
+            .key
+            .iter()
+            .map(|k| ch.new_name(k).unwrap_or(""))
+            .collect();
+        if mapped
+            .iter()
+            .copied()
+            .ne(new.key.iter().map(String::as_str))
+        {
+            return Err(Error::state(format!(
+                "schema change of table {:?}: the key changes from {:?} to {:?}, which a PostgreSQL target does not follow in place; give it a new snapshot of the table",
+                new.table, old.schema.key, new.key
+            )));
+        }
+        let mut steps: Vec<String> = Vec::new();
+        for oc in &old.schema.columns {
+            if ch.new_name(&oc.name).is_none() {
+                steps.push(format!(
+                    "ALTER TABLE {q} DROP COLUMN {}",
+                    quote_ident(&oc.name)
+                ));
+            }
+        }
+        let temp = |i: usize| format!("_mooncdc_rename_{i}");
+        for (i, r) in ch.renamed.iter().enumerate() {
+            steps.push(format!(
+                "ALTER TABLE {q} RENAME COLUMN {} TO {}",
+                quote_ident(&r.from),
+                quote_ident(&temp(i))
+            ));
+        }
+        for (i, r) in ch.renamed.iter().enumerate() {
+            steps.push(format!(
+                "ALTER TABLE {q} RENAME COLUMN {} TO {}",
+                quote_ident(&temp(i)),
+                quote_ident(&r.to)
+            ));
+        }
+        let from = ch.sources(&old.schema);
+        for (j, nc) in new.columns.iter().enumerate() {
+            match from[j] {
+                None => {
+                    let ty = column_type(c, nc, kind, &new.table).await?;
+                    steps.push(format!(
+                        "ALTER TABLE {q} ADD COLUMN {} {ty}{}",
+                        quote_ident(&nc.name),
+                        if nc.nullable { "" } else { " NOT NULL" }
+                    ));
+                }
+                Some(i) => {
+                    let oc = &old.schema.columns[i];
+                    if kind == SourceKind::Postgres && oc.decl_type != nc.decl_type {
+                        let ty = column_type(c, nc, kind, &new.table).await?;
+                        steps.push(format!(
+                            "ALTER TABLE {q} ALTER COLUMN {n} TYPE {ty} USING {n}::{ty}",
+                            n = quote_ident(&nc.name)
+                        ));
+                    }
+                    if have[i].not_null && nc.nullable && !new.key.contains(&nc.name) {
+                        steps.push(format!(
+                            "ALTER TABLE {q} ALTER COLUMN {} DROP NOT NULL",
+                            quote_ident(&nc.name)
+                        ));
+                    }
+                }
+            }
+        }
+        for sql in steps {
+            c.batch_execute(&sql)
+                .await
+                .map_err(pg_err("cannot change a target table's schema"))?;
+        }
+        self.ensure(c, new, kind).await
+    }
+}
+
+/// A table's snapshot rows going into the target: straight into it with
+/// binary COPY when every column is one of the native types, else into a
+/// staging table of native types whose rows are then cast into it.
+struct Loader {
+    writer: std::pin::Pin<Box<BinaryCopyInWriter>>,
+    /// The INSERT … SELECT from staging, when staged.
+    staged: Option<String>,
+}
+
+impl Loader {
+    async fn start(c: &Client, t: &Table) -> Result<Loader> {
+        let native = |col: &Col| {
+            matches!(
+                (col.param, col.sql_type.as_str()),
+                (Param::Int8, "bigint")
+                    | (Param::Float8, "double precision")
+                    | (Param::Bool, "boolean")
+                    | (Param::Bytea, "bytea")
+                    | (Param::Text, "text")
+            )
+        };
+        let types: Vec<Type> = t.cols.iter().map(|c| c.param.pg_type()).collect();
+        let names: Vec<String> = t.cols.iter().map(|c| quote_ident(&c.name)).collect();
+        let (into, staged) = if t.cols.iter().all(native) {
+            (format!("{} ({})", t.qname, names.join(", ")), None)
+        } else {
+            let defs: Vec<String> = t
+                .cols
+                .iter()
+                .zip(&names)
+                .map(|(c, n)| format!("{n} {}", c.param.pg_type().name()))
+                .collect();
+            c.batch_execute(&format!(
+                "CREATE TEMP TABLE IF NOT EXISTS _mooncdc_staging ({}) ON COMMIT DROP; TRUNCATE _mooncdc_staging",
+                defs.join(", ")
+            ))
+            .await
+            .map_err(pg_err("cannot create a staging table"))?;
+            let casts: Vec<String> = t
+                .cols
+                .iter()
+                .zip(&names)
+                .map(|(c, n)| format!("{n}::{}", c.sql_type))
+                .collect();
+            (
+                "_mooncdc_staging".to_string(),
+                Some(format!(
+                    "INSERT INTO {} ({}) SELECT {} FROM _mooncdc_staging; DROP TABLE _mooncdc_staging",
+                    t.qname,
+                    names.join(", "),
+                    casts.join(", ")
+                )),
+            )
+        };
+        let sink = c
+            .copy_in(&format!("COPY {into} FROM STDIN (FORMAT binary)"))
+            .await
+            .map_err(pg_err("cannot start a COPY"))?;
+        Ok(Loader {
+            writer: Box::pin(BinaryCopyInWriter::new(sink, &types)),
+            staged,
+        })
+    }
+
+    async fn write(&mut self, t: &Table, row: &Row) -> Result<()> {
+        let p = params(t, row, None)?;
+        let refs: Vec<&(dyn ToSql + Sync)> =
+            p.iter().map(|b| &**b as &(dyn ToSql + Sync)).collect();
+        self.writer
+            .as_mut()
+            .write(&refs)
+            .await
+            .map_err(pg_err(&format!(
+                "COPY into table {:?} failed",
+                t.schema.table
+            )))
+    }
+
+    async fn finish(self, c: &Client) -> Result<()> {
+        let mut w = self.writer;
+        w.as_mut().finish().await.map_err(pg_err("COPY failed"))?;
+        if let Some(sql) = self.staged {
+            c.batch_execute(&sql)
+                .await
+                .map_err(pg_err("cannot move staged rows into a target table"))?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,304 @@
+//! Target tables: where a stream's table lands, its column types, how each
+//! value is sent, and the statements that change its rows.
+
+use super::*;
+
+/// How a value of a column is sent: a parameter of a native type (exact,
+/// binary) or text the column's type parses (a PostgreSQL source's value in
+/// that type's own text form).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Param {
+    Int8,
+    Float8,
+    Bool,
+    Bytea,
+    Text,
+}
+
+impl Param {
+    pub(super) fn pg_type(self) -> Type {
+        match self {
+            Param::Int8 => Type::INT8,
+            Param::Float8 => Type::FLOAT8,
+            Param::Bool => Type::BOOL,
+            Param::Bytea => Type::BYTEA,
+            Param::Text => Type::TEXT,
+        }
+    }
+}
+
+/// One column of a target table.
+#[derive(Debug, Clone)]
+pub(super) struct Col {
+    pub(super) name: String,
+    /// `format_type` of the target column.
+    pub(super) sql_type: String,
+    pub(super) class: Class,
+    pub(super) param: Param,
+    pub(super) not_null: bool,
+}
+
+/// A target table and its statements.
+pub(super) struct Table {
+    pub(super) schema: Schema,
+    /// `"schema"."table"`.
+    pub(super) qname: String,
+    pub(super) cols: Vec<Col>,
+    pub(super) key: Vec<usize>,
+    pub(super) insert: Statement,
+    pub(super) update: Statement,
+    pub(super) delete: Statement,
+    pub(super) upsert_delete: Statement,
+}
+
+/// Where a stream's table lands: a PostgreSQL source's `schema.table` in
+/// that schema; a SQLite source's `t` in the URL's `schema=` (default
+/// `public`).
+pub(super) fn target_name(table: &str, kind: SourceKind, schema: &str) -> (String, String) {
+    match kind {
+        SourceKind::Postgres => crate::source::postgres::split_table(table),
+        _ => (schema.to_string(), table.to_string()),
+    }
+}
+
+/// The column type a new column gets.
+pub(super) async fn column_type(
+    c: &Client,
+    col: &Column,
+    kind: SourceKind,
+    table: &str,
+) -> Result<String> {
+    match kind {
+        SourceKind::Postgres => {
+            // The source's own type where the target has it (an enum or a
+            // domain it lacks becomes text: the values are its text forms).
+            let known: Option<String> = c
+                .query_one("SELECT to_regtype($1)::text", &[&col.decl_type])
+                .await
+                .map_err(pg_err("cannot look up a column type"))?
+                .get(0);
+            Ok(if known.is_some() {
+                col.decl_type.clone()
+            } else {
+                "text".to_string()
+            })
+        }
+        _ => match crate::destination::sqlite::affinity(&col.decl_type) {
+            Affinity::Integer => Ok("bigint".into()),
+            Affinity::Real => Ok("double precision".into()),
+            Affinity::Text => Ok("text".into()),
+            Affinity::Blob => Ok("bytea".into()),
+            Affinity::Numeric => Err(Error::data(format!(
+                "table {table:?} column {:?} is declared {:?} (NUMERIC affinity), whose values may be integers, reals or text; the PostgreSQL target has no one type that keeps each of them exactly (declare the column INTEGER, REAL, TEXT or BLOB in the source)",
+                col.name, col.decl_type
+            ))),
+        },
+    }
+}
+
+fn param_for(class: Class) -> Param {
+    match class {
+        Class::Integer => Param::Int8,
+        Class::Real4 | Class::Real8 => Param::Float8,
+        Class::Bool => Param::Bool,
+        Class::Blob => Param::Bytea,
+        Class::Text => Param::Text,
+    }
+}
+
+/// The target table as it is: its columns' types (`None`: missing).
+pub(super) async fn read_columns(
+    c: &Client,
+    schema: &str,
+    table: &str,
+) -> Result<Option<(Vec<Col>, Vec<String>)>> {
+    let rows = c
+        .query(
+            "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), a.atttypid::int8, a.attnotnull \
+             FROM pg_attribute a JOIN pg_class r ON r.oid = a.attrelid JOIN pg_namespace n ON n.oid = r.relnamespace \
+             WHERE n.nspname = $1 AND r.relname = $2 AND r.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(pg_err("cannot read a target table's columns"))?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let cols = rows
+        .iter()
+        .map(|r| {
+            let class = class_of(r.get::<_, i64>(2) as u32);
+            Col {
+                name: r.get(0),
+                sql_type: r.get(1),
+                class,
+                param: param_for(class),
+                not_null: r.get(3),
+            }
+        })
+        .collect();
+    let key: Vec<String> = c
+        .query(
+            "SELECT a.attname::text FROM pg_index i \
+             JOIN pg_class r ON r.oid = i.indrelid JOIN pg_namespace n ON n.oid = r.relnamespace \
+             CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) \
+             JOIN pg_attribute a ON a.attrelid = r.oid AND a.attnum = k.attnum \
+             WHERE n.nspname = $1 AND r.relname = $2 AND i.indisprimary ORDER BY k.ord",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(pg_err("cannot read a target table's key"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    Ok(Some((cols, key)))
+}
+
+impl PgTarget {
+    /// The table a stream's schema maps to: created when missing (schema
+    /// too), else checked (names in order, key); its statements prepared.
+    pub(super) async fn ensure(&self, c: &Client, s: &Schema, kind: SourceKind) -> Result<Table> {
+        if s.key.is_empty() {
+            return Err(Error::data(format!(
+                "table {:?} has no key; a PostgreSQL target identifies rows by their key",
+                s.table
+            )));
+        }
+        let (ns, name) = target_name(&s.table, kind, &self.schema);
+        if ns == "mooncdc" {
+            return Err(Error::data(format!(
+                "table {:?} would land in schema \"mooncdc\", which is MoonCDC's own",
+                s.table
+            )));
+        }
+        let qname = format!("{}.{}", quote_ident(&ns), quote_ident(&name));
+        let found = read_columns(c, &ns, &name).await?;
+        let (cols, key) = match found {
+            Some(found) => found,
+            None => {
+                let mut defs = Vec::new();
+                for col in &s.columns {
+                    let ty = column_type(c, col, kind, &s.table).await?;
+                    defs.push(format!(
+                        "{} {ty}{}",
+                        quote_ident(&col.name),
+                        if col.nullable { "" } else { " NOT NULL" }
+                    ));
+                }
+                let keys: Vec<String> = s.key.iter().map(|k| quote_ident(k)).collect();
+                // Deferred: a batch may move keys through each other (a swap),
+                // as the source's transaction did; checked at its commit.
+                c.batch_execute(&format!(
+                    "CREATE SCHEMA IF NOT EXISTS {}; CREATE TABLE {qname} ({}, PRIMARY KEY ({}) DEFERRABLE INITIALLY DEFERRED)",
+                    quote_ident(&ns),
+                    defs.join(", "),
+                    keys.join(", ")
+                ))
+                .await
+                .map_err(pg_err("cannot create a target table"))?;
+                read_columns(c, &ns, &name)
+                    .await?
+                    .ok_or_else(|| Error::state("a created table is not there"))?
+            }
+        };
+        let have: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
+        let want: Vec<&str> = s.columns.iter().map(|c| c.name.as_str()).collect();
+        if have != want || key != s.key {
+            return Err(Error::state(format!(
+                "target table {qname} has columns {have:?} and key {key:?}, but the stream's schema has columns {want:?} and key {:?}; the stream does not say how one became the other: change the target table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
+                s.key
+            )));
+        }
+        if kind != SourceKind::Postgres {
+            // A SQLite source's values are checked class by class: the
+            // table must have the types this target gives them.
+            for (col, sc) in cols.iter().zip(&s.columns) {
+                let want = column_type(c, sc, kind, &s.table).await?;
+                if col.sql_type != want {
+                    return Err(Error::state(format!(
+                        "target table {qname} column {:?} is {}, but a SQLite {:?} column lands in {want}",
+                        col.name, col.sql_type, sc.decl_type
+                    )));
+                }
+            }
+        }
+        let key: Vec<usize> = s.key_indices();
+        self.statements(c, s.clone(), qname, cols, key).await
+    }
+
+    /// Prepare a table's statements.
+    pub(super) async fn statements(
+        &self,
+        c: &Client,
+        schema: Schema,
+        qname: String,
+        cols: Vec<Col>,
+        key: Vec<usize>,
+    ) -> Result<Table> {
+        let n = cols.len();
+        let names: Vec<String> = cols.iter().map(|c| quote_ident(&c.name)).collect();
+        let val = |i: usize, p: usize| format!("${p}::{}", cols[i].sql_type);
+        let types: Vec<Type> = cols.iter().map(|c| c.param.pg_type()).collect();
+        // Equal, as the target compares a stored value with an image: by
+        // the type's equality for native classes, by text form otherwise
+        // (some types, json for one, have no equality).
+        let same = |i: usize, p: usize| match cols[i].class {
+            Class::Text => format!(
+                "{}::text IS NOT DISTINCT FROM ${p}::{}::text",
+                names[i], cols[i].sql_type
+            ),
+            _ => format!("{} IS NOT DISTINCT FROM {}", names[i], val(i, p)),
+        };
+        let key_eq = |offset: usize| -> Vec<String> {
+            key.iter()
+                .map(|&i| format!("{} = {}", names[i], val(i, offset + i + 1)))
+                .collect()
+        };
+        let insert = format!(
+            "INSERT INTO {qname} ({}) SELECT {} WHERE NOT EXISTS (SELECT 1 FROM {qname} WHERE {})",
+            names.join(", "),
+            (0..n).map(|i| val(i, i + 1)).collect::<Vec<_>>().join(", "),
+            key_eq(0).join(" AND ")
+        );
+        // Update: params 1..n the before image, n+1..2n the after image.
+        let update = format!(
+            "UPDATE {qname} SET {} WHERE {}",
+            (0..n)
+                .map(|i| format!("{} = {}", names[i], val(i, n + i + 1)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            key_eq(0)
+                .into_iter()
+                .chain((0..n).filter(|i| !key.contains(i)).map(|i| same(i, i + 1)))
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        );
+        let delete = format!(
+            "DELETE FROM {qname} WHERE {}",
+            key_eq(0)
+                .into_iter()
+                .chain((0..n).filter(|i| !key.contains(i)).map(|i| same(i, i + 1)))
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        );
+        // --on-conflict overwrite: the row at a key, whatever it holds.
+        let upsert_delete = format!("DELETE FROM {qname} WHERE {}", key_eq(0).join(" AND "));
+        let prep = |sql: String, types: Vec<Type>| async move {
+            c.prepare_typed(&sql, &types)
+                .await
+                .map_err(pg_err("cannot prepare a statement for a target table"))
+        };
+        let two: Vec<Type> = types.iter().chain(types.iter()).cloned().collect();
+        Ok(Table {
+            insert: prep(insert, types.clone()).await?,
+            update: prep(update, two).await?,
+            delete: prep(delete, types.clone()).await?,
+            upsert_delete: prep(upsert_delete, types).await?,
+            schema,
+            qname,
+            cols,
+            key,
+        })
+    }
+}

@@ -1,0 +1,404 @@
+//! The PostgreSQL target (`mooncdc-apply --target postgres://…`): SQLite →
+//! PostgreSQL and PostgreSQL → PostgreSQL through the real tools, each ending
+//! with `mooncdc-audit` and an independent oracle in SQL (`float8send`,
+//! `convert_to`, `encode`) against the source's own values; replays; values
+//! the target cannot hold refused with the cursor unchanged; SIGKILL during
+//! a large apply; key swaps and composite keys; connection errors.
+
+mod common;
+
+use common::pg::{self, PgDb};
+use common::sqlite::{
+    exec, expect, pipeline, seed, shell_quote, Dbs, Rng, Summary, APPLY, AUDIT, CAPTURE,
+};
+use rusqlite::params;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn target(name: &str) -> PgDb {
+    pg::db(name)
+}
+
+#[track_caller]
+fn apply_ok(url: &str, input: &[u8]) -> Summary {
+    let r = exec(APPLY, &["--target", url, "-q"], Some(input));
+    expect(&r, 0, "apply to PostgreSQL");
+    Summary::parse(&r.stderr)
+}
+
+#[track_caller]
+fn audit_equal(src: &str, tgt: &str, extra: &[&str]) {
+    let mut args = vec!["--source", src, "--target", tgt];
+    args.extend_from_slice(extra);
+    let r = exec(AUDIT, &args, None);
+    expect(&r, 0, "audit should say equal");
+    assert!(
+        r.stdout_str().trim_end().ends_with("equal"),
+        "{}",
+        r.stdout_str()
+    );
+}
+
+fn cursor_of(url: &str) -> String {
+    exec(APPLY, &["cursor", "--target", url], None)
+        .stdout_str()
+        .trim()
+        .to_string()
+}
+
+/// Every value of a SQLite table, exactly: REAL as its bits, TEXT and BLOB
+/// as hex of their bytes.
+fn sqlite_oracle(db: &Dbs, table: &str) -> Vec<String> {
+    let c = db.src_conn();
+    let mut st = c
+        .prepare(&format!(
+            "SELECT id, i, r, hex(CAST(t AS BLOB)), hex(b), typeof(r) FROM {table} ORDER BY id"
+        ))
+        .unwrap();
+    st.query_map([], |r| {
+        let real: Option<f64> = r.get(2)?;
+        Ok(format!(
+            "{}|{}|{}|{}|{}",
+            r.get::<_, i64>(0)?,
+            r.get::<_, Option<i64>>(1)?
+                .map_or("null".into(), |v| v.to_string()),
+            real.map_or("null".into(), |x| format!("{:016x}", x.to_bits())),
+            r.get::<_, Option<String>>(3)?
+                .map_or("null".into(), |v| v.to_lowercase()),
+            r.get::<_, Option<String>>(4)?
+                .map_or("null".into(), |v| v.to_lowercase()),
+        ))
+    })
+    .unwrap()
+    .map(|r| r.unwrap())
+    .collect()
+}
+
+/// The same from PostgreSQL, independently of MoonCDC's reading.
+fn pg_oracle(db: &PgDb, table: &str) -> Vec<String> {
+    db.session()
+        .query(&format!(
+            "SELECT id, i, encode(float8send(r), 'hex'), encode(convert_to(t, 'UTF8'), 'hex'), encode(b, 'hex') FROM {table} ORDER BY id"
+        ))
+        .into_iter()
+        .map(|r| {
+            let f = |i: usize| r[i].clone().unwrap_or_else(|| "null".into());
+            let real = r[2].as_ref().map_or("null".to_string(), |h| {
+                // -0 is normalised at every database boundary.
+                if h == "8000000000000000" {
+                    "0000000000000000".to_string()
+                } else {
+                    h.clone()
+                }
+            });
+            format!("{}|{}|{}|{}|{}", f(0), f(1), real, f(3), f(4))
+        })
+        .collect()
+}
+
+fn no_nul(rng: &mut Rng) -> String {
+    rng.text().replace('\0', "")
+}
+
+#[test]
+fn sqlite_to_postgres_every_value_exact_replays_and_refusals() {
+    let db = Dbs::new();
+    db.src_sql(
+        "CREATE TABLE v(id INTEGER PRIMARY KEY, i INTEGER, r REAL, t TEXT, b BLOB); \
+         CREATE TABLE pair(a INTEGER NOT NULL, b TEXT NOT NULL, x TEXT, PRIMARY KEY (a, b))",
+    );
+    db.init(&[]);
+    let mut rng = Rng::new(seed("sqlite_to_postgres"));
+    {
+        let c = db.src_conn();
+        for id in 1..=300i64 {
+            let i = match id {
+                1 => Some(i64::MIN),
+                2 => Some(i64::MAX),
+                3 => None,
+                _ => Some(rng.next() as i64),
+            };
+            let r = match id {
+                4 => Some(-0.0),
+                5 => Some(f64::from_bits(1)),
+                6 => None,
+                _ => Some(rng.real()),
+            };
+            c.execute(
+                "INSERT INTO v VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![id, i, r, no_nul(&mut rng), rng.blob()],
+            )
+            .unwrap();
+        }
+        c.execute_batch("INSERT INTO pair VALUES (1, 'a', 'x'), (1, 'b', 'y'), (2, 'a', 'z')")
+            .unwrap();
+    }
+    let tgt = target("from_sqlite");
+    let url = tgt.url();
+    let r = pipeline(&format!(
+        "{{snapshot}} -q --source {} | {{apply}} --target {} -q",
+        shell_quote(&db.src_url()),
+        shell_quote(&url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+    // Changes: updates with random values, deletes, a key swap through a
+    // free key and a composite key change, all in one source transaction.
+    {
+        let c = db.src_conn();
+        c.execute_batch("BEGIN").unwrap();
+        for id in (10..300i64).step_by(7) {
+            c.execute(
+                "UPDATE v SET r = ?2, t = ?3, b = ?4 WHERE id = ?1",
+                params![id, rng.real(), no_nul(&mut rng), rng.blob()],
+            )
+            .unwrap();
+        }
+        c.execute_batch(
+            "DELETE FROM v WHERE id % 11 = 0; \
+             UPDATE v SET id = 1000 WHERE id = 1; UPDATE v SET id = 1 WHERE id = 2; UPDATE v SET id = 2 WHERE id = 1000; \
+             UPDATE pair SET b = 'c' WHERE a = 1 AND b = 'a'; COMMIT",
+        )
+        .unwrap();
+    }
+    let step = format!(
+        "{{capture}} --source {src} --after \"$({{apply}} cursor --target {url})\" | {{compact}} | {{apply}} --target {url}",
+        src = shell_quote(&db.src_url()),
+        url = shell_quote(&url)
+    );
+    let r = pipeline(&step);
+    expect(&r, 0, "capture | compact | apply");
+    audit_equal(&db.src_url(), &url, &[]);
+    assert_eq!(
+        sqlite_oracle(&db, "v"),
+        pg_oracle(&tgt, "v"),
+        "every value, exactly"
+    );
+    let pairs = tgt
+        .session()
+        .query("SELECT a, b, x FROM pair ORDER BY a, b");
+    assert_eq!(pairs.len(), 3);
+    // Replayed twice: nothing applied, nothing changed.
+    let (all, _) = db.capture_ok(&[
+        "--after",
+        &format!(
+            "{{\"source\":\"{}\",\"sequence\":\"0\"}}",
+            db.status().identity
+        ),
+    ]);
+    for _ in 0..2 {
+        let s = apply_ok(&url, &all);
+        assert_eq!(s.applied, 0, "a replay applies nothing");
+    }
+    audit_equal(&db.src_url(), &url, &[]);
+
+    // TEXT with NUL, and a value whose class does not fit its column: each
+    // refused naming table, column and sequence; nothing applied.
+    let held = cursor_of(&url);
+    db.src_sql("INSERT INTO v VALUES (5000, 1, 1.5, 'a' || char(0) || 'b', NULL)");
+    let (raw, _) = db.capture_ok(&["--after", &held]);
+    let r = exec(APPLY, &["--target", &url], Some(&raw));
+    expect(&r, 1, "TEXT with NUL");
+    assert!(
+        r.stderr.contains("NUL") && r.stderr.contains("\"t\"") && r.stderr.contains("event"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(cursor_of(&url), held, "cursor unchanged");
+    // (Compacted, the NUL row's insert and delete vanish.)
+    db.src_sql("DELETE FROM v WHERE id = 5000; INSERT INTO v VALUES (5001, 'not a number', 1.5, 't', NULL)");
+    let (raw, _) = db.capture_ok(&["--after", &held]);
+    let compacted = exec(common::sqlite::COMPACT, &[], Some(&raw));
+    expect(&compacted, 0, "compact");
+    let r = exec(APPLY, &["--target", &url], Some(&compacted.stdout));
+    expect(&r, 1, "a TEXT value in an INTEGER column");
+    assert!(
+        r.stderr.contains("\"i\"") && r.stderr.contains("bigint"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(cursor_of(&url), held, "cursor unchanged");
+    assert_eq!(
+        tgt.session()
+            .value("SELECT count(*) FROM v WHERE id >= 5000"),
+        "0"
+    );
+}
+
+#[test]
+fn postgres_to_postgres_snapshot_changes_truncate_and_schema_change() {
+    let src = pg::db("pgpg_src");
+    let s = src.session();
+    s.exec(
+        "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy'); \
+         CREATE TABLE public.items (id bigint PRIMARY KEY, qty integer, price numeric(10,2), f8 double precision, \
+         f4 real, ok boolean, data bytea, name text, at timestamptz, doc jsonb, tags text[], m mood); \
+         CREATE TABLE public.kv (k1 int, k2 text, v text, PRIMARY KEY (k1, k2))",
+    );
+    s.exec(
+        "INSERT INTO items VALUES \
+         (1, 2147483647, 12.30, 5e-324, 1.4e-45, true, '\\x00ff', E'\\uFEFFa😀', '2024-01-02 03:04:05+00', '{\"a\": [1, 2.50]}', '{x,\"y z\"}', 'ok'), \
+         (2, -2147483648, -0.05, -1.7976931348623157e308, 3.4028235e38, false, '', '', 'infinity', 'null', '{}', 'sad'), \
+         (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL); \
+         INSERT INTO kv VALUES (1, 'a', 'x'), (1, 'b', 'y')",
+    );
+    let slot = "s_pgpg";
+    let r = exec(
+        CAPTURE,
+        &[
+            "init",
+            "--source",
+            &src.url(),
+            "--slot",
+            slot,
+            "--table",
+            "public.items",
+            "--table",
+            "public.kv",
+        ],
+        None,
+    );
+    expect(&r, 0, "capture init");
+    let tgt = target("pgpg_tgt");
+    let url = tgt.url();
+    let r = pipeline(&format!(
+        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {} -q",
+        shell_quote(&src.url()),
+        shell_quote(&url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+    // Types kept; the enum the target lacks became text.
+    let types = tgt.session().query(
+        "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'items' ORDER BY ordinal_position",
+    );
+    let ty = |c: &str| {
+        types.iter().find(|r| r[0].as_deref() == Some(c)).unwrap()[1]
+            .clone()
+            .unwrap()
+    };
+    assert_eq!(ty("price"), "numeric");
+    assert_eq!(ty("at"), "timestamp with time zone");
+    assert_eq!(ty("doc"), "jsonb");
+    assert_eq!(ty("tags"), "ARRAY");
+    assert_eq!(ty("m"), "text");
+    s.exec(
+        "BEGIN; UPDATE items SET qty = qty - 1, f8 = -2.2250738585072014e-308, doc = '{\"b\": 1}' WHERE id = 1; \
+         UPDATE items SET id = 20 WHERE id = 2; DELETE FROM items WHERE id = 3; \
+         INSERT INTO items (id, name, m) VALUES (4, 'four', 'happy'); \
+         UPDATE kv SET k2 = 'c' WHERE k1 = 1 AND k2 = 'a'; UPDATE kv SET k2 = 'a' WHERE k1 = 1 AND k2 = 'b'; \
+         UPDATE kv SET k2 = 'b' WHERE k1 = 1 AND k2 = 'c'; COMMIT",
+    );
+    s.exec("BEGIN; INSERT INTO kv VALUES (2, 'x', 'gone'); TRUNCATE kv; INSERT INTO kv VALUES (3, 'z', 'after'); COMMIT");
+    s.exec("ALTER TABLE items ADD COLUMN extra text; UPDATE items SET extra = 'e' WHERE id = 1");
+    s.exec("ALTER TABLE items DROP COLUMN f4; ALTER TABLE items ALTER COLUMN qty TYPE bigint; UPDATE items SET qty = 5000000000 WHERE id = 4");
+    let r = pipeline(&format!(
+        "{{capture}} --source {src} --slot {slot} --after \"$({{apply}} cursor --target {url})\" | {{compact}} | {{apply}} --target {url}",
+        src = shell_quote(&src.url()),
+        url = shell_quote(&url)
+    ));
+    expect(&r, 0, "capture | compact | apply");
+    audit_equal(&src.url(), &url, &["--slot", slot]);
+    // The oracle: every value's text form on both sides.
+    let dump = |d: &PgDb, q: &str| d.session().query(q);
+    for q in [
+        "SELECT id::text, qty::text, price::text, encode(float8send(f8), 'hex'), ok::text, encode(data, 'hex'), \
+         encode(convert_to(name, 'UTF8'), 'hex'), at::text, doc::text, tags::text, m::text, extra FROM items ORDER BY id",
+        "SELECT k1::text, k2, v FROM kv ORDER BY k1, k2",
+    ] {
+        assert_eq!(dump(&src, q), dump(&tgt, q), "{q}");
+    }
+    assert_eq!(tgt.session().value("SELECT count(*) FROM kv"), "1");
+}
+
+#[test]
+fn sigkill_during_a_large_apply_then_rerun_loses_and_duplicates_nothing() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE big(id INTEGER PRIMARY KEY, v TEXT, n INTEGER)");
+    db.init(&[]);
+    {
+        let c = db.src_conn();
+        c.execute_batch("BEGIN").unwrap();
+        for i in 0..60_000i64 {
+            c.execute(
+                "INSERT INTO big VALUES (?1, ?2, ?3)",
+                params![i, format!("row {i}"), i * 7],
+            )
+            .unwrap();
+        }
+        c.execute_batch(
+            "UPDATE big SET n = n + 1 WHERE id % 3 = 0; DELETE FROM big WHERE id % 5 = 0; COMMIT",
+        )
+        .unwrap();
+    }
+    let tgt = target("killed");
+    let url = tgt.url();
+    let (raw, _) = db.capture_ok(&["--max-events", "20000"]);
+    let (rest, _) = {
+        let after = common::batches(&raw).last().unwrap().end.to_json();
+        db.capture_ok(&["--after", &after])
+    };
+    let mut stream = raw.clone();
+    stream.extend_from_slice(&rest);
+    let file = db.path("stream.jsonl");
+    std::fs::write(&file, &stream).unwrap();
+    // Killed at several moments; each re-run goes on from the cursor.
+    for delay in [150u64, 400, 900] {
+        let mut child = Command::new(common::sqlite::bin(APPLY))
+            .args(["--target", &url, "-q", file.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let t0 = Instant::now();
+    let r = exec(APPLY, &["--target", &url, file.to_str().unwrap()], None);
+    expect(&r, 0, "apply after the kills");
+    eprintln!("final apply took {:?}", t0.elapsed());
+    let want: i64 = db
+        .src_conn()
+        .query_row("SELECT count(*) FROM big", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        tgt.session().value("SELECT count(*) FROM big"),
+        want.to_string()
+    );
+    audit_equal(&db.src_url(), &url, &[]);
+}
+
+#[test]
+fn wrong_password_and_unreachable_server_are_clear_errors() {
+    let tgt = target("conn_errors");
+    let bad = tgt
+        .url()
+        .replacen(&pg::url_encode(pg::PASSWORD), "wrong", 1);
+    assert_ne!(bad, tgt.url());
+    let r = exec(APPLY, &["cursor", "--target", &bad], None);
+    assert_ne!(r.code, Some(0));
+    assert!(
+        r.stderr.contains("password authentication failed"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !r.stderr.contains("wrong"),
+        "no password in messages: {}",
+        r.stderr
+    );
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let r = exec(
+        APPLY,
+        &[
+            "cursor",
+            "--target",
+            &format!("postgres://u:p@127.0.0.1:{port}/x"),
+        ],
+        None,
+    );
+    assert_ne!(r.code, Some(0));
+    assert!(r.stderr.contains("cannot connect"), "{}", r.stderr);
+}
