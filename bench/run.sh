@@ -512,7 +512,88 @@ postgres_section() {
     psql -X -d '$db' -c 'COPY (SELECT * FROM items ORDER BY id) TO STDOUT'; wait"
   local t_copy2=$T
   local both=$((PG_ROWS + PG_SNAP_ROWS))
-  rm -f "$W/pg-capture.jsonl" "$W/pg-snap.jsonl"
+
+  # The PostgreSQL target. (1) The snapshot of `snap` loaded into an empty
+  # database, against psql's \copy of the same rows into the same table.
+  local tconn="$conn dbname=bench_t" turl="postgres://postgres@127.0.0.1:$port/bench_t"
+  q "COPY (SELECT * FROM snap ORDER BY id) TO STDOUT" >"$W/snap.copy"
+  pgt_db() {
+    psql -X -q -v ON_ERROR_STOP=1 -d "$conn dbname=postgres" -c "DROP DATABASE IF EXISTS bench_t" -c "CREATE DATABASE bench_t" >>"$ERR"
+  }
+  pgt_table() {
+    pgt_db
+    psql -X -q -v ON_ERROR_STOP=1 -d "$tconn" -c "CREATE TABLE snap (id bigint, name text NOT NULL,
+      price double precision, data bytea, qty integer NOT NULL, note text, PRIMARY KEY (id) DEFERRABLE INITIALLY DEFERRED)" >>"$ERR"
+  }
+  log "postgres target: psql \\copy baseline"
+  measure /dev/null pgt_table psql -X -q -d "$tconn" -c "\\copy snap FROM '$W/snap.copy'"
+  local t_tcopy=$T
+  log "postgres target: mooncdc-apply of the snapshot"
+  measure /dev/null pgt_db $B/mooncdc-apply -q --target "$turl" "$W/pg-snap.jsonl"
+  local t_tsnap=$T m_tsnap=$M
+  # (2) A mixed stream (inserts, updates, deletes, in batches of 10,000),
+  # against the same statements sent by psql in one transaction.
+  python3 - "$W/mixed.jsonl" "$W/mixed.sql" "$PG_CHANGES" <<'PY'
+import json, sys
+out, sql, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+src = "sqlite:bench-mixed"
+schema = {"table": "m", "columns": [{"name": "id", "type": "INTEGER", "nullable": False},
+          {"name": "name", "type": "TEXT", "nullable": True}, {"name": "price", "type": "REAL", "nullable": True},
+          {"name": "qty", "type": "INTEGER", "nullable": True}], "key": ["id"]}
+ins, upd = n // 2, n * 3 // 10
+dele = n - ins - upd
+rows = {}
+events = []
+for i in range(1, ins + 1):
+    rows[i] = [i, "item %d é" % i, i * 1.25, i % 1000]
+    events.append(("insert", None, list(rows[i])))
+for j in range(upd):
+    i = 1 + (j * 7919) % ins
+    old = list(rows[i]); new = [i, old[1] + "x", old[2] + 1, old[3] + 1]
+    rows[i] = new
+    events.append(("update", old, new))
+gone = [i for i in range(1, ins + 1, max(1, ins // dele))][:dele]
+for i in gone:
+    events.append(("delete", list(rows.pop(i)), None))
+def img(r):
+    return [["integer", str(r[0])], ["text", r[1]], ["real", repr(float(r[2]))], ["integer", str(r[3])]]
+with open(out, "w") as f, open(sql, "w") as g:
+    g.write("BEGIN;\n")
+    seq = 0
+    for b in range(0, len(events), 10000):
+        chunk = events[b:b + 10000]
+        f.write(json.dumps({"kind": "header", "format": "mooncdc.jsonl.v1", "start": {"source": src, "sequence": str(seq)},
+                            "high_water": str(len(events)), "schemas": [schema]}, ensure_ascii=False, separators=(",", ":")) + "\n")
+        for op, before, after in chunk:
+            seq += 1
+            e = {"sequence": str(seq), "table": "m", "operation": op}
+            if before: e["before"] = img(before)
+            if after: e["after"] = img(after)
+            f.write(json.dumps({"kind": "event", "event": e}, ensure_ascii=False, separators=(",", ":")) + "\n")
+            q = lambda s: "'" + s.replace("'", "''") + "'"
+            if op == "insert":
+                g.write("INSERT INTO m VALUES (%d, %s, %r, %d);\n" % (after[0], q(after[1]), float(after[2]), after[3]))
+            elif op == "update":
+                g.write("UPDATE m SET name = %s, price = %r, qty = %d WHERE id = %d;\n" % (q(after[1]), float(after[2]), after[3], after[0]))
+            else:
+                g.write("DELETE FROM m WHERE id = %d;\n" % before[0])
+        f.write(json.dumps({"kind": "commit", "end": {"source": src, "sequence": str(seq)}, "count": str(len(chunk))}, separators=(",", ":")) + "\n")
+    g.write("COMMIT;\n")
+PY
+  local mixed
+  mixed=$(grep -c '^{"kind":"event"' "$W/mixed.jsonl")
+  pgt_mtable() {
+    pgt_db
+    psql -X -q -v ON_ERROR_STOP=1 -d "$tconn" -c "CREATE TABLE m (id bigint, name text, price double precision,
+      qty bigint, PRIMARY KEY (id) DEFERRABLE INITIALLY DEFERRED)" >>"$ERR"
+  }
+  log "postgres target: psql statements baseline ($mixed changes)"
+  measure /dev/null pgt_mtable psql -X -q -v ON_ERROR_STOP=1 -d "$tconn" -f "$W/mixed.sql"
+  local t_tsql=$T
+  log "postgres target: mooncdc-apply of the mixed stream"
+  measure /dev/null pgt_db $B/mooncdc-apply -q --target "$turl" "$W/mixed.jsonl"
+  local t_tapply=$T m_tapply=$M
+  rm -f "$W/pg-capture.jsonl" "$W/pg-snap.jsonl" "$W/snap.copy" "$W/mixed.jsonl" "$W/mixed.sql"
   pg_stop
 
   echo "## PostgreSQL capture and snapshot"
@@ -543,6 +624,21 @@ postgres_section() {
   echo "| baseline: two \`psql … COPY\` at once, one per table (both tables) | $t_copy2 | $(calc '%.0f' "$both / $t_copy2") | | | (baseline) |"
   echo "| \`mooncdc-snapshot --jobs 1\` (both tables) | $t_j1 | $(calc '%.0f' "$both / $t_j1") | $(calc '%.2f' "$t_copy2 / $t_j1")× | | |"
   echo "| \`mooncdc-snapshot --jobs 2\` (both tables) | $t_j2 | $(calc '%.0f' "$both / $t_j2") | $(calc '%.2f' "$t_copy2 / $t_j2")× | $m_j2 | |"
+  echo
+  echo "## PostgreSQL target"
+  echo
+  echo "The same cluster, into a fresh database each run. Snapshot: the $snap_rows rows of \`snap\`"
+  echo "(bigint key, text, double precision, bytea, integer, text) against psql's \`\\copy\` of the same"
+  echo "rows (COPY text form) into the same table with the same deferred key. Batches: a generated"
+  echo "stream of $mixed changes (half inserts, then updates, then deletes; batches of 10,000) against the"
+  echo "same statements sent by \`psql -f\` in one transaction."
+  echo
+  echo "| command | wall s | rows/s | vs baseline | peak RSS MB | goal |"
+  echo "| --- | ---: | ---: | ---: | ---: | --- |"
+  echo "| baseline: \`psql -c \"\\copy snap FROM …\"\` | $t_tcopy | $(calc '%.0f' "$snap_rows / $t_tcopy") | 1.00× | | baseline |"
+  echo "| \`mooncdc-apply --target postgres://… snapshot.jsonl\` | $t_tsnap | $(calc '%.0f' "$snap_rows / $t_tsnap") | $(calc '%.2f' "$t_tcopy / $t_tsnap")× | $m_tsnap | ≥ 0.7×: $(met "$t_tcopy / $t_tsnap >= 0.7") |"
+  echo "| baseline: \`psql -f changes.sql\` (one statement per change, one transaction) | $t_tsql | $(calc '%.0f' "$mixed / $t_tsql") | 1.00× | | baseline |"
+  echo "| \`mooncdc-apply --target postgres://… changes.jsonl\` (image checks on) | $t_tapply | $(calc '%.0f' "$mixed / $t_tapply") | $(calc '%.2f' "$t_tsql / $t_tapply")× | $m_tapply | ≥ 2×: $(met "$t_tsql / $t_tapply >= 2") |"
   echo
 }
 
