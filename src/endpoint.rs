@@ -87,7 +87,7 @@ impl Endpoint {
     pub fn target(&self, options: TargetOptions, engine: Engine) -> Result<Box<dyn Target>> {
         if engine == Engine::History && !matches!(self, Endpoint::ClickHouse(_)) {
             return Err(Error::usage(
-                "--engine history is for ClickHouse targets; a SQLite target holds the current state",
+                "--engine history is for ClickHouse targets; a SQLite or PostgreSQL target holds the current state",
             ));
         }
         match self {
@@ -194,8 +194,11 @@ mod tests {
         assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
         let e = parse("postgres://u:secret@h/db").unwrap();
         assert!(!e.display().contains("secret"));
+        // A PostgreSQL target opens without connecting; a refusal never
+        // shows the password.
+        assert!(e.target(TargetOptions::default(), Engine::Replacing).is_ok());
         let err = e
-            .target(TargetOptions::default(), Engine::Replacing)
+            .target(TargetOptions::default(), Engine::History)
             .err()
             .unwrap();
         assert!(!err.to_string().contains("secret"));

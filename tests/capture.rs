@@ -2215,3 +2215,72 @@ fn an_empty_after_is_a_clear_usage_error() {
     );
     assert!(r.stdout.is_empty());
 }
+
+/// A schema record that ended a batch the target applied, merged with the
+/// next batch and applied again (a replay overlapping the cursor): the
+/// target, already in the new shape, applies the rest and changes nothing
+/// twice.
+#[test]
+fn a_merged_replay_of_a_schema_change_the_target_holds_applies_once() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT); INSERT INTO t VALUES (1, 'x');");
+    db.init(&[]);
+    db.snapshot_apply();
+    let c0 = db.target_cursor().unwrap().to_json();
+    expect(
+        &db.capture_cmd("migrate", &["--", "ALTER TABLE t ADD COLUMN w INTEGER"]),
+        0,
+        "migrate",
+    );
+    let (b1, parsed) = db.capture_ok(&["--after", &c0]);
+    assert!(
+        parsed[0].events.is_empty() && parsed[0].changes.len() == 1,
+        "a batch of one trailing record"
+    );
+    expect(&db.apply(&b1, &[]), 0, "apply the schema change");
+    let c1 = db.target_cursor().unwrap().to_json();
+    db.src_sql("INSERT INTO t VALUES (2, 'y', 5); UPDATE t SET w = 1 WHERE id = 1;");
+    let (b2, _) = db.capture_ok(&["--after", &c1]);
+    let f1 = db.path("b1.jsonl");
+    let f2 = db.path("b2.jsonl");
+    std::fs::write(&f1, &b1).unwrap();
+    std::fs::write(&f2, &b2).unwrap();
+    let m = exec(
+        "mooncdc-merge",
+        &[f1.to_str().unwrap(), f2.to_str().unwrap()],
+        None,
+    );
+    expect(&m, 0, "merge");
+    let r = db.apply(&m.stdout, &[]);
+    expect(&r, 0, "apply the merged replay");
+    db.audit_equal();
+    db.assert_same_rows(&["t"]);
+}
+
+/// A migration that drops a column and adds it again under its name would
+/// look like no change to capture (targets would keep the old values): it is
+/// refused whole.
+#[test]
+fn a_migration_that_drops_and_adds_a_column_again_is_refused() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT, b TEXT); INSERT INTO t VALUES (1, 'x', 'y');");
+    db.init(&[]);
+    let r = db.capture_cmd(
+        "migrate",
+        &[
+            "--",
+            "ALTER TABLE t DROP COLUMN b; ALTER TABLE t ADD COLUMN b TEXT",
+        ],
+    );
+    expect(&r, 1, "drop and add again");
+    assert!(
+        r.stderr.contains("adds it again") && r.stderr.contains("two migrations"),
+        "{}",
+        r.stderr
+    );
+    let b: String = db
+        .src_conn()
+        .query_row("SELECT b FROM t WHERE id = 1", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(b, "y", "nothing of it was kept");
+}

@@ -2898,8 +2898,24 @@ fn postgres_schema_changes_reach_clickhouse() {
     );
     // As if an apply had been killed after its first ALTER.
     db.query("ALTER TABLE public_items ADD COLUMN n Nullable(Int64)");
-    expect(&step(), 0, "the schema changes");
+    let held = exec(APPLY, &["cursor", "--target", &url], None)
+        .stdout_str()
+        .trim()
+        .to_string();
+    let cap = exec(
+        "mooncdc-capture",
+        &["--source", &src, "--slot", slot, "--after", &held],
+        None,
+    );
+    expect(&cap, 0, "capture");
+    apply_ok(&url, &cap.stdout, &[]);
     expect(&audit(), 0, "audit after the schema changes");
+    // A replay of the whole batch into the table it already changed (a kill
+    // after its last ALTER, before the cursor): rows of earlier shapes, whose
+    // columns were since dropped or widened, are not sent again.
+    db.query("TRUNCATE TABLE _mooncdc_cursor");
+    apply_ok(&url, &cap.stdout, &[]);
+    expect(&audit(), 0, "audit after the replay");
     assert_rows(
         "the table's columns",
         &strs(&[

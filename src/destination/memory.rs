@@ -44,15 +44,31 @@ impl MemoryTarget {
             .schemas
             .as_deref()
             .ok_or_else(|| Error::data("the memory target needs schemas"))?;
-        let mut shapes: HashMap<String, TableShape> = shapes(schemas)?;
-        let mut next_schemas = self.schemas.clone();
-        for s in schemas {
-            next_schemas.insert(s.table.clone(), s.clone());
-        }
+        shapes(schemas)?;
         let gate = super::BatchGate::open(self.cursor.as_ref(), &batch.header())?;
         if !gate.close(&batch.end)? {
             return Ok(()); // already held
         }
+        // A batch overlapping the cursor describes tables as they were at its
+        // start; the target's own schemas (with the changes it holds) win.
+        let mut next_schemas = self.schemas.clone();
+        for s in schemas {
+            if !gate.overlaps() || !next_schemas.contains_key(&s.table) {
+                next_schemas.insert(s.table.clone(), s.clone());
+            }
+        }
+        let mut shapes: HashMap<String, TableShape> = next_schemas
+            .values()
+            .map(|s| {
+                (
+                    s.table.clone(),
+                    TableShape {
+                        width: s.columns.len(),
+                        key: s.key_indices(),
+                    },
+                )
+            })
+            .collect();
         let mut next = self.tables.clone();
         let mut changes = batch.changes.iter().peekable();
         for i in 0..=batch.events.len() {

@@ -208,8 +208,8 @@ impl Cluster {
                  listen_addresses = '127.0.0.1'\n\
                  port = {port}\n\
                  unix_socket_directories = '{}'\n\
-                 max_replication_slots = 40\n\
-                 max_wal_senders = 40\n\
+                 max_replication_slots = 100\n\
+                 max_wal_senders = 60\n\
                  max_connections = 200\n\
                  fsync = off\n\
                  full_page_writes = off\n\

@@ -302,11 +302,11 @@ impl ClickHouse {
                         if let Some(err) = deferred.remove(t).filter(|_| !changed) {
                             return Err(err);
                         }
-                        if let Some((old, change, new)) = segs
-                            .iter()
-                            .find_map(|s| s.change.as_ref().map(|(o, c)| (o, c, &s.layout)))
-                        {
-                            self.evolve(old, change, new, &allowed(segs), true)?;
+                        let allowed = allowed(segs);
+                        for s in segs {
+                            if let Some((old, change)) = &s.change {
+                                self.evolve(old, change, &s.layout, &allowed, true)?;
+                            }
                         }
                     }
                     if let Some((_, err)) = deferred.drain().next() {
@@ -399,38 +399,44 @@ impl ClickHouse {
     }
 
     /// Whether the table is already past segment `k`: a column its rows
-    /// have is gone, taken away by a later change of the same batch. Then an
-    /// apply was killed after sending those rows and making that change
-    /// (rows go out before the next change is made), so they are not sent
-    /// again.
+    /// have is gone or has another type, made so by a later change of the
+    /// same batch. Then an apply was killed after sending those rows and
+    /// making that change (rows go out before the next change is made), so
+    /// they are not sent again (their encoding would not even fit).
     fn passed(&self, segs: &[Segment], k: usize) -> Result<bool> {
         if segs[k].held.spool.is_empty() && segs[k].held.truncates.is_empty() {
             return Ok(false);
         }
-        let have = self.columns_of(&segs[k].layout.name)?;
-        let missing: Vec<&str> = segs[k]
+        let have = self.columns_typed(&segs[k].layout.name)?;
+        let off: Vec<String> = segs[k]
             .layout
-            .schema
-            .columns
-            .iter()
-            .map(|c| c.name.as_str())
-            .filter(|n| !have.iter().any(|h| h == n))
+            .expected_columns()
+            .into_iter()
+            .filter(|c| !have.contains(c))
+            .map(|(n, _)| n)
             .collect();
-        if missing.is_empty() {
+        if off.is_empty() {
             return Ok(false);
         }
-        let later_removes = |n: &str| {
-            segs[k + 1..].iter().any(|s| {
-                s.change
-                    .as_ref()
-                    .is_some_and(|(_, c)| c.new_name(n) != Some(n))
+        let changed_later = |n: &str| {
+            segs[k + 1..].iter().any(|s| match &s.change {
+                Some((old, c)) => {
+                    let ty = |l: &Layout, n: &str| {
+                        l.expected_columns()
+                            .into_iter()
+                            .find(|(c, _)| c == n)
+                            .map(|(_, t)| t)
+                    };
+                    c.new_name(n) != Some(n) || ty(old, n) != ty(&s.layout, n)
+                }
+                None => false,
             })
         };
-        if missing.iter().all(|n| later_removes(n)) {
+        if off.iter().all(|n| changed_later(n)) {
             Ok(true)
         } else {
             Err(Error::state(format!(
-                "ClickHouse table {} lacks columns {missing:?} that rows of this batch have; the target diverges from the source (give it a new snapshot)",
+                "ClickHouse table {} does not have columns {off:?} as rows of this batch need them; the target diverges from the source (give it a new snapshot)",
                 segs[k].layout.name
             )))
         }

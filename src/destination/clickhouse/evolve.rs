@@ -109,6 +109,12 @@ impl ClickHouse {
                 // Kept (perhaps renamed): its type changes only from the old
                 // one.
                 Some(i) => {
+                    if &was[i].1 != ty && new.schema.key.contains(n) {
+                        return Err(refuse(format!(
+                            "the type of key column {n:?} changes from {} to {ty}; ClickHouse cannot change a key column's type in place: give the table a new snapshot",
+                            was[i].1
+                        )));
+                    }
                     let now =
                         type_of(&have, n).or_else(|| type_of(&have, &old.schema.columns[i].name));
                     if now.as_ref() == Some(&was[i].1) && &was[i].1 != ty {

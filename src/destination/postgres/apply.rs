@@ -191,6 +191,11 @@ impl PgTarget {
         let mut in_force: Vec<Schema> = Vec::new();
         let mut ensured = false;
         let mut kind = SourceKind::Sqlite;
+        // As for the SQLite target: the stream's schemas in force, and tables
+        // whose check failed in an overlapping replay (a merged stream may
+        // bring a change the target already made).
+        let mut olds: HashMap<String, Schema> = HashMap::new();
+        let mut deferred: HashMap<String, Error> = HashMap::new();
         let mut ops: Vec<Op> = Vec::new();
         let mut busy: Option<crate::util::stop::Busy> = None;
         while let Some(item) = input.next_item()? {
@@ -209,15 +214,14 @@ impl PgTarget {
                     kind = SourceKind::of_identity(&h.start.source);
                     tables.clear();
                     pending.clear();
+                    olds.clear();
+                    deferred.clear();
                     in_force = h.schemas.clone().unwrap_or_default();
                     // As for the other targets: a batch that overlaps the
                     // cursor is checked at its first event not yet held.
                     ensured = false;
                     if !gate.as_ref().expect("opened").overlaps() {
-                        for s in in_force.drain(..) {
-                            let t = rt.block_on(self.ensure(c, &s, kind))?;
-                            tables.insert(s.table.clone(), t);
-                        }
+                        self.ensure_in_force(c, &mut in_force, kind, &mut tables, &mut olds, None)?;
                         ensured = true;
                     }
                 }
@@ -234,20 +238,29 @@ impl PgTarget {
                         continue;
                     }
                     if !ensured {
-                        for s in in_force.drain(..) {
-                            let t = rt.block_on(self.ensure(c, &s, kind))?;
-                            tables.insert(s.table.clone(), t);
-                        }
+                        self.ensure_in_force(
+                            c,
+                            &mut in_force,
+                            kind,
+                            &mut tables,
+                            &mut olds,
+                            Some(&mut deferred),
+                        )?;
                         ensured = true;
                     }
                     if !pending.is_empty() {
                         rt.block_on(run(c, &mut ops))?;
                         for ch in pending.drain(..) {
                             let t = rt
-                                .block_on(self.evolve(c, tables.get(&ch.schema.table), &ch, kind))
+                                .block_on(self.evolve(c, olds.get(&ch.schema.table), &ch, kind))
                                 .map_err(|err| input.locate(err))?;
+                            deferred.remove(&ch.schema.table);
+                            olds.insert(ch.schema.table.clone(), ch.schema.clone());
                             tables.insert(ch.schema.table.clone(), t);
                         }
+                    }
+                    if let Some(err) = deferred.remove(&e.table) {
+                        return Err(input.locate(err));
                     }
                     if !tables.contains_key(&e.table) {
                         return Err(input.locate(Error::data(format!(
@@ -276,19 +289,21 @@ impl PgTarget {
                     let moves = gate.take().expect("validated stream").close(&cm.end)?;
                     if moves && !pending.is_empty() {
                         if !ensured {
-                            for s in in_force.drain(..) {
-                                let t = rt.block_on(self.ensure(c, &s, kind))?;
-                                tables.insert(s.table.clone(), t);
-                            }
+                            self.ensure_in_force(
+                                c,
+                                &mut in_force,
+                                kind,
+                                &mut tables,
+                                &mut olds,
+                                Some(&mut deferred),
+                            )?;
                             ensured = true;
                         }
                         for ch in pending.drain(..) {
-                            let t = rt.block_on(self.evolve(
-                                c,
-                                tables.get(&ch.schema.table),
-                                &ch,
-                                kind,
-                            ))?;
+                            let t =
+                                rt.block_on(self.evolve(c, olds.get(&ch.schema.table), &ch, kind))?;
+                            deferred.remove(&ch.schema.table);
+                            olds.insert(ch.schema.table.clone(), ch.schema.clone());
                             tables.insert(ch.schema.table.clone(), t);
                         }
                     }
@@ -433,12 +448,41 @@ impl PgTarget {
         Ok(stats)
     }
 
+    /// Check or create the tables in force; with `deferred`, a table that
+    /// does not match is noted instead of failing (see the SQLite target).
+    fn ensure_in_force(
+        &self,
+        c: &Client,
+        in_force: &mut Vec<Schema>,
+        kind: SourceKind,
+        tables: &mut HashMap<String, Table>,
+        olds: &mut HashMap<String, Schema>,
+        mut deferred: Option<&mut HashMap<String, Error>>,
+    ) -> Result<()> {
+        for s in in_force.drain(..) {
+            olds.insert(s.table.clone(), s.clone());
+            match self.rt.block_on(self.ensure(c, &s, kind)) {
+                Ok(t) => {
+                    tables.insert(s.table.clone(), t);
+                }
+                Err(e) if e.kind() == crate::error::ErrorKind::State && deferred.is_some() => {
+                    deferred
+                        .as_deref_mut()
+                        .expect("checked")
+                        .insert(s.table.clone(), e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// A schema record in the batch's transaction: the table must be as the
     /// stream says it was before the change (or already after it).
     async fn evolve(
         &self,
         c: &Client,
-        old: Option<&Table>,
+        old: Option<&Schema>,
         ch: &SchemaChange,
         kind: SourceKind,
     ) -> Result<Table> {
@@ -447,7 +491,7 @@ impl PgTarget {
             return self.ensure(c, new, kind).await;
         };
         let (ns, name) = target_name(&new.table, kind, &self.schema);
-        let q = old.qname.clone();
+        let q = format!("{}.{}", quote_ident(&ns), quote_ident(&name));
         let (have, key) = read_columns(c, &ns, &name)
             .await?
             .ok_or_else(|| Error::state(format!("target table {q} is gone")))?;
@@ -456,15 +500,14 @@ impl PgTarget {
         if names == new_names && key == new.key {
             return self.ensure(c, new, kind).await;
         }
-        let old_names: Vec<&str> = old.schema.columns.iter().map(|c| c.name.as_str()).collect();
-        if names != old_names || key != old.schema.key {
+        let old_names: Vec<&str> = old.columns.iter().map(|c| c.name.as_str()).collect();
+        if names != old_names || key != old.key {
             return Err(Error::state(format!(
                 "schema change of table {:?}: the target table has columns {names:?} and key {key:?}, but the stream's schema before the change has columns {old_names:?} and key {:?}; the target diverges from the source (give it a new snapshot)",
-                new.table, old.schema.key
+                new.table, old.key
             )));
         }
         let mapped: Vec<&str> = old
-            .schema
             .key
             .iter()
             .map(|k| ch.new_name(k).unwrap_or(""))
@@ -476,11 +519,11 @@ impl PgTarget {
         {
             return Err(Error::state(format!(
                 "schema change of table {:?}: the key changes from {:?} to {:?}, which a PostgreSQL target does not follow in place; give it a new snapshot of the table",
-                new.table, old.schema.key, new.key
+                new.table, old.key, new.key
             )));
         }
         let mut steps: Vec<String> = Vec::new();
-        for oc in &old.schema.columns {
+        for oc in &old.columns {
             if ch.new_name(&oc.name).is_none() {
                 steps.push(format!(
                     "ALTER TABLE {q} DROP COLUMN {}",
@@ -503,7 +546,7 @@ impl PgTarget {
                 quote_ident(&r.to)
             ));
         }
-        let from = ch.sources(&old.schema);
+        let from = ch.sources(old);
         for (j, nc) in new.columns.iter().enumerate() {
             match from[j] {
                 None => {
@@ -515,7 +558,7 @@ impl PgTarget {
                     ));
                 }
                 Some(i) => {
-                    let oc = &old.schema.columns[i];
+                    let oc = &old.columns[i];
                     if kind == SourceKind::Postgres && oc.decl_type != nc.decl_type {
                         let ty = column_type(c, nc, kind, &new.table).await?;
                         steps.push(format!(

@@ -26,6 +26,11 @@ impl SqliteTarget {
         let mut kind = crate::source::SourceKind::Sqlite;
         let mut in_force: Vec<Schema> = Vec::new();
         let mut ensured = false;
+        // The stream's schema of each table in force, and the tables whose
+        // check failed in an overlapping replay (they may already be in the
+        // shape a schema record of the batch brings, a merged replay).
+        let mut olds: HashMap<String, Schema> = HashMap::new();
+        let mut deferred: HashMap<String, Error> = HashMap::new();
         let result = (|| -> Result<()> {
             while let Some(item) = input.next_item()? {
                 match item {
@@ -36,6 +41,8 @@ impl SqliteTarget {
                         self.begin()?;
                         gate = Some(BatchGate::open(stored_cursor(self.db())?.as_ref(), &h)?);
                         tables.clear();
+                        olds.clear();
+                        deferred.clear();
                         in_force = h.schemas.clone().unwrap_or_default();
                         // A batch that overlaps the cursor describes tables
                         // as they were at its start: they are checked at its
@@ -43,10 +50,14 @@ impl SqliteTarget {
                         // the target already holds.
                         ensured = false;
                         if !gate.as_ref().expect("just opened").overlaps() {
-                            for s in in_force.drain(..) {
-                                let t = ensure_table(self.db(), &s, kind)?;
-                                tables.insert(s.table.clone(), t);
-                            }
+                            ensure_in_force(
+                                self.db(),
+                                &mut in_force,
+                                kind,
+                                &mut tables,
+                                &mut olds,
+                                None,
+                            )?;
                             ensured = true;
                         }
                     }
@@ -64,11 +75,15 @@ impl SqliteTarget {
                             continue;
                         }
                         if !ensured {
-                            for s in in_force.drain(..) {
-                                let t = ensure_table(self.db(), &s, kind)
-                                    .map_err(|err| input.locate(err))?;
-                                tables.insert(s.table.clone(), t);
-                            }
+                            ensure_in_force(
+                                self.db(),
+                                &mut in_force,
+                                kind,
+                                &mut tables,
+                                &mut olds,
+                                Some(&mut deferred),
+                            )
+                            .map_err(|err| input.locate(err))?;
                             ensured = true;
                         }
                         for c in pending.drain(..) {
@@ -78,10 +93,15 @@ impl SqliteTarget {
                                     c.schema.table
                                 )));
                             }
-                            let old = tables.get(&c.schema.table).map(|t| t.schema.clone());
+                            let old = olds.get(&c.schema.table).cloned();
                             let t = super::evolve::evolve_table(self.db(), old.as_ref(), &c, kind)
                                 .map_err(|err| input.locate(err))?;
+                            deferred.remove(&c.schema.table);
+                            olds.insert(c.schema.table.clone(), c.schema.clone());
                             tables.insert(c.schema.table.clone(), t);
+                        }
+                        if let Some(err) = deferred.remove(&e.table) {
+                            return Err(input.locate(err));
                         }
                         if !tables.contains_key(&e.table) {
                             let t = existing_table(self.db(), &e.table)?;
@@ -126,16 +146,22 @@ impl SqliteTarget {
                         // end: made when the batch moves the cursor.
                         if moves && !pending.is_empty() {
                             if !ensured {
-                                for s in in_force.drain(..) {
-                                    let t = ensure_table(self.db(), &s, kind)?;
-                                    tables.insert(s.table.clone(), t);
-                                }
+                                ensure_in_force(
+                                    self.db(),
+                                    &mut in_force,
+                                    kind,
+                                    &mut tables,
+                                    &mut olds,
+                                    Some(&mut deferred),
+                                )?;
                                 ensured = true;
                             }
                             for c in pending.drain(..) {
-                                let old = tables.get(&c.schema.table).map(|t| t.schema.clone());
+                                let old = olds.get(&c.schema.table).cloned();
                                 let t =
                                     super::evolve::evolve_table(self.db(), old.as_ref(), &c, kind)?;
+                                deferred.remove(&c.schema.table);
+                                olds.insert(c.schema.table.clone(), c.schema.clone());
                                 tables.insert(c.schema.table.clone(), t);
                             }
                         }
@@ -226,4 +252,35 @@ impl SqliteTarget {
         self.end_batches(result)?;
         Ok(stats)
     }
+}
+
+/// Check or create the tables in force. With `deferred`, a table that does
+/// not match is noted with its error instead of failing: in a replay that
+/// overlaps the cursor it may already have the shape a schema record of the
+/// batch brings (a merged stream); an event of that table before such a
+/// record fails with the error.
+fn ensure_in_force(
+    conn: &rusqlite::Connection,
+    in_force: &mut Vec<Schema>,
+    kind: crate::source::SourceKind,
+    tables: &mut HashMap<String, TableSql>,
+    olds: &mut HashMap<String, Schema>,
+    mut deferred: Option<&mut HashMap<String, Error>>,
+) -> Result<()> {
+    for s in in_force.drain(..) {
+        olds.insert(s.table.clone(), s.clone());
+        match ensure_table(conn, &s, kind) {
+            Ok(t) => {
+                tables.insert(s.table.clone(), t);
+            }
+            Err(e) if e.kind() == crate::error::ErrorKind::State && deferred.is_some() => {
+                deferred
+                    .as_deref_mut()
+                    .expect("checked")
+                    .insert(s.table.clone(), e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

@@ -156,7 +156,9 @@ fn rebuild_relaxed(conn: &Connection, new: &Schema) -> Result<()> {
                 d.push(' ');
                 d.push_str(&h.decl_type);
             }
-            if !n.nullable {
+            // NOT NULL stays only where the table had it and the new
+            // schema keeps it (a column just added holds NULLs).
+            if !n.nullable && !h.nullable {
                 d.push_str(" NOT NULL");
             }
             d

@@ -6,7 +6,7 @@ use super::*;
 /// What a Relation message says of its table.
 pub(super) enum RelChange {
     /// As the stream already knew it.
-    Same,
+    Same(Schema),
     /// First described in this read.
     New(Schema),
     /// Changed: (before, after).
@@ -18,26 +18,23 @@ pub(super) struct Catalog {
     /// By relation OID, as the stream's Relation messages described them:
     /// schema, classes per column.
     pub(super) by_oid: HashMap<u32, (Schema, Vec<Class>)>,
-    /// By name, as loaded from the catalog at the start.
-    pub(super) by_name: Vec<(String, Schema, Vec<Class>)>,
 }
 
 impl Catalog {
+    /// Check the publication's tables (each must have a key) before reading.
     pub(super) async fn load(c: &Client, publication: &str) -> Result<Catalog> {
-        let mut by_name = Vec::new();
-        for n in publication_tables(c, publication).await? {
-            let (s, t) = split_table(&n);
-            let (schema, cls) = table_schema(c, &s, &t).await?;
-            by_name.push((n, schema, cls));
-        }
-        if by_name.is_empty() {
+        let tables = publication_tables(c, publication).await?;
+        if tables.is_empty() {
             return Err(Error::state(format!(
                 "publication {publication:?} has no tables (run init)"
             )));
         }
+        for n in tables {
+            let (s, t) = split_table(&n);
+            table_schema(c, &s, &t).await?;
+        }
         Ok(Catalog {
             by_oid: HashMap::new(),
-            by_name,
         })
     }
 
@@ -60,46 +57,34 @@ impl Catalog {
             columns.push((col.name.clone(), ty));
             classes.push(class_of(col.type_oid));
         }
-        let same_as = |s: &Schema| {
-            s.table == name
-                && s.columns.len() == columns.len()
-                && s.columns
-                    .iter()
-                    .zip(&columns)
-                    .all(|(a, (n, t))| &a.name == n && &a.decl_type == t)
+        // Nullability and key from the catalog (a Relation message does not
+        // carry them; it comes again after any ALTER, SET NOT NULL and a new
+        // key included, so each one is looked at).
+        let (s, t) = (rel.namespace.clone(), rel.name.clone());
+        let (fresh, _) = table_schema(c, &s, &t).await?;
+        let schema = Schema {
+            table: name.clone(),
+            columns: columns
+                .into_iter()
+                .map(|(n, ty)| {
+                    let nullable = fresh
+                        .columns
+                        .iter()
+                        .find(|c| c.name == n)
+                        .is_none_or(|c| c.nullable);
+                    Column {
+                        name: n,
+                        decl_type: ty,
+                        nullable,
+                    }
+                })
+                .collect(),
+            key: fresh.key,
         };
         let before = self.by_oid.get(&rel.oid).map(|(s, _)| s.clone());
-        if before.as_ref().is_some_and(same_as) {
-            return Ok(RelChange::Same);
+        if before.as_ref() == Some(&schema) {
+            return Ok(RelChange::Same(schema));
         }
-        // As loaded at the start, when it matches; else nullability and key
-        // from the catalog as it is now.
-        let schema = match self.by_name.iter().find(|(_, s, _)| same_as(s)) {
-            Some((_, s, _)) => s.clone(),
-            None => {
-                let (s, t) = (rel.namespace.clone(), rel.name.clone());
-                let (fresh, _) = table_schema(c, &s, &t).await?;
-                Schema {
-                    table: name.clone(),
-                    columns: columns
-                        .into_iter()
-                        .map(|(n, ty)| {
-                            let nullable = fresh
-                                .columns
-                                .iter()
-                                .find(|c| c.name == n)
-                                .is_none_or(|c| c.nullable);
-                            Column {
-                                name: n,
-                                decl_type: ty,
-                                nullable,
-                            }
-                        })
-                        .collect(),
-                    key: fresh.key,
-                }
-            }
-        };
         schema.check().map_err(Error::data)?;
         self.by_oid.insert(rel.oid, (schema.clone(), classes));
         Ok(match before {

@@ -43,6 +43,7 @@ DECLARE
     known boolean;
     renamed jsonb;
     before jsonb;
+    readded jsonb;
 BEGIN
     FOR t, tag IN
         SELECT DISTINCT objid, command_tag FROM pg_event_trigger_ddl_commands()
@@ -61,14 +62,23 @@ BEGIN
                                  ORDER BY attnum)
                   INTO before
                   FROM mooncdc.ddl_columns WHERE relid = t;
+                -- A name now on another column number: dropped and added again.
+                SELECT coalesce(jsonb_agg(s.name), '[]'::jsonb)
+                  INTO readded
+                  FROM mooncdc.ddl_columns s
+                  JOIN pg_attribute a ON a.attrelid = s.relid AND a.attname = s.name
+                 WHERE s.relid = t AND a.attnum > 0 AND NOT a.attisdropped AND a.attnum <> s.attnum
+                   AND NOT EXISTS (SELECT 1 FROM pg_attribute o WHERE o.attrelid = t AND o.attnum = s.attnum
+                                   AND NOT o.attisdropped AND o.attname <> s.name);
             ELSE
                 renamed := 'null'::jsonb;
                 before := 'null'::jsonb;
+                readded := '[]'::jsonb;
             END IF;
             PERFORM pg_logical_emit_message(true, 'mooncdc_ddl', jsonb_build_object(
                 'table', (SELECT n.nspname || '.' || c.relname FROM pg_class c
                           JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = t),
-                'renamed', renamed, 'before', before)::text);
+                'renamed', renamed, 'before', before, 'readded', readded)::text);
         END IF;
         DELETE FROM mooncdc.ddl_columns WHERE relid = t;
         INSERT INTO mooncdc.ddl_columns

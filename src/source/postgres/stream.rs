@@ -266,13 +266,30 @@ impl PgSource {
                                 // was written: the table's shape there.
                                 let replaying = txn.is_some_and(|(c, o)| sequence(c, o + 1) <= start);
                                 match catalog.relation(&c, rel).await? {
-                                    RelChange::Same => {}
+                                    // The same columns, but the DDL trigger saw one
+                                    // dropped and added again (its values gone).
+                                    RelChange::Same(s) => {
+                                        let readded = ddl.readded_in(&s);
+                                        ddl.forget(&s.table);
+                                        if !(readded.is_empty() || replaying && w.open) {
+                                            w.pending.push(SchemaChange {
+                                                schema: without(&s, &readded),
+                                                renamed: Vec::new(),
+                                            });
+                                            w.pending.push(SchemaChange {
+                                                schema: s,
+                                                renamed: Vec::new(),
+                                            });
+                                        }
+                                    }
                                     // First described after a change the DDL trigger
                                     // recorded in this read: the table as it was
                                     // before it, then the change.
                                     RelChange::New(s) if !replaying && ddl.before.contains_key(&s.table) => {
                                         let before = ddl.before.remove(&s.table).expect("checked");
                                         let told = ddl.renamed.remove(&s.table).flatten();
+                                        let readded = ddl.readded_in(&s);
+                                        ddl.forget(&s.table);
                                         let old = Schema {
                                             table: s.table.clone(),
                                             columns: before,
@@ -280,19 +297,35 @@ impl PgSource {
                                         };
                                         old.check().map_err(Error::data)?;
                                         w.add_table(old.clone());
+                                        let old = if readded.is_empty() {
+                                            old
+                                        } else {
+                                            let mid = without(&old, &readded);
+                                            w.pending.push(SchemaChange {
+                                                schema: mid.clone(),
+                                                renamed: Vec::new(),
+                                            });
+                                            mid
+                                        };
                                         let fix = "To carry such changes, install the DDL trigger before them (mooncdc-capture init --ddl)";
                                         for change in crate::source::schema_change::classify(&old, &s, told.as_deref(), fix)? {
                                             w.pending.push(change);
                                         }
                                     }
+                                    // Catching up inside a batch already open (a
+                                    // transaction sent again after a reconnect):
+                                    // what was written already says it all.
+                                    RelChange::New(s) | RelChange::Changed(_, s) if replaying && w.open => {
+                                        ddl.forget(&s.table);
+                                    }
                                     RelChange::New(s) => {
-                                        ddl.renamed.remove(&s.table);
-                                        ddl.before.remove(&s.table);
+                                        ddl.forget(&s.table);
                                         w.add_table(s);
                                     }
+                                    // A read that starts inside a transaction: the
+                                    // header describes the table at its start.
                                     RelChange::Changed(_, new) if replaying => {
-                                        ddl.renamed.remove(&new.table);
-                                        ddl.before.remove(&new.table);
+                                        ddl.forget(&new.table);
                                         w.add_table(new);
                                     }
                                     // A schema change: schema records, written with
@@ -305,7 +338,18 @@ impl PgSource {
                                             )));
                                         }
                                         let told = ddl.renamed.remove(&new.table).flatten();
-                                        ddl.before.remove(&new.table);
+                                        let readded = ddl.readded_in(&new);
+                                        ddl.forget(&new.table);
+                                        let old = if readded.is_empty() {
+                                            old
+                                        } else {
+                                            let mid = without(&old, &readded);
+                                            w.pending.push(SchemaChange {
+                                                schema: mid.clone(),
+                                                renamed: Vec::new(),
+                                            });
+                                            mid
+                                        };
                                         let fix = "To carry such changes, install the DDL trigger before them (mooncdc-capture init --ddl)";
                                         for change in crate::source::schema_change::classify(&old, &new, told.as_deref(), fix)? {
                                             w.pending.push(change);
@@ -557,6 +601,14 @@ pub(super) fn ack_from(
     acked
 }
 
+/// `s` without the columns named (dropped, before they are added again).
+fn without(s: &Schema, names: &[String]) -> Schema {
+    let mut m = s.clone();
+    m.columns.retain(|c| !names.contains(&c.name));
+    m.key.retain(|k| !names.contains(k));
+    m
+}
+
 /// What the DDL trigger's messages said since each table's last Relation
 /// message: the columns renamed (`None`: unknown, as after a crash emptied
 /// the trigger's table).
@@ -565,12 +617,41 @@ pub(super) struct DdlState {
     pub(super) renamed: HashMap<String, Option<Vec<crate::wire::Rename>>>,
     /// The table's columns before the first of those messages.
     pub(super) before: HashMap<String, Vec<Column>>,
+    /// Columns dropped and added again under their names since: said by a
+    /// message (one command), or gone from one message's `before` to the
+    /// next (two commands), to be matched with the table's columns then.
+    readded: HashMap<String, Vec<String>>,
+    /// Each table's last message: its `before` names and its renames.
+    last: HashMap<String, (Vec<String>, Vec<crate::wire::Rename>)>,
     /// The last message taken: a transaction sent again after a reconnect
     /// sends its messages again, taken once.
     last_lsn: u64,
 }
 
 impl DdlState {
+    /// Forget what was said of `table` (its Relation message has come).
+    fn forget(&mut self, table: &str) {
+        self.renamed.remove(table);
+        self.before.remove(table);
+        self.readded.remove(table);
+        self.last.remove(table);
+    }
+
+    /// The columns of `s` that were dropped and added again.
+    fn readded_in(&self, s: &Schema) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .readded
+            .get(&s.table)
+            .into_iter()
+            .flatten()
+            .filter(|n| s.columns.iter().any(|c| &c.name == *n))
+            .cloned()
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
     fn take(&mut self, lsn: u64, content: &[u8]) -> Result<()> {
         if lsn != 0 && lsn <= self.last_lsn {
             return Ok(());
@@ -582,10 +663,33 @@ impl DdlState {
             renamed: Option<Vec<crate::wire::Rename>>,
             #[serde(default)]
             before: Option<Vec<Column>>,
+            #[serde(default)]
+            readded: Option<Vec<String>>,
         }
         let m: Msg = serde_json::from_slice(content).map_err(|e| {
             Error::data(format!("a DDL trigger message is not understood ({e}); run mooncdc-capture init --ddl again to update the trigger"))
         })?;
+        if let Some(r) = m.readded.filter(|r| !r.is_empty()) {
+            self.readded.entry(m.table.clone()).or_default().extend(r);
+        }
+        if let Some(before) = &m.before {
+            let names: Vec<String> = before.iter().map(|c| c.name.clone()).collect();
+            if let Some((prev, prev_renamed)) = self.last.get(&m.table) {
+                // Gone between two commands and not renamed: dropped (added
+                // again if the table has it once more).
+                let gone: Vec<String> = prev
+                    .iter()
+                    .filter(|n| !names.contains(n) && !prev_renamed.iter().any(|r| &r.from == *n))
+                    .cloned()
+                    .collect();
+                self.readded
+                    .entry(m.table.clone())
+                    .or_default()
+                    .extend(gone);
+            }
+            let renamed = m.renamed.clone().unwrap_or_default();
+            self.last.insert(m.table.clone(), (names, renamed));
+        }
         if !self.renamed.contains_key(&m.table) {
             if let Some(b) = m.before {
                 self.before.insert(m.table.clone(), b);

@@ -113,7 +113,18 @@ pub fn read_in(
     // release that did not note its takeover counts from the table's start
     // when it is the table's first).
     let mut in_force: BTreeMap<String, i64> = BTreeMap::new();
-    for tv in versions.values() {
+    // Only tables still captured or changed in this read: a table dropped
+    // (or renamed) at the source is no longer described.
+    let live: std::collections::HashSet<&str> = versions
+        .values()
+        .filter(|v| v.current)
+        .map(|v| v.schema.table.as_str())
+        .chain(touched.iter().map(|t| versions[t].schema.table.as_str()))
+        .collect();
+    for tv in versions
+        .values()
+        .filter(|v| live.contains(v.schema.table.as_str()))
+    {
         match since.get(&tv.tid) {
             Some(&s) if s <= start => {
                 in_force.insert(tv.schema.table.clone(), tv.tid);

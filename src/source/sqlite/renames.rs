@@ -113,6 +113,10 @@ pub(super) fn run_noting_renames(
     renames: &mut Renames,
 ) -> Result<()> {
     let failed = |e| Error::database("the migration failed; nothing of it was kept", e);
+    // Columns a statement dropped: added again by a later one, the new
+    // column would look like the old to capture (same name, same place at
+    // the end), which would keep the old values in every target.
+    let mut dropped: HashMap<String, Vec<String>> = HashMap::new();
     let mut batch = rusqlite::Batch::new(conn, sql);
     while let Some(mut st) = batch.next().map_err(failed)? {
         let before: Vec<Vec<String>> = tables
@@ -124,6 +128,22 @@ pub(super) fn run_noting_renames(
         drop(rows);
         for (t, b) in tables.iter().zip(&before) {
             let a = column_names(conn, t)?;
+            if a.is_empty() {
+                continue;
+            }
+            if a.len() < b.len() {
+                for gone in b.iter().filter(|n| !a.contains(n)) {
+                    dropped.entry(t.clone()).or_default().push(gone.clone());
+                }
+            }
+            if let Some(again) = a
+                .iter()
+                .find(|n| !b.contains(n) && dropped.get(t).is_some_and(|d| d.contains(n)))
+            {
+                return Err(Error::state(format!(
+                    "the migration drops column {again:?} of table {t:?} and adds it again; capture would see the same column and targets would keep its old values: run the drop and the add as two migrations; nothing of it was kept"
+                )));
+            }
             if a.len() != b.len() {
                 continue;
             }
