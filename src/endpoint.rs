@@ -196,7 +196,9 @@ mod tests {
         assert!(!e.display().contains("secret"));
         // A PostgreSQL target opens without connecting; a refusal never
         // shows the password.
-        assert!(e.target(TargetOptions::default(), Engine::Replacing).is_ok());
+        assert!(e
+            .target(TargetOptions::default(), Engine::Replacing)
+            .is_ok());
         let err = e
             .target(TargetOptions::default(), Engine::History)
             .err()
