@@ -402,3 +402,47 @@ fn wrong_password_and_unreachable_server_are_clear_errors() {
     assert_ne!(r.code, Some(0));
     assert!(r.stderr.contains("cannot connect"), "{}", r.stderr);
 }
+
+/// A snapshot cut short, or with a value the target cannot hold halfway
+/// through, loads nothing: no table, no rows, no cursor.
+#[test]
+fn a_bad_snapshot_loads_nothing() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE s(id INTEGER PRIMARY KEY, t TEXT)");
+    {
+        let c = db.src_conn();
+        for i in 0..5000i64 {
+            c.execute(
+                "INSERT INTO s VALUES (?1, ?2)",
+                params![i, format!("row {i}")],
+            )
+            .unwrap();
+        }
+    }
+    db.init(&[]);
+    let snap = exec(SNAPSHOT_BIN, &["--source", &db.src_url(), "-q"], None);
+    expect(&snap, 0, "snapshot");
+    let text = snap.stdout_str().to_string();
+    let tgt = target("bad_snapshot");
+    let url = tgt.url();
+    let cut: String = text.lines().take(4000).map(|l| format!("{l}\n")).collect();
+    let r = exec(APPLY, &["--target", &url], Some(cut.as_bytes()));
+    expect(&r, 1, "a snapshot cut short");
+    let nul = text.replacen("\"row 4000\"", "\"row\\u0000 4000\"", 1);
+    assert_ne!(nul, text);
+    let r = exec(APPLY, &["--target", &url], Some(nul.as_bytes()));
+    expect(&r, 1, "a snapshot with NUL in TEXT");
+    assert!(r.stderr.contains("NUL"), "{}", r.stderr);
+    assert_eq!(
+        tgt.session()
+            .value("SELECT count(*) FROM pg_tables WHERE tablename = 's'"),
+        "0"
+    );
+    assert_eq!(cursor_of(&url), "");
+    // The whole snapshot loads.
+    apply_ok(&url, text.as_bytes());
+    assert_eq!(tgt.session().value("SELECT count(*) FROM s"), "5000");
+    audit_equal(&db.src_url(), &url, &[]);
+}
+
+const SNAPSHOT_BIN: &str = "mooncdc-snapshot";

@@ -410,7 +410,8 @@ impl PgTarget {
                 }
                 SnapItem::Row { table, row } => {
                     if copy.as_ref().is_none_or(|(t, _)| *t != table) {
-                        if let Some((_, l)) = copy.take() {
+                        if let Some((t, mut l)) = copy.take() {
+                            rt.block_on(l.write_held(&tables[&t]))?;
                             rt.block_on(l.finish(c))?;
                         }
                         let t = &tables[&table];
@@ -418,14 +419,19 @@ impl PgTarget {
                     }
                     let t = &tables[&table];
                     let (_, l) = copy.as_mut().expect("started");
-                    rt.block_on(l.write(t, &row))?;
+                    check_row(t, &row, None)?;
+                    l.rows.push(row);
+                    if l.rows.len() >= COPY_CHUNK {
+                        rt.block_on(l.write_held(t))?;
+                    }
                     stats.applied += 1;
                     if stats.applied % 65536 == 0 {
                         progress(&stats);
                     }
                 }
                 SnapItem::Commit { .. } => {
-                    if let Some((_, l)) = copy.take() {
+                    if let Some((t, mut l)) = copy.take() {
+                        rt.block_on(l.write_held(&tables[&t]))?;
                         rt.block_on(l.finish(c))?;
                     }
                     let cur = cursor.take().expect("validated snapshot");
@@ -591,6 +597,58 @@ struct Loader {
     writer: std::pin::Pin<Box<BinaryCopyInWriter>>,
     /// The INSERT … SELECT from staging, when staged.
     staged: Option<String>,
+    /// Rows checked and waiting to be written (up to [`COPY_CHUNK`]), so the
+    /// runtime is entered once per chunk, not per row.
+    rows: Vec<Row>,
+}
+
+/// Snapshot rows written to the COPY in one go.
+const COPY_CHUNK: usize = 1024;
+
+/// A value as a COPY field, borrowed (its class was checked by
+/// [`check_row`]): no copy of text or bytes.
+#[derive(Debug)]
+struct Field<'a>(&'a Value, Param);
+
+impl ToSql for Field<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> std::result::Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>>
+    {
+        match (self.0, self.1) {
+            (Value::Null, _) => Ok(tokio_postgres::types::IsNull::Yes),
+            (Value::Integer(i), Param::Bool) => (*i == 1).to_sql(ty, out),
+            (Value::Integer(i), _) => i.to_sql(ty, out),
+            (Value::Real(x), _) => crate::wire::value::normalize_zero(*x).to_sql(ty, out),
+            (Value::Blob(b), _) => b.as_slice().to_sql(ty, out),
+            (Value::Text(s), _) => s.as_str().to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    tokio_postgres::types::to_sql_checked!();
+}
+
+/// Check a row's values against the table's columns (as [`params`] does).
+fn check_row(t: &Table, row: &Row, seq: Option<Sequence>) -> Result<()> {
+    if row.len() != t.cols.len() {
+        return Err(Error::data(format!(
+            "a row of {} values for table {:?} of {} columns",
+            row.len(),
+            t.schema.table,
+            t.cols.len()
+        )));
+    }
+    let at = || seq.map_or("snapshot row".to_string(), |s| format!("event {s}"));
+    for (c, v) in t.cols.iter().zip(row) {
+        check_value(c, v, &t.schema.table, &at)?;
+    }
+    Ok(())
 }
 
 impl Loader {
@@ -645,21 +703,30 @@ impl Loader {
         Ok(Loader {
             writer: Box::pin(BinaryCopyInWriter::new(sink, &types)),
             staged,
+            rows: Vec::with_capacity(COPY_CHUNK),
         })
     }
 
-    async fn write(&mut self, t: &Table, row: &Row) -> Result<()> {
-        let p = params(t, row, None)?;
-        let refs: Vec<&(dyn ToSql + Sync)> =
-            p.iter().map(|b| &**b as &(dyn ToSql + Sync)).collect();
-        self.writer
-            .as_mut()
-            .write(&refs)
-            .await
-            .map_err(pg_err(&format!(
-                "COPY into table {:?} failed",
-                t.schema.table
-            )))
+    /// Write the rows held.
+    async fn write_held(&mut self, t: &Table) -> Result<()> {
+        for row in self.rows.drain(..) {
+            let fields: Vec<Field<'_>> = row
+                .iter()
+                .zip(&t.cols)
+                .map(|(v, c)| Field(v, c.param))
+                .collect();
+            let refs: Vec<&(dyn ToSql + Sync)> =
+                fields.iter().map(|f| f as &(dyn ToSql + Sync)).collect();
+            self.writer
+                .as_mut()
+                .write(&refs)
+                .await
+                .map_err(pg_err(&format!(
+                    "COPY into table {:?} failed",
+                    t.schema.table
+                )))?;
+        }
+        Ok(())
     }
 
     async fn finish(self, c: &Client) -> Result<()> {

@@ -125,6 +125,39 @@ async fn stored_cursor(c: &Client) -> Result<Option<Cursor>> {
     }
 }
 
+/// Check a value against its column's class: one that does not fit, or
+/// TEXT holding NUL, is refused naming table, column and `at`.
+fn check_value(col: &Col, v: &Value, table: &str, at: &dyn Fn() -> String) -> Result<()> {
+    let fits = matches!(
+        (col.param, v),
+        (_, Value::Null)
+            | (Param::Int8, Value::Integer(_))
+            | (Param::Float8, Value::Real(_))
+            | (Param::Bool, Value::Integer(0 | 1))
+            | (Param::Bytea, Value::Blob(_))
+            | (Param::Text, Value::Text(_))
+    );
+    if !fits {
+        return Err(Error::data(format!(
+            "{}: table {table:?} column {:?} is {} in the target, which cannot hold this {} value exactly",
+            at(),
+            col.name,
+            col.sql_type,
+            v.class_name()
+        )));
+    }
+    if let Value::Text(s) = v {
+        if s.contains('\0') {
+            return Err(Error::data(format!(
+                "{}: table {table:?} column {:?}: TEXT with a NUL character, which PostgreSQL text cannot hold; nothing of the batch was applied",
+                at(),
+                col.name
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A value as a parameter of its column, checked against the column's class.
 fn param(
     col: &Col,
@@ -132,15 +165,7 @@ fn param(
     table: &str,
     at: &dyn Fn() -> String,
 ) -> Result<Box<dyn ToSql + Sync + Send>> {
-    let wrong = || {
-        Error::data(format!(
-            "{}: table {table:?} column {:?} is {} in the target, which cannot hold this {} value exactly",
-            at(),
-            col.name,
-            col.sql_type,
-            v.class_name()
-        ))
-    };
+    check_value(col, v, table, at)?;
     Ok(match (col.param, v) {
         (Param::Int8, Value::Null) => Box::new(None::<i64>),
         (Param::Float8, Value::Null) => Box::new(None::<f64>),
@@ -149,20 +174,10 @@ fn param(
         (Param::Text, Value::Null) => Box::new(None::<String>),
         (Param::Int8, Value::Integer(i)) => Box::new(*i),
         (Param::Float8, Value::Real(x)) => Box::new(crate::wire::value::normalize_zero(*x)),
-        (Param::Bool, Value::Integer(0)) => Box::new(false),
-        (Param::Bool, Value::Integer(1)) => Box::new(true),
+        (Param::Bool, Value::Integer(i)) => Box::new(*i == 1),
         (Param::Bytea, Value::Blob(b)) => Box::new(b.clone()),
-        (Param::Text, Value::Text(s)) => {
-            if s.contains('\0') {
-                return Err(Error::data(format!(
-                    "{}: table {table:?} column {:?}: TEXT with a NUL character, which PostgreSQL text cannot hold; nothing of the batch was applied",
-                    at(),
-                    col.name
-                )));
-            }
-            Box::new(s.clone())
-        }
-        _ => return Err(wrong()),
+        (Param::Text, Value::Text(s)) => Box::new(s.clone()),
+        _ => unreachable!("checked"),
     })
 }
 
