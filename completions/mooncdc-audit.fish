@@ -1,7 +1,7 @@
 complete -c mooncdc-audit -l source -d 'The source database URL' -r
 complete -c mooncdc-audit -l target -d 'The target database URL' -r
 complete -c mooncdc-audit -l table -d 'Only this table (repeatable)' -r
-complete -c mooncdc-audit -l format -d 'Output format' -r -f -a "text\t''
+complete -c mooncdc-audit -l format -l output-format -d 'Output format (`--output-format`, as the other tools say, is the same)' -r -f -a "text\t''
 jsonl\t''"
 complete -c mooncdc-audit -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-audit -l publication -d 'PostgreSQL: the publication' -r

@@ -319,7 +319,7 @@ pub fn write_summary(report: &AuditReport, format: AuditFormat, out: &mut dyn Wr
                 write_json_str(&mut b, &t.table);
                 b.extend_from_slice(
                     format!(
-                        ",\"compared\":\"{}\",\"missing\":\"{}\",\"extra\":\"{}\",\"different\":\"{}\",\"columns_differ\":{}}}\n",
+                        ",\"compared\":{},\"missing\":{},\"extra\":{},\"different\":{},\"columns_differ\":{}}}\n",
                         t.compared, t.missing, t.extra, t.different, t.schema_differs.is_some()
                     )
                     .as_bytes(),

@@ -33,6 +33,31 @@ pub struct PgNames {
     pub publication: Option<String>,
 }
 
+/// A libpq `key=value` connection string (with or without `dbname=`): no
+/// scheme, and its first word one of libpq's keys.
+fn is_key_values(s: &str) -> bool {
+    const KEYS: &[&str] = &[
+        "host",
+        "hostaddr",
+        "port",
+        "user",
+        "password",
+        "dbname",
+        "service",
+        "sslmode",
+        "sslrootcert",
+        "connect_timeout",
+        "application_name",
+        "keepalives_idle",
+        "options",
+    ];
+    !s.contains("://")
+        && s.split_whitespace()
+            .next()
+            .and_then(|w| w.split_once('='))
+            .is_some_and(|(k, _)| KEYS.contains(&k.trim()))
+}
+
 /// Parse a URL into its typed configuration. Passwords never appear in the
 /// messages.
 pub fn parse(url: &str) -> Result<Endpoint> {
@@ -43,8 +68,7 @@ pub fn parse(url: &str) -> Result<Endpoint> {
         }
         return Ok(Endpoint::Sqlite(PathBuf::from(p)));
     }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") || url.contains("dbname=")
-    {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") || is_key_values(url) {
         return Ok(Endpoint::Postgres(Box::new(PgConn::parse(url)?)));
     }
     if url.starts_with("clickhouse://") || url.starts_with("clickhouses://") {
@@ -191,6 +215,15 @@ mod tests {
             matches!(parse("sqlite:/x/a.db").unwrap(), Endpoint::Sqlite(p) if p == std::path::Path::new("/x/a.db"))
         );
         assert!(parse("mysql://x").is_err());
+        // key=value without dbname= is a PostgreSQL connection string too.
+        assert!(matches!(
+            parse("host=db user=app").unwrap(),
+            Endpoint::Postgres(_)
+        ));
+        assert!(matches!(
+            parse("service=shop").unwrap_err().kind(),
+            crate::ErrorKind::Usage
+        ));
         assert_eq!(redact("postgres://u:secret@h/db"), "postgres://u:***@h/db");
         let e = parse("postgres://u:secret@h/db").unwrap();
         assert!(!e.display().contains("secret"));

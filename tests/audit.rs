@@ -71,8 +71,8 @@ fn equal_is_exit_0_in_both_formats() {
     assert_eq!(
         l,
         vec![
-            json!({"kind":"table","table":"o","compared":"2","missing":"0","extra":"0","different":"0","columns_differ":false}),
-            json!({"kind":"table","table":"t","compared":"8","missing":"0","extra":"0","different":"0","columns_differ":false}),
+            json!({"kind":"table","table":"o","compared":2,"missing":0,"extra":0,"different":0,"columns_differ":false}),
+            json!({"kind":"table","table":"t","compared":8,"missing":0,"extra":0,"different":0,"columns_differ":false}),
             json!({"kind":"verdict","equal":true,"source_cursor":cj,"target_cursor":cj,"target_behind":false}),
         ]
     );
@@ -180,7 +180,7 @@ fn a_tampered_target_is_reported_with_keys_in_text_and_jsonl() {
         .unwrap();
     assert_eq!(
         (&t["compared"], &t["missing"], &t["extra"], &t["different"]),
-        (&json!("8"), &json!("1"), &json!("1"), &json!("4"))
+        (&json!(8), &json!(1), &json!(1), &json!(4))
     );
     let v = l.last().unwrap();
     assert_eq!((kind(v), &v["equal"]), ("verdict", &json!(false)));
@@ -329,4 +329,16 @@ fn columns_that_differ_are_a_difference() {
             && text.contains("perhaps column \"z\" was renamed to \"y\""),
         "{text}"
     );
+}
+
+/// One flag vocabulary: `--output-format` works for audit as for the other
+/// tools, and counts in JSON are numbers jq can compare.
+#[test]
+fn audit_takes_output_format_and_counts_are_numbers() {
+    let db = synced();
+    let r = db.audit(&["--output-format", "jsonl"]);
+    expect(&r, 0, "audit --output-format jsonl");
+    let l = jsonl(&r.stdout);
+    let t = l.iter().find(|x| kind(x) == "table").unwrap();
+    assert!(t["compared"].is_u64() && t["missing"].is_u64(), "{t}");
 }

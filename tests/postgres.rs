@@ -3861,3 +3861,80 @@ fn a_bad_sslrootcert_is_a_tls_error_not_a_usage_error() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("sslrootcert"), "{stderr}");
 }
+
+/// libpq's service file and environment, through the real binary: a
+/// `service=` string (no `dbname=`) finds the server, database and role in
+/// PGSERVICEFILE; PGAPPNAME names the session.
+#[test]
+fn a_service_file_and_pgappname_are_honoured() {
+    let src = Src::new("service");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY)");
+    src.init(&["public.a"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("services.conf");
+    std::fs::write(
+        &file,
+        format!(
+            "# a test service\n[moon]\nhost=127.0.0.1\nport={}\ndbname={}\nuser={}\npassword={}\n",
+            src.db.cluster.port,
+            src.db.dbname,
+            pg::ROLE,
+            pg::PASSWORD
+        ),
+    )
+    .unwrap();
+    let out = Command::new(bin(CAPTURE))
+        .args([
+            "status",
+            "--source",
+            "service=moon",
+            "--slot",
+            src.slot_name(),
+        ])
+        .env("PGSERVICEFILE", &file)
+        .env_remove("PGPASSWORD")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&src.identity()));
+    // PGAPPNAME: the name the server sees (an audit holds its session long
+    // enough to look).
+    let mut child = Command::new(bin(CAPTURE))
+        .args([
+            "--source",
+            "service=moon",
+            "--slot",
+            src.slot_name(),
+            "--follow",
+        ])
+        .env("PGSERVICEFILE", &file)
+        .env("PGAPPNAME", "moon-nightly")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let n = s.value(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'moon-nightly%'",
+        );
+        if n != "0" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no session named by PGAPPNAME");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let out = Command::new(bin(CAPTURE))
+        .args(["status", "--source", "service=nope"])
+        .env("PGSERVICEFILE", &file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("definition of service \"nope\" not found")
+    );
+}

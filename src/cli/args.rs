@@ -436,8 +436,8 @@ pub struct AuditArgs {
     /// Only this table (repeatable)
     #[arg(long = "table", value_name = "NAME")]
     pub tables: Vec<String>,
-    /// Output format
-    #[arg(long, value_enum, default_value_t = AuditFormatArg::Text)]
+    /// Output format (`--output-format`, as the other tools say, is the same)
+    #[arg(long, visible_alias = "output-format", value_enum, default_value_t = AuditFormatArg::Text)]
     pub format: AuditFormatArg,
     /// No progress on standard error
     #[arg(long, short = 'q')]

@@ -223,7 +223,24 @@ impl PgConn {
             kv = key_values(s)?;
         }
         let env = |k: &str| lookup(k).filter(|v| !v.is_empty());
-        let mut host = env("PGHOST").unwrap_or_else(|| "localhost".into());
+        // A service (`service=NAME`, else PGSERVICE): its settings count as
+        // if given before the string's, so the string's win over them, and
+        // both over the environment (libpq's order).
+        let service = kv
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "service")
+            .map(|(_, v)| v.clone())
+            .or_else(|| env("PGSERVICE"));
+        if let Some(name) = service {
+            let mut from_file = super::pgservice::settings(&name, lookup)?;
+            from_file.retain(|(k, _)| k != "service");
+            from_file.extend(kv);
+            kv = from_file;
+        }
+        let mut host = env("PGHOSTADDR")
+            .or_else(|| env("PGHOST"))
+            .unwrap_or_else(|| "localhost".into());
         let mut port: u16 = env("PGPORT").and_then(|p| p.parse().ok()).unwrap_or(5432);
         let mut user = env("PGUSER")
             .or_else(|| env("USER"))
@@ -232,9 +249,11 @@ impl PgConn {
         let mut dbname: Option<String> = env("PGDATABASE");
         let mut sslmode: Option<SslMode> = None;
         let mut sslrootcert = None;
-        let mut connect_timeout = Duration::from_secs(10);
+        let mut connect_timeout = env("PGCONNECT_TIMEOUT")
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(Duration::from_secs(10), |n| Duration::from_secs(n.max(1)));
         let mut keepalives_idle = Duration::from_secs(30);
-        let mut application_name = "mooncdc".to_string();
+        let mut application_name = env("PGAPPNAME").unwrap_or_else(|| "mooncdc".to_string());
         let mut target_schema = None;
         for (k, v) in kv {
             match k.as_str() {
@@ -274,6 +293,7 @@ impl PgConn {
                 }
                 "application_name" => application_name = v,
                 "schema" => target_schema = Some(v),
+                "service" => {}
                 // Options MoonCDC sets itself or that have no meaning here.
                 "keepalives" | "keepalives_interval" | "keepalives_count" | "options" | "target_session_attrs"
                 | "sslcompression" | "gssencmode" | "channel_binding" | "replication" | "client_encoding" => {}
@@ -385,6 +405,81 @@ mod tests {
 
     fn parse(s: &str) -> Result<PgConn> {
         parse_in(s, &[])
+    }
+
+    #[test]
+    fn libpq_environment_and_service_file_in_libpqs_order() {
+        let c = parse_in(
+            "dbname=x",
+            &[
+                ("PGAPPNAME", "nightly-load"),
+                ("PGCONNECT_TIMEOUT", "4"),
+                ("PGHOST", "name.example"),
+                ("PGHOSTADDR", "10.0.0.5"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.application_name, "nightly-load");
+        assert_eq!(c.connect_timeout, Duration::from_secs(4));
+        assert_eq!(c.host, "10.0.0.5");
+        // The string wins over the environment.
+        let c = parse_in(
+            "dbname=x application_name=mine connect_timeout=2",
+            &[("PGAPPNAME", "env"), ("PGCONNECT_TIMEOUT", "9")],
+        )
+        .unwrap();
+        assert_eq!(
+            (c.application_name.as_str(), c.connect_timeout),
+            ("mine", Duration::from_secs(2))
+        );
+        // A service: its settings under the string's, over the environment's.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("services.conf");
+        std::fs::write(
+            &file,
+            "[shop]\nhost=svc.example\nport=6543\ndbname=shop\nuser=svcuser\n[other]\nhost=no\n",
+        )
+        .unwrap();
+        let f = file.to_str().unwrap();
+        let env = [
+            ("PGSERVICEFILE", f),
+            ("PGHOST", "env.example"),
+            ("PGUSER", "envuser"),
+        ];
+        let c = parse_in("service=shop user=mine", &env).unwrap();
+        assert_eq!(
+            (c.host.as_str(), c.port, c.dbname.as_str(), c.user.as_str()),
+            ("svc.example", 6543, "shop", "mine")
+        );
+        let mut with_pgservice = env.to_vec();
+        with_pgservice.push(("PGSERVICE", "shop"));
+        let c = parse_in("postgres:///?sslmode=disable", &with_pgservice).unwrap();
+        assert_eq!(
+            (c.host.as_str(), c.dbname.as_str(), c.user.as_str()),
+            ("svc.example", "shop", "svcuser")
+        );
+        let e = parse_in("service=nope", &env).unwrap_err().to_string();
+        assert!(
+            e.contains("definition of service \"nope\" not found"),
+            "{e}"
+        );
+        // The system's file, when the user's does not name the service.
+        let sys = dir.path().join("sys");
+        std::fs::create_dir(&sys).unwrap();
+        std::fs::write(
+            sys.join("pg_service.conf"),
+            "[central]\nhost=central.example\n",
+        )
+        .unwrap();
+        let c = parse_in(
+            "service=central dbname=d",
+            &[
+                ("PGSERVICEFILE", f),
+                ("PGSYSCONFDIR", sys.to_str().unwrap()),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.host, "central.example");
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod conn;
 mod ddl_trigger;
 pub mod pgoutput;
 mod pgpass;
+mod pgservice;
 mod replication;
 mod session;
 pub use session::connect_client;
