@@ -176,3 +176,34 @@ impl std::error::Error for Error {
             .map(|s| s as &(dyn std::error::Error + 'static))
     }
 }
+
+/// The innermost cause of an error, in plain words: an I/O error's kind said
+/// as a person would (no `(os error 111)`), else the innermost message.
+pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut inner: &(dyn std::error::Error + 'static) = e;
+    while let Some(s) = inner.source() {
+        inner = s;
+    }
+    if let Some(io) = inner.downcast_ref::<std::io::Error>() {
+        use std::io::ErrorKind as K;
+        return match io.kind() {
+            K::ConnectionRefused => "connection refused".to_string(),
+            K::ConnectionReset => "the connection was reset by the peer".to_string(),
+            K::ConnectionAborted => "the connection was aborted".to_string(),
+            K::TimedOut => "timed out".to_string(),
+            K::NotFound => "not found".to_string(),
+            K::PermissionDenied => "permission denied".to_string(),
+            K::AddrNotAvailable => "the address is not available".to_string(),
+            K::UnexpectedEof => "the server closed the connection".to_string(),
+            _ => strip_os_error(&io.to_string()),
+        };
+    }
+    strip_os_error(&inner.to_string())
+}
+
+fn strip_os_error(s: &str) -> String {
+    match s.find(" (os error ") {
+        Some(i) => s[..i].to_string(),
+        None => s.to_string(),
+    }
+}

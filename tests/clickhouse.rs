@@ -1386,11 +1386,23 @@ fn wrong_password_and_unreachable_server_fail_clearly() {
     let r = apply(&gone, input.as_bytes(), &[]);
     expect(&r, 1, "apply to a closed port");
     assert!(
-        r.stderr.contains("cannot connect"),
-        "the error should say it cannot connect: {}",
+        r.stderr.contains("cannot connect: connection refused") && r.stderr.contains("8123"),
+        "the error should say it cannot connect, why, and the usual port: {}",
         r.stderr
     );
+    assert!(!r.stderr.contains("os error"), "{}", r.stderr);
     assert!(t0.elapsed() < Duration::from_secs(15));
+    // The native protocol's port, given by mistake: the server's own answer
+    // (which names its HTTP port) reaches the user.
+    let native = format!(
+        "clickhouse://app:{}@127.0.0.1:{}/{}",
+        ch::url_encode(PASSWORD),
+        ch::server().tcp_port,
+        db.name
+    );
+    let r = apply(&native, input.as_bytes(), &[]);
+    expect(&r, 1, "apply to the native port");
+    assert!(r.stderr.contains("for HTTP"), "{}", r.stderr);
     let r = audit("sqlite:/nonexistent.db", &gone, &[]);
     expect(&r, 2, "audit against a closed port");
     assert!(r.stderr.contains("cannot connect"), "{}", r.stderr);

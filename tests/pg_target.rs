@@ -400,7 +400,14 @@ fn wrong_password_and_unreachable_server_are_clear_errors() {
         None,
     );
     assert_ne!(r.code, Some(0));
-    assert!(r.stderr.contains("cannot connect"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("cannot connect")
+            && r.stderr
+                .contains("connection refused: is the server running"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("os error"), "{}", r.stderr);
 }
 
 /// A snapshot cut short, or with a value the target cannot hold halfway

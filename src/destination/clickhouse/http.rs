@@ -59,13 +59,17 @@ impl ClickHouse {
             } else {
                 "request failed"
             };
+            let cause = crate::error::root_cause(&e);
+            let hint = if cause == "connection refused" {
+                " (is ClickHouse's HTTP interface listening there? it is port 8123 by default; 9000 is the native protocol, which MoonCDC does not speak)"
+            } else if cause.contains("invalid HTTP version") || cause.contains("parse") {
+                " (is that ClickHouse's HTTP port? 9000 is the native protocol; HTTP is 8123 by default)"
+            } else {
+                ""
+            };
             Error::new(
                 ErrorKind::Database,
-                format!(
-                    "ClickHouse at {}: {what}: {}",
-                    self.cfg.base,
-                    e.without_url()
-                ),
+                format!("ClickHouse at {}: {what}: {cause}{hint}", self.cfg.base),
             )
         })?;
         if !resp.status().is_success() {

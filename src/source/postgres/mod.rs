@@ -81,10 +81,21 @@ pub struct PgSource {
 /// server error, the driver's text otherwise; the error itself is kept.
 pub fn pg_err(what: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
     move |e| {
-        let text = e
-            .as_db_error()
-            .map(|d| d.message().to_string())
-            .unwrap_or_else(|| e.to_string());
+        let text = match e.as_db_error() {
+            Some(d) => d.message().to_string(),
+            None => {
+                // The root cause in plain words, with a hint where one is known.
+                let cause = crate::error::root_cause(&e);
+                match cause.as_str() {
+                    "connection refused" => "connection refused: is the server running on that host and accepting TCP/IP connections on that port?".to_string(),
+                    c if c.contains("failed to lookup address") || c.contains("Name or service not known") => {
+                        "could not translate the host name to an address".to_string()
+                    }
+                    _ if e.to_string() == cause => cause,
+                    _ => format!("{e}: {cause}"),
+                }
+            }
+        };
         Error::new(ErrorKind::Database, what).with_source(Cause { text, inner: e })
     }
 }
