@@ -2284,3 +2284,37 @@ fn a_migration_that_drops_and_adds_a_column_again_is_refused() {
         .unwrap();
     assert_eq!(b, "y", "nothing of it was kept");
 }
+
+/// `verify` says 1 for drift only: a database that is not there, or a
+/// server that does not answer, is trouble (2), as for `mooncdc-audit`.
+#[test]
+fn verify_exit_statuses_tell_drift_from_trouble() {
+    let r = exec(
+        CAPTURE,
+        &["verify", "--source", "sqlite:/nonexistent/app.db"],
+        None,
+    );
+    expect(&r, 2, "verify of a missing database");
+    assert!(r.stderr.contains("does not exist"), "{}", r.stderr);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let r = exec(
+        CAPTURE,
+        &[
+            "verify",
+            "--source",
+            &format!("postgres://u:p@127.0.0.1:{port}/db"),
+        ],
+        None,
+    );
+    expect(&r, 2, "verify against a server that is down");
+    assert!(r.stderr.contains("connection refused"), "{}", r.stderr);
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT)");
+    db.init(&[]);
+    db.src_sql("ALTER TABLE t ADD COLUMN b TEXT");
+    expect(&db.capture_cmd("verify", &[]), 1, "verify with drift");
+}

@@ -39,7 +39,15 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(CaptureCommand::Verify { source, pg }) => {
-            let drift = open(&source, &pg)?.verify()?;
+            // 1 is drift only; anything else that stops the check (a missing
+            // database, a server that is down) is trouble, 2, as diff(1).
+            let drift = match open(&source, &pg).and_then(|s| Ok(s.verify()?)) {
+                Ok(d) => d,
+                Err(e) => {
+                    crate::log::write("error", &format!("{e:#}"), &[("kind", "verify".into())]);
+                    return Ok(ExitCode::from(2));
+                }
+            };
             if drift.is_empty() {
                 println!("capture is installed and current");
                 Ok(ExitCode::SUCCESS)
