@@ -34,7 +34,7 @@ _mooncdc__compact() {
                     return 0
                     ;;
                 --output-format)
-                    COMPREPLY=($(compgen -W "jsonl json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "jsonl json objects" -- "${cur}"))
                     return 0
                     ;;
                 --max-line-bytes)

@@ -30,7 +30,7 @@ _mooncdc__merge() {
             fi
             case "${prev}" in
                 --output-format)
-                    COMPREPLY=($(compgen -W "jsonl json" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "jsonl json objects" -- "${cur}"))
                     return 0
                     ;;
                 --output)

@@ -1,5 +1,6 @@
 complete -c mooncdc-merge -l output-format -d 'Output format' -r -f -a "jsonl\t'JSON lines (`mooncdc.jsonl.v1`): header, events, commit'
-json\t'One JSON document per batch (`mooncdc.batch.v1`)'"
+json\t'One JSON document per batch (`mooncdc.batch.v1`)'
+objects\t'A view for people and jq, never an input: one object per event, rows as {column: value} with natural JSON values'"
 complete -c mooncdc-merge -s o -l output -d 'Write the merged batch to FILE (atomically) instead of standard output (- is standard output)' -r -F
 complete -c mooncdc-merge -l max-line-bytes -d 'Refuse a line longer than N bytes (default 64 MiB; a JSON document counts as one line)' -r
 complete -c mooncdc-merge -l max-input-bytes -d 'Refuse an input (each file, or standard input) longer than N bytes' -r

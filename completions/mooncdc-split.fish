@@ -3,7 +3,8 @@ complete -c mooncdc-split -l max-bytes -d 'At most B bytes per batch written as 
 complete -c mooncdc-split -l output-dir -d 'Write one file per batch into DIR, named P-<start>-<end>.jsonl (or .json)' -r -F
 complete -c mooncdc-split -l prefix -d 'File name prefix with --output-dir (a name, not a path)' -r
 complete -c mooncdc-split -l output-format -d 'Output format' -r -f -a "jsonl\t'JSON lines (`mooncdc.jsonl.v1`): header, events, commit'
-json\t'One JSON document per batch (`mooncdc.batch.v1`)'"
+json\t'One JSON document per batch (`mooncdc.batch.v1`)'
+objects\t'A view for people and jq, never an input: one object per event, rows as {column: value} with natural JSON values'"
 complete -c mooncdc-split -l max-line-bytes -d 'Refuse a line longer than N bytes (default 64 MiB; a JSON document counts as one line)' -r
 complete -c mooncdc-split -l max-input-bytes -d 'Refuse an input (each file, or standard input) longer than N bytes' -r
 complete -c mooncdc-split -s h -l help -d 'Print help (see more with \'--help\')'

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test, on a fresh Debian machine: installs what the tests need
 # (sqlite3, sqldiff, PostgreSQL 15 with wal2json, clickhouse-server from
-# Debian's packages; systemd for systemd-analyze where it installs),
+# Debian's packages; systemd for systemd-analyze where it installs; jq),
 # then runs the whole suite. Server tests start and stop their own servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 need=()
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v sqldiff >/dev/null 2>&1 || need+=(sqlite3-tools)
+command -v jq >/dev/null 2>&1 || need+=(jq)
 # PostgreSQL 15 with wal2json: the server tests start throwaway clusters.
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql-15)
 [ -e /usr/lib/postgresql/15/lib/wal2json.so ] || need+=(postgresql-15-wal2json)

@@ -591,3 +591,90 @@ fn output_dash_is_standard_output() {
     assert_batches(&[input.batch()], &batches(&r.stdout));
     assert_eq!(list(dir.path()), vec!["in.jsonl"], "no file named -");
 }
+
+/// The `objects` view: one object per event, columns by name, natural JSON
+/// values (exact numbers, large integers as strings, BLOB as hex), schema
+/// changes as their own lines; never accepted back as input.
+#[test]
+fn objects_view_for_people_and_jq() {
+    let s = schema(
+        "t",
+        &[
+            ("id", "INTEGER", false),
+            ("r", "REAL", true),
+            ("b", "BLOB", true),
+            ("t", "TEXT", true),
+        ],
+        &["id"],
+    );
+    let big = 1i64 << 60;
+    let spec = Spec::new(0, 4).schemas(vec![s.clone()]).events(vec![
+        ins(
+            1,
+            "t",
+            serde_json::json!([int(7), ["real", "0.1"], ["blob", "00ff"], text("é")]),
+        ),
+        ins(
+            2,
+            "t",
+            serde_json::json!([int(big), ["null"], ["null"], ["null"]]),
+        ),
+        del(
+            3,
+            "t",
+            serde_json::json!([int(7), ["real", "0.1"], ["blob", "00ff"], text("é")]),
+        ),
+    ]);
+    let r = run(MERGE, &["--output-format", "objects"], Some(&spec.jsonl()));
+    r.ok();
+    let lines: Vec<J> = r
+        .stdout_str()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["after"]["id"], serde_json::json!(7));
+    assert_eq!(lines[0]["after"]["r"].as_f64(), Some(0.1));
+    assert_eq!(lines[0]["after"]["b"], serde_json::json!("00ff"));
+    assert_eq!(lines[0]["after"]["t"], serde_json::json!("é"));
+    assert_eq!(
+        lines[1]["after"]["id"],
+        serde_json::json!(big.to_string()),
+        "beyond 2^53: a string"
+    );
+    assert_eq!(lines[1]["after"]["r"], J::Null);
+    assert_eq!(lines[2]["operation"], serde_json::json!("delete"));
+    assert!(lines[2].get("after").is_none() && lines[2]["before"]["id"] == 7);
+    // A view, not an input.
+    let back = run(MERGE, &[], Some(&r.stdout_str()));
+    back.expect_code(1);
+    // jq (scripts/test.sh installs it): the first questions a user asks.
+    {
+        let jq = |filter: &str| {
+            let out = std::process::Command::new("jq")
+                .args(["-c", filter])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .and_then(|mut c| {
+                    use std::io::Write;
+                    c.stdin
+                        .take()
+                        .unwrap()
+                        .write_all(r.stdout_str().as_bytes())?;
+                    c.wait_with_output()
+                })
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap()
+        };
+        assert_eq!(
+            jq(r#"select(.table == "t") | .sequence"#).lines().count(),
+            3
+        );
+        assert_eq!(
+            jq(r#"select(.operation == "delete") | .before.id"#).trim(),
+            "7"
+        );
+        assert_eq!(jq(r#"select(.after.r > 0.05) | .after.id"#).trim(), "7");
+    }
+}

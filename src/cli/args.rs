@@ -12,6 +12,9 @@ pub enum Format {
     Jsonl,
     /// One JSON document per batch (`mooncdc.batch.v1`)
     Json,
+    /// A view for people and jq, never an input: one object per event, rows
+    /// as {column: value} with natural JSON values
+    Objects,
 }
 
 /// Snapshot output formats.

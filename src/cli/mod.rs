@@ -120,6 +120,7 @@ pub fn output_format(s: args::Format) -> OutputFormat {
     match s {
         args::Format::Jsonl => OutputFormat::Jsonl,
         args::Format::Json => OutputFormat::Json,
+        args::Format::Objects => OutputFormat::Objects,
     }
 }
 
@@ -220,6 +221,7 @@ impl<W: Write> crate::ops::BatchSink for DirSink<'_, W> {
         let ext = match self.format {
             OutputFormat::Jsonl => "jsonl",
             OutputFormat::Json => "json",
+            OutputFormat::Objects => "objects.jsonl",
         };
         let path = self.dir.join(format!(
             "{}-{}-{}.{ext}",
@@ -236,7 +238,7 @@ impl<W: Write> crate::ops::BatchSink for DirSink<'_, W> {
     }
 
     fn takes_schema_records(&self) -> bool {
-        self.format == OutputFormat::Jsonl
+        self.format != OutputFormat::Json
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod compact;
 pub mod merge;
+pub mod objects;
 pub mod split;
 pub mod spool;
 
@@ -23,6 +24,8 @@ pub enum OutputFormat {
     #[default]
     Jsonl,
     Json,
+    /// The jq-friendly view (see [`objects`]).
+    Objects,
 }
 
 /// Where complete, valid batches go.
@@ -57,7 +60,7 @@ impl<W: Write> BatchSink for WriteSink<W> {
     }
 
     fn takes_schema_records(&self) -> bool {
-        self.format == OutputFormat::Jsonl
+        self.format != OutputFormat::Json
     }
 }
 
@@ -79,6 +82,7 @@ pub fn write_batch(
             write_commit_line(&mut buf, commit);
             out.write_all(&buf)?;
         }
+        OutputFormat::Objects => objects::write(out, header, events)?,
         OutputFormat::Json => {
             write_json_open(&mut buf, header, &commit.end);
             out.write_all(&buf)?;
