@@ -70,6 +70,14 @@ pub(super) async fn column_type(
 ) -> Result<String> {
     match kind {
         SourceKind::Postgres => {
+            // A stream's declared type goes into SQL only if it reads as a
+            // type name and nothing else (the stream is data, not code).
+            if !type_name_only(&col.decl_type) {
+                return Err(Error::data(format!(
+                    "table {table:?} column {:?}: the declared type {:?} is not a PostgreSQL type name; refused",
+                    col.name, col.decl_type
+                )));
+            }
             // The source's own type where the target has it (an enum or a
             // domain it lacks becomes text: the values are its text forms).
             let known: Option<String> = c
@@ -94,6 +102,65 @@ pub(super) async fn column_type(
             ))),
         },
     }
+}
+
+/// Whether `s` is only a type name as `format_type` writes them: words and
+/// quoted identifiers, dots between them, a type modifier of digits and
+/// commas in parentheses, `[]` suffixes. Nothing else (no `;`, no other
+/// quote, no expression) can appear.
+pub(super) fn type_name_only(s: &str) -> bool {
+    let b = s.as_bytes();
+    let mut i = 0;
+    let mut words = 0;
+    while i < b.len() {
+        match b[i] {
+            b' ' | b'.' => i += 1,
+            b'"' => {
+                i += 1;
+                loop {
+                    match b.get(i) {
+                        None => return false,
+                        Some(b'"') if b.get(i + 1) == Some(&b'"') => i += 2,
+                        Some(b'"') => {
+                            i += 1;
+                            break;
+                        }
+                        Some(_) => i += 1,
+                    }
+                }
+                words += 1;
+            }
+            b'(' => {
+                i += 1;
+                while i < b.len() && (b[i].is_ascii_digit() || b[i] == b',' || b[i] == b' ') {
+                    i += 1;
+                }
+                if b.get(i) != Some(&b')') {
+                    return false;
+                }
+                i += 1;
+            }
+            b'[' => {
+                if b.get(i + 1) != Some(&b']') {
+                    return false;
+                }
+                i += 2;
+            }
+            c if c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80 => {
+                while i < b.len()
+                    && (b[i].is_ascii_alphanumeric()
+                        || b[i] == b'_'
+                        || b[i] == b'$'
+                        || b[i] >= 0x80)
+                {
+                    i += 1;
+                }
+                words += 1;
+            }
+            _ => return false,
+        }
+    }
+    words > 0
 }
 
 fn param_for(class: Class) -> Param {
@@ -300,5 +367,36 @@ impl PgTarget {
             cols,
             key,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::type_name_only;
+
+    #[test]
+    fn only_type_names_reach_sql() {
+        for ok in [
+            "integer",
+            "numeric(10,2)",
+            "character varying(5)",
+            "timestamp(3) with time zone",
+            "double precision",
+            "text[]",
+            "public.mood",
+            "\"Mood\"[]",
+            "\"we\"\"ird\".\"t y\"",
+        ] {
+            assert!(type_name_only(ok), "{ok}");
+        }
+        // Only the shape is checked here; PostgreSQL's to_regtype, which must
+        // also accept the name before it is used, refuses the rest
+        // ("int default 1" is words, but not a type name).
+        assert!(!type_name_only(""));
+        assert!(!type_name_only("int); DROP TABLE x; --"));
+        assert!(!type_name_only("numeric(1+1)"));
+        assert!(!type_name_only("int'"));
+        assert!(!type_name_only("int -- x"));
+        assert!(!type_name_only("\"unterminated"));
     }
 }
