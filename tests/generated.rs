@@ -49,10 +49,31 @@ fn man_pages(tool: &str, cmd: Command, out: &mut Vec<Generated>) {
             .filter(|s| !s.is_hide_set())
             .cloned()
             .collect();
+        let top = cmd.get_name() == tool;
         let man = clap_mangen::Man::new(cmd);
         let mut contents = Vec::new();
         man.render(&mut contents)
             .expect("rendering into memory cannot fail");
+        // The tool's page also has examples, environment, exit status and
+        // the other tools.
+        if top {
+            for (title, text) in mooncdc::cli::args::man_sections(tool) {
+                contents.extend_from_slice(format!(".SH \"{title}\"\n").as_bytes());
+                for line in text.lines() {
+                    let roff = line.replace('\\', "\\e").replace('-', "\\-");
+                    let roff = if roff.starts_with('.') || roff.starts_with('\'') {
+                        format!("\\&{roff}")
+                    } else {
+                        roff
+                    };
+                    if line.starts_with("$ ") {
+                        contents.extend_from_slice(format!(".nf\n{roff}\n.fi\n").as_bytes());
+                    } else {
+                        contents.extend_from_slice(format!("{roff}\n").as_bytes());
+                    }
+                }
+            }
+        }
         out.push(Generated {
             path: format!("man/{}", man.get_filename()),
             command: tool.to_string(),
@@ -264,4 +285,31 @@ fn the_systemd_unit_example_verifies() {
         "systemd-analyze verify:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Each tool's man page has EXAMPLES, ENVIRONMENT, EXIT STATUS and SEE
+/// ALSO; each tool's --help ends with an example.
+#[test]
+fn man_pages_and_help_have_examples() {
+    for cmd in mooncdc::cli::args::commands() {
+        let tool = cmd.get_name().to_string();
+        let page = std::fs::read_to_string(root().join(format!("man/{tool}.1"))).unwrap();
+        for section in ["EXAMPLES", "ENVIRONMENT", "EXIT STATUS", "SEE ALSO"] {
+            assert!(
+                page.contains(&format!(".SH \"{section}\"")),
+                "{tool}: no {section}"
+            );
+        }
+        let out = std::process::Command::new(
+            env!("CARGO_BIN_EXE_mooncdc-apply").replace("mooncdc-apply", &tool),
+        )
+        .arg("--help")
+        .output()
+        .unwrap();
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            help.contains("Example: "),
+            "{tool} --help has no example:\n{help}"
+        );
+    }
 }

@@ -38,9 +38,13 @@ pub struct LimitArgs {
     pub max_input_bytes: Option<u64>,
 }
 
-const AFTER_HELP: &str = "Input: the files given, or standard input when none (or -). \
+macro_rules! AFTER_HELP_TEXT {
+    () => {
+        "Input: the files given, or standard input when none (or -). \
 The format (JSONL or JSON batch) is detected. \
-Exit status: 0 success, 1 bad data or failed operation, 2 usage.";
+Exit status: 0 success, 1 bad data or failed operation, 2 usage."
+    };
+}
 
 /// Cut a batch stream into batches of at most N events and/or B bytes.
 ///
@@ -48,7 +52,7 @@ Exit status: 0 success, 1 bad data or failed operation, 2 usage.";
 /// --output-dir they are written as one batch stream to standard output; with it,
 /// each piece goes to its own file, written atomically, and the paths are printed.
 #[derive(Debug, Parser)]
-#[command(name = "mooncdc-split", version, after_help = AFTER_HELP)]
+#[command(name = "mooncdc-split", version, after_help = concat!("Example: mooncdc-split --max-events 10000 --output-dir out big.jsonl\n\n", AFTER_HELP_TEXT!()))]
 pub struct SplitArgs {
     /// At most N events per batch
     #[arg(long, value_name = "N")]
@@ -83,7 +87,7 @@ pub struct SplitArgs {
 /// Inputs may come in any order: they are ordered by start. A gap, an overlap or a
 /// second source is an error. With one input, re-encodes it canonically.
 #[derive(Debug, Parser)]
-#[command(name = "mooncdc-merge", version, after_help = AFTER_HELP)]
+#[command(name = "mooncdc-merge", version, after_help = concat!("Example: mooncdc-merge out/*.jsonl > whole.jsonl\n\n", AFTER_HELP_TEXT!()))]
 pub struct MergeArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
@@ -103,7 +107,7 @@ pub struct MergeArgs {
 /// For final-state projection, never for audit history. Needs each table's key:
 /// from the stream's headers, or from --schema.
 #[derive(Debug, Parser)]
-#[command(name = "mooncdc-compact", version, after_help = AFTER_HELP)]
+#[command(name = "mooncdc-compact", version, after_help = concat!("Example: mooncdc-capture --source sqlite:app.db | mooncdc-compact | mooncdc-apply --target sqlite:proj.db\n\n", AFTER_HELP_TEXT!()))]
 pub struct CompactArgs {
     /// Schemas for tables the stream's headers do not describe: a snapshot file or a JSON array of schemas
     #[arg(long, value_name = "FILE")]
@@ -200,7 +204,8 @@ pub struct ReadArgs {
     name = "mooncdc-capture",
     version,
     args_conflicts_with_subcommands = true,
-    after_help = "Exit status: 0 success, 1 failure or drift (verify), 2 usage."
+    after_help = "Example: mooncdc-capture --source sqlite:app.db --after \"$(mooncdc-apply cursor --target sqlite:proj.db)\" | mooncdc-apply --target sqlite:proj.db\n\n\
+Exit status: 0 success, 1 failure (verify: drift only), 2 usage (verify: also trouble)."
 )]
 pub struct CaptureArgs {
     #[command(subcommand)]
@@ -286,7 +291,11 @@ pub enum CaptureCommand {
 /// Write a snapshot of the captured tables, consistent with a cursor that
 /// hands over exactly to mooncdc-capture.
 #[derive(Debug, Parser)]
-#[command(name = "mooncdc-snapshot", version)]
+#[command(
+    name = "mooncdc-snapshot",
+    version,
+    after_help = "Example: mooncdc-snapshot --source sqlite:app.db | mooncdc-apply --target sqlite:proj.db\n\nExit status: 0 success, 1 failure, 2 usage."
+)]
 pub struct SnapshotArgs {
     /// The source database URL (sqlite:PATH or postgres://…)
     #[arg(long, value_name = "URL")]
@@ -364,7 +373,8 @@ pub enum EngineArg {
     name = "mooncdc-apply",
     version,
     args_conflicts_with_subcommands = true,
-    after_help = "Input: the files given, or standard input when none (or -): snapshots or batch \
+    after_help = "Example: mooncdc-snapshot --source sqlite:app.db | mooncdc-apply --target postgres://report@replica/shop\n\n\
+Input: the files given, or standard input when none (or -): snapshots or batch \
 streams, JSONL or JSON (detected). Exit status: 0 success, 1 bad data or failed operation, 2 usage."
 )]
 pub struct ApplyArgs {
@@ -427,7 +437,8 @@ pub enum AuditFormatArg {
 #[command(
     name = "mooncdc-audit",
     version,
-    after_help = "Exit status (as diff): 0 equal, 1 different, 2 trouble."
+    after_help = "Example: mooncdc-audit --source sqlite:app.db --target sqlite:proj.db\n\n\
+Exit status (as diff): 0 equal, 1 different, 2 trouble."
 )]
 pub struct AuditArgs {
     /// The source database URL
@@ -474,4 +485,67 @@ fn file_name_prefix(s: &str) -> Result<String, String> {
         );
     }
     Ok(s.to_string())
+}
+
+/// The sections a man page has beyond what the definitions give: EXAMPLES,
+/// ENVIRONMENT, EXIT STATUS and SEE ALSO, as (title, text) pairs; the text's
+/// lines starting with `$ ` are commands.
+pub fn man_sections(tool: &str) -> Vec<(&'static str, String)> {
+    let examples: &[&str] = match tool {
+        "mooncdc-capture" => &[
+            "$ mooncdc-capture init --source sqlite:app.db",
+            "$ mooncdc-capture --source sqlite:app.db --after \"$(mooncdc-apply cursor --target sqlite:proj.db)\" | mooncdc-apply --target sqlite:proj.db",
+            "$ mooncdc-capture --source postgres://app@db/shop --follow --ack-from-target sqlite:proj.db | mooncdc-apply --target sqlite:proj.db",
+            "$ mooncdc-capture migrate --source sqlite:app.db -- \"ALTER TABLE items DROP COLUMN stock\"",
+        ],
+        "mooncdc-snapshot" => &[
+            "$ mooncdc-snapshot --source sqlite:app.db | mooncdc-apply --target sqlite:proj.db",
+            "$ mooncdc-snapshot --source postgres://app@db/shop --jobs 2 > shop.snapshot.jsonl",
+        ],
+        "mooncdc-split" => &["$ mooncdc-split --max-events 10000 --output-dir out big.jsonl"],
+        "mooncdc-merge" => &[
+            "$ mooncdc-merge out/*.jsonl > whole.jsonl",
+            "$ mooncdc-capture --source sqlite:app.db | mooncdc-merge --output-format objects | jq -c 'select(.table == \"orders\")'",
+        ],
+        "mooncdc-compact" => &["$ mooncdc-capture --source sqlite:app.db | mooncdc-compact | mooncdc-apply --target sqlite:proj.db"],
+        "mooncdc-apply" => &[
+            "$ mooncdc-apply --target sqlite:proj.db changes.jsonl",
+            "$ mooncdc-apply --target postgres://report@replica/shop snapshot.jsonl",
+            "$ mooncdc-apply cursor --target clickhouse://default@localhost:8123/shop",
+        ],
+        "mooncdc-audit" => &["$ mooncdc-audit --source sqlite:app.db --target sqlite:proj.db --output-format jsonl | jq 'select(.missing > 0)'"],
+        _ => &[],
+    };
+    let exit = match tool {
+        "mooncdc-audit" => "0 equal; 1 different (rows or columns); 2 trouble (any error, usage included).",
+        "mooncdc-capture" => "0 success; 1 bad data or a failed operation (verify: drift, and only drift); 2 usage (verify: also any trouble: a missing database, a server that is down).",
+        "mooncdc-apply" => "0 success; 1 bad data or a refused batch (apply cursor: no cursor); 2 usage.",
+        _ => "0 success; 1 bad data or a failed operation; 2 usage.",
+    };
+    let env = "PGHOST, PGHOSTADDR, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSERVICE, PGSERVICEFILE, PGSYSCONFDIR, PGPASSFILE, PGSSLMODE, PGSSLROOTCERT, PGAPPNAME, PGCONNECT_TIMEOUT: as libpq, for postgres:// URLs (the URL wins, then a service, then the environment). CLICKHOUSE_PASSWORD: the password of a clickhouse:// URL that has none.";
+    let others: Vec<&str> = [
+        "mooncdc-capture",
+        "mooncdc-snapshot",
+        "mooncdc-split",
+        "mooncdc-merge",
+        "mooncdc-compact",
+        "mooncdc-apply",
+        "mooncdc-audit",
+    ]
+    .into_iter()
+    .filter(|t| *t != tool)
+    .collect();
+    vec![
+        ("EXAMPLES", examples.join("\n")),
+        ("ENVIRONMENT", env.to_string()),
+        ("EXIT STATUS", exit.to_string()),
+        (
+            "SEE ALSO",
+            others
+                .iter()
+                .map(|t| format!("{t}(1)"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+    ]
 }
