@@ -84,7 +84,7 @@ _mooncdc__apply() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__apply__subcmd__cursor)
+        mooncdc__apply__subcmd__cursor)
             opts="-h --target --source-identity --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -106,7 +106,7 @@ _mooncdc__apply() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__apply__subcmd__help)
+        mooncdc__apply__subcmd__help)
             opts="cursor help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -120,7 +120,7 @@ _mooncdc__apply() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__apply__subcmd__help__subcmd__cursor)
+        mooncdc__apply__subcmd__help__subcmd__cursor)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -134,7 +134,7 @@ _mooncdc__apply() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__apply__subcmd__help__subcmd__help)
+        mooncdc__apply__subcmd__help__subcmd__help)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

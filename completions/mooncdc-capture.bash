@@ -152,7 +152,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__ack)
+        mooncdc__capture__subcmd__ack)
             opts="-h --source --through --cursor-file --cursor --slot --publication --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -190,7 +190,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__help)
+        mooncdc__capture__subcmd__help)
             opts="init verify upgrade migrate status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -204,7 +204,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__help__subcmd__ack)
+        mooncdc__capture__subcmd__help__subcmd__ack)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -218,7 +218,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__help__subcmd__help)
+        mooncdc__capture__subcmd__help__subcmd__help)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -232,7 +232,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__help__subcmd__init)
+        mooncdc__capture__subcmd__help__subcmd__init)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -246,7 +246,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__help__subcmd__migrate)
+        mooncdc__capture__subcmd__help__subcmd__migrate)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -260,7 +260,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__help__subcmd__read)
+        mooncdc__capture__subcmd__help__subcmd__read)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -274,7 +274,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__help__subcmd__status)
+        mooncdc__capture__subcmd__help__subcmd__status)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -288,7 +288,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__help__subcmd__upgrade)
+        mooncdc__capture__subcmd__help__subcmd__upgrade)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -302,7 +302,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__help__subcmd__verify)
+        mooncdc__capture__subcmd__help__subcmd__verify)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -316,7 +316,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__init)
+        mooncdc__capture__subcmd__init)
             opts="-h --source --table --ddl --slot --publication --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -346,7 +346,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__migrate)
+        mooncdc__capture__subcmd__migrate)
             opts="-h --source --sql --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -368,7 +368,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__read)
+        mooncdc__capture__subcmd__read)
             opts="-h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -450,7 +450,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__status)
+        mooncdc__capture__subcmd__status)
             opts="-h --source --slot --publication --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -476,7 +476,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__upgrade)
+        mooncdc__capture__subcmd__upgrade)
             opts="-h --source --slot --publication --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -502,7 +502,7 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
-        mooncdc__subcmd__capture__subcmd__verify)
+        mooncdc__capture__subcmd__verify)
             opts="-h --source --slot --publication --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

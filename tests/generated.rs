@@ -51,29 +51,16 @@ fn man_pages(tool: &str, cmd: Command, out: &mut Vec<Generated>) {
             .collect();
         let top = cmd.get_name() == tool;
         let man = clap_mangen::Man::new(cmd);
-        let mut contents = Vec::new();
-        man.render(&mut contents)
-            .expect("rendering into memory cannot fail");
-        // The tool's page also has examples, environment, exit status and
-        // the other tools.
-        if top {
-            for (title, text) in mooncdc::cli::args::man_sections(tool) {
-                contents.extend_from_slice(format!(".SH \"{title}\"\n").as_bytes());
-                for line in text.lines() {
-                    let roff = line.replace('\\', "\\e").replace('-', "\\-");
-                    let roff = if roff.starts_with('.') || roff.starts_with('\'') {
-                        format!("\\&{roff}")
-                    } else {
-                        roff
-                    };
-                    if line.starts_with("$ ") {
-                        contents.extend_from_slice(format!(".nf\n{roff}\n.fi\n").as_bytes());
-                    } else {
-                        contents.extend_from_slice(format!("{roff}\n").as_bytes());
-                    }
-                }
-            }
-        }
+        let contents = if top {
+            // The tool's own page, as the binary prints it (with examples,
+            // environment, exit status and the other tools).
+            mooncdc::cli::man_page(tool)
+        } else {
+            let mut contents = Vec::new();
+            man.render(&mut contents)
+                .expect("rendering into memory cannot fail");
+            contents
+        };
         out.push(Generated {
             path: format!("man/{}", man.get_filename()),
             command: tool.to_string(),
@@ -93,9 +80,8 @@ fn man_pages(tool: &str, cmd: Command, out: &mut Vec<Generated>) {
 
 fn completions(tool: &str, cmd: &Command, out: &mut Vec<Generated>) {
     for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
-        let mut cmd = cmd.clone();
-        let mut contents = Vec::new();
-        clap_complete::generate(shell, &mut cmd, tool, &mut contents);
+        let _ = cmd;
+        let contents = mooncdc::cli::completion(shell, tool);
         out.push(Generated {
             path: format!(
                 "completions/{}",
@@ -311,5 +297,71 @@ fn man_pages_and_help_have_examples() {
             help.contains("Example: "),
             "{tool} --help has no example:\n{help}"
         );
+    }
+}
+
+/// Drive bash's completion function as bash-completion would: the words
+/// typed so far, the cursor on the last; what it offers.
+fn bash_complete(tool: &str, words: &[&str]) -> Vec<String> {
+    let script = root().join(format!("completions/{tool}.bash"));
+    let func = format!("_{}", tool.replace('-', "__"));
+    let n = words.len() - 1;
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let prog = format!(
+        "source '{}'; COMP_WORDS=({}); COMP_CWORD={n}; COMP_LINE='{}'; {func} '{tool}' '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        script.display(),
+        quoted.join(" "),
+        words.join(" "),
+        words[n],
+        if n > 0 { words[n - 1] } else { "" }
+    );
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "-c", &prog])
+        .output()
+        .expect("bash");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// Completions that work, in bash, for a tool and for its subcommands.
+#[test]
+fn bash_completion_completes_subcommands_and_their_options() {
+    let subs = bash_complete("mooncdc-capture", &["mooncdc-capture", "st"]);
+    assert!(subs.contains(&"status".to_string()), "{subs:?}");
+    let opts = bash_complete("mooncdc-capture", &["mooncdc-capture", "status", "--"]);
+    assert!(
+        opts.contains(&"--source".to_string()) && opts.contains(&"--slot".to_string()),
+        "{opts:?}"
+    );
+    let opts = bash_complete("mooncdc-apply", &["mooncdc-apply", "cursor", "--"]);
+    assert!(opts.contains(&"--target".to_string()), "{opts:?}");
+    let opts = bash_complete("mooncdc-merge", &["mooncdc-merge", "--output-f"]);
+    assert_eq!(opts, ["--output-format"]);
+}
+
+/// Each binary prints its committed completions and man page, so installing
+/// them is one command.
+#[test]
+fn binaries_print_their_completions_and_man_page() {
+    for cmd in mooncdc::cli::args::commands() {
+        let tool = cmd.get_name().to_string();
+        let exe = env!("CARGO_BIN_EXE_mooncdc-apply").replace("mooncdc-apply", &tool);
+        for (args, file) in [
+            (vec!["--generate-completions", "bash"], format!("completions/{tool}.bash")),
+            (vec!["--generate-completions", "zsh"], format!("completions/_{tool}")),
+            (vec!["--generate-completions", "fish"], format!("completions/{tool}.fish")),
+            (vec!["--generate-man"], format!("man/{tool}.1")),
+        ] {
+            let out = std::process::Command::new(&exe).args(&args).output().unwrap();
+            assert_eq!(out.status.code(), Some(0), "{tool} {args:?}");
+            assert_eq!(
+                out.stdout,
+                std::fs::read(root().join(&file)).unwrap(),
+                "{tool} {args:?} prints what {file} holds"
+            );
+        }
     }
 }

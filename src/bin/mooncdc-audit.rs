@@ -5,6 +5,9 @@ use mooncdc::cli::{self, args::AuditArgs};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if let Some(code) = cli::print_generated("mooncdc-audit") {
+        return code;
+    }
     let args = AuditArgs::parse();
     cli::run_with("mooncdc-audit", 2, || mooncdc::cmd::audit::run(args))
 }

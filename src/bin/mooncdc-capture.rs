@@ -5,6 +5,9 @@ use mooncdc::cli::{self, args::CaptureArgs};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if let Some(code) = cli::print_generated("mooncdc-capture") {
+        return code;
+    }
     let args = CaptureArgs::parse();
     cli::run("mooncdc-capture", || mooncdc::cmd::capture::run(args))
 }

@@ -5,6 +5,9 @@ use mooncdc::cli::{self, args::CompactArgs};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if let Some(code) = cli::print_generated("mooncdc-compact") {
+        return code;
+    }
     let args = CompactArgs::parse();
     cli::run("mooncdc-compact", || mooncdc::cmd::compact::run(args))
 }

@@ -5,6 +5,9 @@ use mooncdc::cli::{self, args::SnapshotArgs};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if let Some(code) = cli::print_generated("mooncdc-snapshot") {
+        return code;
+    }
     let args = SnapshotArgs::parse();
     cli::run("mooncdc-snapshot", || mooncdc::cmd::snapshot::run(args))
 }

@@ -5,6 +5,9 @@ use mooncdc::cli::{self, args::SplitArgs};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    if let Some(code) = cli::print_generated("mooncdc-split") {
+        return code;
+    }
     let args = SplitArgs::parse();
     cli::run("mooncdc-split", || mooncdc::cmd::split::run(args))
 }
