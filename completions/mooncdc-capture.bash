@@ -71,7 +71,7 @@ _mooncdc__capture() {
 
     case "${cmd}" in
         mooncdc__capture)
-            opts="-h -V --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help --version init verify upgrade migrate status ack read help"
+            opts="-q -h -V --quiet --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help --version init verify upgrade migrate status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -153,7 +153,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__ack)
-            opts="-h --source --through --cursor-file --cursor --slot --publication --help"
+            opts="-q -h --source --through --cursor-file --cursor --slot --publication --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -317,7 +317,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__init)
-            opts="-h --source --table --ddl --slot --publication --help"
+            opts="-q -h --source --table --ddl --slot --publication --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -347,7 +347,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__migrate)
-            opts="-h --source --sql --help"
+            opts="-q -h --source --sql --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -369,7 +369,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__read)
-            opts="-h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help"
+            opts="-q -h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -451,7 +451,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__status)
-            opts="-h --source --slot --publication --help"
+            opts="-q -h --source --slot --publication --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -477,7 +477,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__upgrade)
-            opts="-h --source --slot --publication --help"
+            opts="-q -h --source --slot --publication --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -503,7 +503,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__verify)
-            opts="-h --source --slot --publication --help"
+            opts="-q -h --source --slot --publication --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

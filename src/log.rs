@@ -9,6 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 static JSON: AtomicBool = AtomicBool::new(false);
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// `-q`: informational messages are not written (warnings and errors are).
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
 static TOOL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// Name the tool (`mooncdc-capture`): every message starts with it.
@@ -70,7 +76,9 @@ pub fn write(level: &str, message: &str, fields: &[(&str, String)]) {
 }
 
 pub fn info(message: &str) {
-    write("info", message, &[]);
+    if !QUIET.load(Ordering::Relaxed) {
+        write("info", message, &[]);
+    }
 }
 
 pub fn warn(message: &str, fields: &[(&str, String)]) {

@@ -2318,3 +2318,21 @@ fn verify_exit_statuses_tell_drift_from_trouble() {
     db.src_sql("ALTER TABLE t ADD COLUMN b TEXT");
     expect(&db.capture_cmd("verify", &[]), 1, "verify with drift");
 }
+
+/// `-q` everywhere: capture's subcommands say nothing but errors and
+/// warnings; the stream tools accept it too.
+#[test]
+fn quiet_is_accepted_by_every_tool() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY)");
+    let r = exec(CAPTURE, &["init", "-q", "--source", &db.src_url()], None);
+    expect(&r, 0, "init -q");
+    assert!(r.stderr.is_empty(), "{}", r.stderr);
+    assert!(r.stdout_str().starts_with("sqlite:"));
+    let (raw, _) = db.capture_ok(&["-q"]);
+    for tool in ["mooncdc-split", "mooncdc-merge", "mooncdc-compact"] {
+        let r = exec(tool, &["-q"], Some(&raw));
+        expect(&r, 0, tool);
+        assert!(r.stderr.is_empty(), "{tool}: {}", r.stderr);
+    }
+}

@@ -350,12 +350,24 @@ fn binaries_print_their_completions_and_man_page() {
         let tool = cmd.get_name().to_string();
         let exe = env!("CARGO_BIN_EXE_mooncdc-apply").replace("mooncdc-apply", &tool);
         for (args, file) in [
-            (vec!["--generate-completions", "bash"], format!("completions/{tool}.bash")),
-            (vec!["--generate-completions", "zsh"], format!("completions/_{tool}")),
-            (vec!["--generate-completions", "fish"], format!("completions/{tool}.fish")),
+            (
+                vec!["--generate-completions", "bash"],
+                format!("completions/{tool}.bash"),
+            ),
+            (
+                vec!["--generate-completions", "zsh"],
+                format!("completions/_{tool}"),
+            ),
+            (
+                vec!["--generate-completions", "fish"],
+                format!("completions/{tool}.fish"),
+            ),
             (vec!["--generate-man"], format!("man/{tool}.1")),
         ] {
-            let out = std::process::Command::new(&exe).args(&args).output().unwrap();
+            let out = std::process::Command::new(&exe)
+                .args(&args)
+                .output()
+                .unwrap();
             assert_eq!(out.status.code(), Some(0), "{tool} {args:?}");
             assert_eq!(
                 out.stdout,

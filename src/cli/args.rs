@@ -54,6 +54,9 @@ Exit status: 0 success, 1 bad data or failed operation, 2 usage."
 #[derive(Debug, Parser)]
 #[command(name = "mooncdc-split", version, after_help = concat!("Example: mooncdc-split --max-events 10000 --output-dir out big.jsonl\n\n", AFTER_HELP_TEXT!()))]
 pub struct SplitArgs {
+    /// No messages but errors and warnings on standard error
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// At most N events per batch
     #[arg(long, value_name = "N")]
     pub max_events: Option<u64>,
@@ -89,6 +92,9 @@ pub struct SplitArgs {
 #[derive(Debug, Parser)]
 #[command(name = "mooncdc-merge", version, after_help = concat!("Example: mooncdc-merge out/*.jsonl > whole.jsonl\n\n", AFTER_HELP_TEXT!()))]
 pub struct MergeArgs {
+    /// No messages but errors and warnings on standard error
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub output_format: Format,
@@ -109,6 +115,9 @@ pub struct MergeArgs {
 #[derive(Debug, Parser)]
 #[command(name = "mooncdc-compact", version, after_help = concat!("Example: mooncdc-capture --source sqlite:app.db | mooncdc-compact | mooncdc-apply --target sqlite:proj.db\n\n", AFTER_HELP_TEXT!()))]
 pub struct CompactArgs {
+    /// No messages but errors and warnings on standard error
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Schemas for tables the stream's headers do not describe: a snapshot file or a JSON array of schemas
     #[arg(long, value_name = "FILE")]
     pub schema: Option<PathBuf>,
@@ -208,6 +217,9 @@ pub struct ReadArgs {
 Exit status: 0 success, 1 failure (verify: drift only), 2 usage (verify: also trouble)."
 )]
 pub struct CaptureArgs {
+    /// No messages but errors and warnings on standard error (every subcommand)
+    #[arg(long, short = 'q', global = true)]
+    pub quiet: bool,
     #[command(subcommand)]
     pub command: Option<CaptureCommand>,
     #[command(flatten)]

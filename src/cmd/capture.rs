@@ -15,6 +15,7 @@ fn open(url: &str, pg: &PgArgs) -> anyhow::Result<Box<dyn Source>> {
 }
 
 pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
+    crate::log::set_quiet(a.quiet);
     match a.command {
         None => read(a.read),
         Some(CaptureCommand::Read(r)) => read(r),

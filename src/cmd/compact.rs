@@ -6,6 +6,7 @@ use crate::ops::WriteSink;
 use std::process::ExitCode;
 
 pub fn run(a: CompactArgs) -> anyhow::Result<ExitCode> {
+    crate::log::set_quiet(a.quiet);
     let limits = cli::limits(&a.limits)?;
     let format = cli::output_format(a.output_format);
     let extra = match &a.schema {

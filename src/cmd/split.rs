@@ -6,6 +6,7 @@ use crate::ops::WriteSink;
 use std::process::ExitCode;
 
 pub fn run(a: SplitArgs) -> anyhow::Result<ExitCode> {
+    crate::log::set_quiet(a.quiet);
     let limits = cli::limits(&a.limits)?;
     let opts = SplitOptions {
         max_events: a.max_events,
