@@ -453,3 +453,98 @@ fn a_bad_snapshot_loads_nothing() {
 }
 
 const SNAPSHOT_BIN: &str = "mooncdc-snapshot";
+
+fn apply_with(url: &str, input: &str, extra: &[&str]) -> common::Run {
+    let mut args = vec!["--target", url, "-q"];
+    args.extend_from_slice(extra);
+    exec(APPLY, &args, Some(input.as_bytes()))
+}
+
+/// Keys moved straight through each other, as a source with a deferrable key
+/// writes a swap: applied as such, with and without `--on-conflict
+/// overwrite`, also for a table that is only its key, and with a TRUNCATE
+/// later in the same batch.
+#[test]
+fn direct_key_swaps_apply_with_and_without_overwrite() {
+    use common::{ins, kv_schema, row, schema, trunc, upd, Spec};
+    use serde_json::json;
+    for (name, extra) in [
+        ("swap", &[][..]),
+        ("swap_over", &["--on-conflict", "overwrite"][..]),
+    ] {
+        let tgt = target(name);
+        let url = tgt.url();
+        let b1 = Spec::new(0, 2)
+            .schemas(vec![
+                kv_schema("t"),
+                schema("k", &[("id", "INTEGER", false)], &["id"]),
+            ])
+            .events(vec![
+                ins(1, "t", row(1, "a")),
+                ins(2, "t", row(2, "b")),
+                ins(3, "k", json!([["integer", "1"]])),
+                ins(4, "k", json!([["integer", "2"]])),
+            ])
+            .high_water(4);
+        let b1 = Spec { end: 4, ..b1 };
+        expect(&apply_with(&url, &b1.jsonl(), extra), 0, "rows");
+        let b2 = Spec::new(4, 9)
+            .schemas(vec![
+                kv_schema("t"),
+                schema("k", &[("id", "INTEGER", false)], &["id"]),
+            ])
+            .events(vec![
+                upd(5, "t", row(1, "a"), row(2, "a")),
+                upd(6, "t", row(2, "b"), row(1, "b")),
+                upd(7, "k", json!([["integer", "1"]]), json!([["integer", "2"]])),
+                upd(8, "k", json!([["integer", "2"]]), json!([["integer", "1"]])),
+                trunc(9, "k"),
+            ]);
+        let r = apply_with(&url, &b2.jsonl(), extra);
+        expect(&r, 0, &format!("{name}: a direct swap"));
+        let rows = tgt.session().query("SELECT id::text, v FROM t ORDER BY id");
+        assert_eq!(
+            rows,
+            vec![
+                vec![Some("1".to_string()), Some("b".to_string())],
+                vec![Some("2".to_string()), Some("a".to_string())]
+            ],
+            "{name}"
+        );
+        assert_eq!(tgt.session().value("SELECT count(*) FROM k"), "0", "{name}");
+    }
+}
+
+/// A column added NOT NULL with a default at the source: the target adds it
+/// to a table holding rows (NULL there until their next change), not refused.
+#[test]
+fn an_added_not_null_column_reaches_a_table_with_rows() {
+    use common::{ins, kv_schema, row, schema, schema_rec, Spec};
+    use serde_json::json;
+    let tgt = target("add_not_null");
+    let url = tgt.url();
+    let b1 = Spec::new(0, 1)
+        .schemas(vec![kv_schema("t")])
+        .events(vec![ins(1, "t", row(1, "a"))]);
+    expect(&apply_with(&url, &b1.jsonl(), &[]), 0, "rows");
+    let s2 = schema(
+        "t",
+        &[
+            ("id", "INTEGER", false),
+            ("v", "TEXT", true),
+            ("q", "INTEGER", false),
+        ],
+        &["id"],
+    );
+    let b2 = Spec::new(1, 2).schemas(vec![kv_schema("t")]).events(vec![
+        schema_rec(s2, &[]),
+        ins(
+            2,
+            "t",
+            json!([["integer", "2"], ["text", "b"], ["integer", "0"]]),
+        ),
+    ]);
+    let r = apply_with(&url, &b2.jsonl(), &[]);
+    expect(&r, 0, "ADD COLUMN NOT NULL");
+    assert_eq!(tgt.session().value("SELECT count(*) FROM t"), "2");
+}

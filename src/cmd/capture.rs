@@ -45,7 +45,13 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
             let drift = match open(&source, &pg).and_then(|s| Ok(s.verify()?)) {
                 Ok(d) => d,
                 Err(e) => {
-                    crate::log::write("error", &format!("{e:#}"), &[("kind", "verify".into())]);
+                    let kind = e
+                        .chain()
+                        .find_map(|c| c.downcast_ref::<Error>())
+                        .map_or("other".to_string(), |c| {
+                            format!("{:?}", c.kind()).to_lowercase()
+                        });
+                    crate::log::write("error", &format!("{e:#}"), &[("kind", kind)]);
                     return Ok(ExitCode::from(2));
                 }
             };

@@ -62,7 +62,7 @@ impl ClickHouse {
             let cause = crate::error::root_cause(&e);
             let hint = if cause == "connection refused" {
                 " (is ClickHouse's HTTP interface listening there? it is port 8123 by default; 9000 is the native protocol, which MoonCDC does not speak)"
-            } else if cause.contains("invalid HTTP version") || cause.contains("parse") {
+            } else if cause.contains("invalid HTTP version") {
                 " (is that ClickHouse's HTTP port? 9000 is the native protocol; HTTP is 8123 by default)"
             } else {
                 ""

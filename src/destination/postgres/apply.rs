@@ -7,8 +7,25 @@ use crate::destination::BatchGate;
 use crate::wire::{SchemaChange, Sequence};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 
-/// Statements in flight at most before their results are checked.
+/// Statements in flight at most before their results are checked…
 const PIPELINE: usize = 512;
+/// …and the bytes of their values at most (memory bounded by this, not by
+/// the size of a batch or of its values).
+const PIPELINE_BYTES: usize = 16 << 20;
+
+fn event_bytes(e: &crate::wire::Event) -> usize {
+    let row = |r: &Option<Row>| {
+        r.iter()
+            .flatten()
+            .map(|v| match v {
+                Value::Text(s) => 32 + s.len(),
+                Value::Blob(b) => 32 + b.len(),
+                _ => 32,
+            })
+            .sum::<usize>()
+    };
+    2 * (row(&e.before) + row(&e.after))
+}
 
 /// One statement waiting to be sent, and what its result must be.
 struct Op {
@@ -104,37 +121,52 @@ fn event_ops(t: &Table, e: &crate::wire::Event, on_conflict: OnConflict) -> Resu
     Ok(match (e.operation, &e.before, &e.after) {
         (Operation::Insert, _, Some(a)) => {
             let k = key_text(t, a);
-            let mut v = Vec::new();
             if overwrite {
-                v.push(op(&t.upsert_delete, params(t, a, s)?, None, k.clone()));
+                let mut p = params(t, a, s)?;
+                p.extend(params(t, a, s)?);
+                vec![op(&t.upsert, p, None, k)]
+            } else {
+                vec![op(&t.insert, params(t, a, s)?, Some(1), k)]
             }
-            v.push(op(&t.insert, params(t, a, s)?, Some(1), k));
-            v
         }
         (Operation::Update, Some(b), Some(a)) => {
             let k = key_text(t, b);
+            let mut p = params(t, b, s)?;
+            p.extend(params(t, a, s)?);
             if overwrite {
-                vec![
-                    op(&t.upsert_delete, params(t, b, s)?, None, k.clone()),
-                    op(&t.upsert_delete, params(t, a, s)?, None, k.clone()),
-                    op(&t.insert, params(t, a, s)?, Some(1), k),
-                ]
+                vec![op(&t.upsert, p, None, k)]
             } else {
-                let mut p = params(t, b, s)?;
-                p.extend(params(t, a, s)?);
                 vec![op(&t.update, p, Some(1), k)]
             }
         }
         (Operation::Delete, Some(b), _) => {
             let k = key_text(t, b);
             if overwrite {
-                vec![op(&t.upsert_delete, params(t, b, s)?, None, k)]
+                vec![op(&t.delete_any, params(t, b, s)?, None, k)]
             } else {
                 vec![op(&t.delete, params(t, b, s)?, Some(1), k)]
             }
         }
         _ => unreachable!("checked images"),
     })
+}
+
+/// BEGIN, and the cursor table when it is missing (only then: a role given
+/// rights on a `mooncdc` schema made by its DBA need not create anything).
+async fn begin_with_cursor_table(c: &Client) -> std::result::Result<(), tokio_postgres::Error> {
+    c.batch_execute("BEGIN").await?;
+    let exists: bool = c
+        .query_one("SELECT to_regclass('mooncdc.cursors') IS NOT NULL", &[])
+        .await?
+        .get(0);
+    if !exists {
+        c.batch_execute(
+            "CREATE SCHEMA IF NOT EXISTS mooncdc; \
+             CREATE TABLE IF NOT EXISTS mooncdc.cursors (source text PRIMARY KEY, sequence text NOT NULL)",
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// A deferred key check failing at the commit: which table and key.
@@ -197,16 +229,14 @@ impl PgTarget {
         let mut olds: HashMap<String, Schema> = HashMap::new();
         let mut deferred: HashMap<String, Error> = HashMap::new();
         let mut ops: Vec<Op> = Vec::new();
+        let mut ops_bytes = 0usize;
         let mut busy: Option<crate::util::stop::Busy> = None;
         while let Some(item) = input.next_item()? {
             match item {
                 Item::Header(h) => {
                     drop(busy.replace(crate::util::stop::Busy::new()));
-                    rt.block_on(c.batch_execute(
-                        "BEGIN; CREATE SCHEMA IF NOT EXISTS mooncdc; \
-                         CREATE TABLE IF NOT EXISTS mooncdc.cursors (source text PRIMARY KEY, sequence text NOT NULL)",
-                    ))
-                    .map_err(pg_err("cannot begin a batch"))?;
+                    rt.block_on(begin_with_cursor_table(c))
+                        .map_err(pg_err("cannot begin a batch"))?;
                     gate = Some(BatchGate::open(
                         rt.block_on(stored_cursor(c))?.as_ref(),
                         &h,
@@ -271,11 +301,18 @@ impl PgTarget {
                     let t = &tables[&e.table];
                     if e.operation.is_truncate() {
                         rt.block_on(run(c, &mut ops))?;
-                        rt.block_on(c.batch_execute(&format!("TRUNCATE {}", t.qname)))
-                            .map_err(pg_err("cannot truncate a target table"))?;
+                        // Deferred key checks queued by the batch are made
+                        // now (TRUNCATE refuses a table with pending ones).
+                        rt.block_on(c.batch_execute(&format!(
+                            "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED; TRUNCATE {}",
+                            t.qname
+                        )))
+                        .map_err(pg_err("cannot truncate a target table"))?;
                     } else {
+                        ops_bytes += event_bytes(&e);
                         ops.extend(event_ops(t, &e, on_conflict).map_err(|err| input.locate(err))?);
-                        if ops.len() >= PIPELINE {
+                        if ops.len() >= PIPELINE || ops_bytes >= PIPELINE_BYTES {
+                            ops_bytes = 0;
                             rt.block_on(run(c, &mut ops))?;
                         }
                     }
@@ -375,11 +412,8 @@ impl PgTarget {
                     cursor: cur,
                     schemas,
                 } => {
-                    rt.block_on(c.batch_execute(
-                        "BEGIN; CREATE SCHEMA IF NOT EXISTS mooncdc; \
-                         CREATE TABLE IF NOT EXISTS mooncdc.cursors (source text PRIMARY KEY, sequence text NOT NULL)",
-                    ))
-                    .map_err(pg_err("cannot begin the snapshot"))?;
+                    rt.block_on(begin_with_cursor_table(c))
+                        .map_err(pg_err("cannot begin the snapshot"))?;
                     crate::destination::snapshot_allowed(rt.block_on(stored_cursor(c))?.as_ref())?;
                     let kind = SourceKind::of_identity(&cur.source);
                     for s in &schemas {
@@ -557,10 +591,11 @@ impl PgTarget {
             match from[j] {
                 None => {
                     let ty = column_type(c, nc, kind, &new.table).await?;
+                    // Without NOT NULL: the rows the table holds get NULL
+                    // (the stream does not say the source's default).
                     steps.push(format!(
-                        "ALTER TABLE {q} ADD COLUMN {} {ty}{}",
-                        quote_ident(&nc.name),
-                        if nc.nullable { "" } else { " NOT NULL" }
+                        "ALTER TABLE {q} ADD COLUMN {} {ty}",
+                        quote_ident(&nc.name)
                     ));
                 }
                 Some(i) => {
@@ -580,6 +615,13 @@ impl PgTarget {
                     }
                 }
             }
+        }
+        if !steps.is_empty() {
+            // ALTER TABLE refuses a table with deferred checks pending.
+            steps.insert(
+                0,
+                "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED".into(),
+            );
         }
         for sql in steps {
             c.batch_execute(&sql)

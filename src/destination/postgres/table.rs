@@ -48,7 +48,11 @@ pub(super) struct Table {
     pub(super) insert: Statement,
     pub(super) update: Statement,
     pub(super) delete: Statement,
-    pub(super) upsert_delete: Statement,
+    /// `--on-conflict overwrite`: before image then after image; updates
+    /// the row at the before key or inserts.
+    pub(super) upsert: Statement,
+    /// `--on-conflict overwrite`: deletes the row at the key, whatever it holds.
+    pub(super) delete_any: Statement,
 }
 
 /// Where a stream's table lands: a PostgreSQL source's `schema.table` in
@@ -277,14 +281,15 @@ impl PgTarget {
                 s.key
             )));
         }
-        if kind != SourceKind::Postgres {
-            // A SQLite source's values are checked class by class: the
-            // table must have the types this target gives them.
+        {
+            // The table must have the types this target gives the stream's
+            // columns: a value cast into another type (a shorter varchar, a
+            // real for a double) would change without a word.
             for (col, sc) in cols.iter().zip(&s.columns) {
                 let want = column_type(c, sc, kind, &s.table).await?;
                 if col.sql_type != want {
                     return Err(Error::state(format!(
-                        "target table {qname} column {:?} is {}, but a SQLite {:?} column lands in {want}",
+                        "target table {qname} column {:?} is {}, but the stream's {:?} column lands in {want}; a value cast into another type could change: make the column {want}, or give the table a new snapshot",
                         col.name, col.sql_type, sc.decl_type
                     )));
                 }
@@ -328,29 +333,47 @@ impl PgTarget {
             (0..n).map(|i| val(i, i + 1)).collect::<Vec<_>>().join(", "),
             key_eq(0).join(" AND ")
         );
+        // Each statement changes one row, found by ctid: while a batch moves
+        // keys through each other (the key is checked at the commit), two
+        // rows may hold one key for a moment.
+        let image = |offset: usize| -> String {
+            key_eq(offset)
+                .into_iter()
+                .chain(
+                    (0..n)
+                        .filter(|i| !key.contains(i))
+                        .map(|i| same(i, offset + i + 1)),
+                )
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        };
+        let one_row = format!("(SELECT ctid FROM {qname} WHERE {} LIMIT 1)", image(0));
         // Update: params 1..n the before image, n+1..2n the after image.
-        let update = format!(
-            "UPDATE {qname} SET {} WHERE {}",
+        let set = (0..n)
+            .map(|i| format!("{} = {}", names[i], val(i, n + i + 1)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let update = format!("UPDATE {qname} SET {set} WHERE ctid = {one_row}");
+        let delete = format!("DELETE FROM {qname} WHERE ctid = {one_row}");
+        // --on-conflict overwrite: the row at the before key (the one that
+        // has the before image, if any) becomes the after image; with no row
+        // at that key, the after image is inserted. Never a row at the after
+        // key: in a swap it is another row on its way elsewhere.
+        let any_at_key = format!(
+            "(SELECT ctid FROM {qname} WHERE {} ORDER BY ({})::int DESC LIMIT 1)",
+            key_eq(0).join(" AND "),
+            image(0)
+        );
+        let upsert = format!(
+            "WITH u AS (UPDATE {qname} SET {set} WHERE ctid = {any_at_key} RETURNING 1) \
+             INSERT INTO {qname} ({}) SELECT {} WHERE NOT EXISTS (SELECT 1 FROM u)",
+            names.join(", "),
             (0..n)
-                .map(|i| format!("{} = {}", names[i], val(i, n + i + 1)))
+                .map(|i| val(i, n + i + 1))
                 .collect::<Vec<_>>()
                 .join(", "),
-            key_eq(0)
-                .into_iter()
-                .chain((0..n).filter(|i| !key.contains(i)).map(|i| same(i, i + 1)))
-                .collect::<Vec<_>>()
-                .join(" AND ")
         );
-        let delete = format!(
-            "DELETE FROM {qname} WHERE {}",
-            key_eq(0)
-                .into_iter()
-                .chain((0..n).filter(|i| !key.contains(i)).map(|i| same(i, i + 1)))
-                .collect::<Vec<_>>()
-                .join(" AND ")
-        );
-        // --on-conflict overwrite: the row at a key, whatever it holds.
-        let upsert_delete = format!("DELETE FROM {qname} WHERE {}", key_eq(0).join(" AND "));
+        let delete_any = format!("DELETE FROM {qname} WHERE ctid = {any_at_key}");
         let prep = |sql: String, types: Vec<Type>| async move {
             c.prepare_typed(&sql, &types)
                 .await
@@ -359,9 +382,10 @@ impl PgTarget {
         let two: Vec<Type> = types.iter().chain(types.iter()).cloned().collect();
         Ok(Table {
             insert: prep(insert, types.clone()).await?,
-            update: prep(update, two).await?,
+            update: prep(update, two.clone()).await?,
             delete: prep(delete, types.clone()).await?,
-            upsert_delete: prep(upsert_delete, types).await?,
+            upsert: prep(upsert, two).await?,
+            delete_any: prep(delete_any, types).await?,
             schema,
             qname,
             cols,

@@ -44,6 +44,9 @@ impl SslMode {
 #[derive(Clone)]
 pub struct PgConn {
     pub host: String,
+    /// `hostaddr` (PGHOSTADDR): the address to connect to; `host` still
+    /// names the server for TLS and the password file.
+    pub hostaddr: Option<String>,
     pub port: u16,
     pub user: String,
     password: Option<String>,
@@ -238,9 +241,8 @@ impl PgConn {
             from_file.extend(kv);
             kv = from_file;
         }
-        let mut host = env("PGHOSTADDR")
-            .or_else(|| env("PGHOST"))
-            .unwrap_or_else(|| "localhost".into());
+        let mut host = env("PGHOST");
+        let mut hostaddr = env("PGHOSTADDR");
         let mut port: u16 = env("PGPORT").and_then(|p| p.parse().ok()).unwrap_or(5432);
         let mut user = env("PGUSER")
             .or_else(|| env("USER"))
@@ -249,16 +251,23 @@ impl PgConn {
         let mut dbname: Option<String> = env("PGDATABASE");
         let mut sslmode: Option<SslMode> = None;
         let mut sslrootcert = None;
-        let mut connect_timeout = env("PGCONNECT_TIMEOUT")
-            .and_then(|v| v.parse::<u64>().ok())
-            .map_or(Duration::from_secs(10), |n| Duration::from_secs(n.max(1)));
+        // 0 is libpq's "wait forever": a month here.
+        let timeout_of = |n: u64| Duration::from_secs(if n == 0 { 30 * 86_400 } else { n });
+        let mut connect_timeout = match env("PGCONNECT_TIMEOUT") {
+            None => Duration::from_secs(10),
+            Some(v) => timeout_of(v.trim().parse::<u64>().map_err(|_| {
+                Error::usage(format!(
+                    "PGCONNECT_TIMEOUT {v:?} is not a number of seconds"
+                ))
+            })?),
+        };
         let mut keepalives_idle = Duration::from_secs(30);
         let mut application_name = env("PGAPPNAME").unwrap_or_else(|| "mooncdc".to_string());
         let mut target_schema = None;
         for (k, v) in kv {
             match k.as_str() {
-                "host" => host = v,
-                "hostaddr" => host = v,
+                "host" => host = Some(v),
+                "hostaddr" => hostaddr = Some(v),
                 "port" => {
                     port = v
                         .parse()
@@ -283,7 +292,7 @@ impl PgConn {
                     let n: u64 = v
                         .parse()
                         .map_err(|_| Error::usage(format!("connect_timeout {v:?} is not a number of seconds")))?;
-                    connect_timeout = Duration::from_secs(n.max(1));
+                    connect_timeout = timeout_of(n);
                 }
                 "keepalives_idle" => {
                     let n: u64 = v
@@ -299,6 +308,14 @@ impl PgConn {
                 | "sslcompression" | "gssencmode" | "channel_binding" | "replication" | "client_encoding" => {}
                 other => return Err(Error::usage(format!("unknown PostgreSQL connection option {other:?}"))),
             }
+        }
+        // An address alone names the server too (for TLS, that address).
+        let host = host
+            .or_else(|| hostaddr.clone())
+            .unwrap_or_else(|| "localhost".into());
+        if let Some(a) = &hostaddr {
+            a.parse::<std::net::IpAddr>()
+                .map_err(|_| Error::usage(format!("hostaddr {a:?} is not a numeric IP address")))?;
         }
         let dbname = dbname.unwrap_or_else(|| user.clone());
         // libpq's order: the string, then the environment, then the default.
@@ -335,6 +352,7 @@ impl PgConn {
         }
         Ok(PgConn {
             host,
+            hostaddr,
             port,
             user,
             password,
@@ -363,6 +381,9 @@ impl PgConn {
     /// A tokio-postgres configuration.
     pub fn tokio_config(&self, role: &str) -> tokio_postgres::Config {
         let mut c = tokio_postgres::Config::new();
+        if let Some(a) = self.hostaddr.as_deref().and_then(|a| a.parse().ok()) {
+            c.hostaddr(a);
+        }
         c.host(&self.host)
             .port(self.port)
             .user(&self.user)
@@ -421,7 +442,20 @@ mod tests {
         .unwrap();
         assert_eq!(c.application_name, "nightly-load");
         assert_eq!(c.connect_timeout, Duration::from_secs(4));
-        assert_eq!(c.host, "10.0.0.5");
+        // The address to connect to; the name still names the server.
+        assert_eq!(
+            (c.host.as_str(), c.hostaddr.as_deref()),
+            ("name.example", Some("10.0.0.5"))
+        );
+        let c = parse_in("hostaddr=10.0.0.6 dbname=x", &[]).unwrap();
+        assert_eq!(
+            (c.host.as_str(), c.hostaddr.as_deref()),
+            ("10.0.0.6", Some("10.0.0.6"))
+        );
+        assert!(parse_in("hostaddr=db.example dbname=x", &[]).is_err());
+        // 0 is "wait forever", as libpq's.
+        let c = parse_in("dbname=x", &[("PGCONNECT_TIMEOUT", "0")]).unwrap();
+        assert!(c.connect_timeout > Duration::from_secs(86_400));
         // The string wins over the environment.
         let c = parse_in(
             "dbname=x application_name=mine connect_timeout=2",

@@ -22,9 +22,12 @@ pub(super) fn settings(
             }
         }
     }
-    if let Some(d) = env("PGSYSCONFDIR") {
-        files.push(PathBuf::from(d).join("pg_service.conf"));
-    }
+    // The system's file: PGSYSCONFDIR, else where Debian's libpq looks.
+    files.push(
+        env("PGSYSCONFDIR")
+            .map_or_else(|| PathBuf::from("/etc/postgresql-common"), PathBuf::from)
+            .join("pg_service.conf"),
+    );
     for f in &files {
         let text = match std::fs::read_to_string(f) {
             Ok(t) => t,
@@ -86,7 +89,10 @@ fn section(text: &str, name: &str, file: &str) -> Result<Option<Vec<(String, Str
         };
         if current.as_deref() == Some(name) {
             if let Some(o) = out.as_mut() {
-                o.push((k.trim().to_string(), v.trim().to_string()));
+                // As libpq: the first setting of a key counts.
+                if !o.iter().any(|(ok, _)| ok == k.trim()) {
+                    o.push((k.trim().to_string(), v.trim().to_string()));
+                }
             }
         }
     }

@@ -146,7 +146,8 @@ impl ReplClient {
             let path = format!("{}/.s.PGSQL.{}", conn.host, conn.port);
             Box::new(tokio::net::UnixStream::connect(path).await?)
         } else {
-            let mut tcp = tokio::net::TcpStream::connect((conn.host.as_str(), conn.port)).await?;
+            let to = conn.hostaddr.as_deref().unwrap_or(conn.host.as_str());
+            let mut tcp = tokio::net::TcpStream::connect((to, conn.port)).await?;
             tcp.set_nodelay(true)?;
             if conn.sslmode == SslMode::Disable {
                 Box::new(tcp)
