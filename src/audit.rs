@@ -354,8 +354,11 @@ pub fn write_summary(report: &AuditReport, format: AuditFormat, out: &mut dyn Wr
                 };
                 b.extend_from_slice(
                     format!(
-                        ": {} rows compared, {} missing, {} extra, {} different{shape}\n",
-                        t.compared, t.missing, t.extra, t.different
+                        ": {} compared, {} missing, {} extra, {} different{shape}\n",
+                        crate::log::count(t.compared, "row", "rows"),
+                        t.missing,
+                        t.extra,
+                        t.different
                     )
                     .as_bytes(),
                 );

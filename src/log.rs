@@ -75,6 +75,23 @@ pub fn write(level: &str, message: &str, fields: &[(&str, String)]) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
+/// `n` and its noun, singular for one: `1 batch`, `2 batches`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Elapsed time as people read it: `0.21 s`, `12.3 s`, `4 min 05 s`.
+pub fn elapsed(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 10.0 {
+        format!("{s:.2} s")
+    } else if s < 60.0 {
+        format!("{s:.1} s")
+    } else {
+        format!("{} min {:02} s", d.as_secs() / 60, d.as_secs() % 60)
+    }
+}
+
 pub fn info(message: &str) {
     if !QUIET.load(Ordering::Relaxed) {
         write("info", message, &[]);
@@ -83,4 +100,19 @@ pub fn info(message: &str) {
 
 pub fn warn(message: &str, fields: &[(&str, String)]) {
     write("warn", message, fields);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_durations_read_as_people_write_them() {
+        assert_eq!(count(1, "batch", "batches"), "1 batch");
+        assert_eq!(count(0, "batch", "batches"), "0 batches");
+        assert_eq!(count(2, "row", "rows"), "2 rows");
+        assert_eq!(elapsed(std::time::Duration::from_millis(213)), "0.21 s");
+        assert_eq!(elapsed(std::time::Duration::from_millis(12_340)), "12.3 s");
+        assert_eq!(elapsed(std::time::Duration::from_secs(245)), "4 min 05 s");
+    }
 }

@@ -1082,7 +1082,7 @@ fn json_logs_are_one_object_per_line() {
     assert!(summary["message"]
         .as_str()
         .unwrap()
-        .contains("1 events applied"));
+        .contains("1 event applied"));
     let ts = summary["ts"].as_str().unwrap();
     assert!(
         ts.len() == 24 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T',

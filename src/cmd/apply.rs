@@ -18,6 +18,7 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         return cursor(&target, source_identity.as_deref());
     }
     crate::log::set_json(a.log_format == crate::cli::args::LogFormat::Json);
+    let began = std::time::Instant::now();
     let url = a
         .target
         .ok_or_else(|| Error::usage("--target is required (e.g. --target sqlite:proj.db)"))?;
@@ -104,16 +105,25 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         .cursor
         .as_ref()
         .map_or("none".to_string(), |c| c.to_json());
+    use crate::log::count;
     let loaded = if snapshots > 0 {
-        format!("{snapshots} snapshot ({rows} rows loaded), ")
+        format!(
+            "{} ({} loaded), ",
+            count(snapshots as u64, "snapshot", "snapshots"),
+            count(rows, "row", "rows")
+        )
     } else {
         String::new()
     };
     crate::log::write(
         "info",
         &format!(
-            "{loaded}{} batches, {} events applied, {} skipped as already held, cursor {}",
-            total.batches, total.applied, total.skipped, cursor
+            "{loaded}{}, {} applied, {} skipped as already held, in {}, cursor {}",
+            count(total.batches, "batch", "batches"),
+            count(total.applied, "event", "events"),
+            total.skipped,
+            crate::log::elapsed(began.elapsed()),
+            cursor
         ),
         &[
             ("event", "summary".into()),

@@ -406,39 +406,36 @@ impl Summary {
         let line = stderr
             .lines()
             .rev()
-            .find(|l| l.contains(" events applied, "))
+            .find(|l| l.contains(" applied, ") && l.contains(" skipped as already held"))
             .unwrap_or_else(|| panic!("apply printed no summary line:\n{stderr}"));
-        let num_before = |word: &str| -> u64 {
-            let i = line
-                .find(word)
-                .unwrap_or_else(|| panic!("summary lacks {word:?}: {line}"));
+        // The number before the first of `words` found (singular or plural).
+        let num_before = |words: &[&str]| -> Option<u64> {
+            let i = words.iter().find_map(|w| line.find(w))?;
             line[..i]
                 .trim_end()
                 .rsplit(|c: char| !c.is_ascii_digit())
                 .next()
                 .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("summary has no number before {word:?}: {line}"))
+        };
+        let need = |words: &[&str]| {
+            num_before(words).unwrap_or_else(|| panic!("summary lacks {words:?}: {line}"))
         };
         let cursor_text = line
             .split_once(", cursor ")
             .map(|(_, c)| c.trim())
             .unwrap_or_else(|| panic!("summary lacks the cursor: {line}"));
+        assert!(
+            line.contains(" s, cursor "),
+            "the summary says how long it took: {line}"
+        );
         Summary {
             // A snapshot counts as a batch here ("1 snapshot (N rows loaded)").
-            batches: num_before(" batches")
-                + if line.contains(" snapshot (") {
-                    num_before(" snapshot (")
-                } else {
-                    0
-                },
+            batches: need(&[" batches,", " batch,"])
+                + num_before(&[" snapshots (", " snapshot ("]).unwrap_or(0),
             // A snapshot's rows count as applied here ("N rows loaded").
-            applied: num_before(" events applied")
-                + if line.contains(" rows loaded") {
-                    num_before(" rows loaded")
-                } else {
-                    0
-                },
-            skipped: num_before(" skipped"),
+            applied: need(&[" events applied", " event applied"])
+                + num_before(&[" rows loaded", " row loaded"]).unwrap_or(0),
+            skipped: need(&[" skipped"]),
             cursor: if cursor_text == "none" {
                 None
             } else {
@@ -448,7 +445,6 @@ impl Summary {
     }
 }
 
-/// Every event of a batch stream, in order.
 pub fn events(batches: &[Batch]) -> Vec<Event> {
     batches.iter().flat_map(|b| b.events.clone()).collect()
 }
