@@ -109,7 +109,7 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
     let loaded = if snapshots > 0 {
         format!(
             "{} ({} loaded), ",
-            count(snapshots as u64, "snapshot", "snapshots"),
+            count(snapshots, "snapshot", "snapshots"),
             count(rows, "row", "rows")
         )
     } else {
