@@ -451,7 +451,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__status)
-            opts="-q -h --source --slot --publication --quiet --help"
+            opts="-q -h --source --output-format --slot --publication --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -459,6 +459,10 @@ _mooncdc__capture() {
             case "${prev}" in
                 --source)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 --slot)
@@ -503,7 +507,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__verify)
-            opts="-q -h --source --slot --publication --quiet --help"
+            opts="-q -h --source --output-format --slot --publication --quiet --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -511,6 +515,10 @@ _mooncdc__capture() {
             case "${prev}" in
                 --source)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output-format)
+                    COMPREPLY=($(compgen -W "text json" -- "${cur}"))
                     return 0
                     ;;
                 --slot)

@@ -62,6 +62,8 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s h -l help -d 'Print help'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l source -d 'The source database URL' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l output-format -d 'Output format: drift lines on standard error, or one JSON object on standard output' -r -f -a "text\t''
+json\t''"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
@@ -76,6 +78,8 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -s h -l help -d 'Print help'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l source -d 'The source database URL' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l output-format -d 'Output format: `key: value` lines, or one JSON object (numbers as numbers)' -r -f -a "text\t''
+json\t''"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'

@@ -2336,3 +2336,28 @@ fn quiet_is_accepted_by_every_tool() {
         assert!(r.stderr.is_empty(), "{tool}: {}", r.stderr);
     }
 }
+
+/// `status` and `verify` speak JSON for programs: numbers as numbers, drift
+/// as a list, the same exit statuses.
+#[test]
+fn status_and_verify_as_json() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY); ");
+    db.init(&[]);
+    db.src_sql("INSERT INTO t VALUES (1), (2)");
+    let r = db.capture_cmd("status", &["--output-format", "json"]);
+    expect(&r, 0, "status json");
+    let o: serde_json::Value = serde_json::from_str(r.stdout_str().trim()).unwrap();
+    assert_eq!(o["high_water"], serde_json::json!(2));
+    assert_eq!(o["backlog"], serde_json::json!(2));
+    assert!(o["identity"].as_str().unwrap().starts_with("sqlite:"));
+    let r = db.capture_cmd("verify", &["--output-format", "json"]);
+    expect(&r, 0, "verify json");
+    assert_eq!(r.stdout_str().trim(), r#"{"current":true,"drift":[]}"#);
+    db.src_sql("ALTER TABLE t ADD COLUMN b TEXT");
+    let r = db.capture_cmd("verify", &["--output-format", "json"]);
+    expect(&r, 1, "verify json with drift");
+    let o: serde_json::Value = serde_json::from_str(r.stdout_str().trim()).unwrap();
+    assert_eq!(o["current"], serde_json::json!(false));
+    assert!(o["drift"][0].as_str().unwrap().contains("\"t\""));
+}

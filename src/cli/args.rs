@@ -17,6 +17,14 @@ pub enum Format {
     Objects,
 }
 
+/// Text for people, or one JSON object for programs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum TextOrJson {
+    #[default]
+    Text,
+    Json,
+}
+
 /// Snapshot output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum SnapshotFormat {
@@ -248,6 +256,9 @@ pub enum CaptureCommand {
         /// The source database URL
         #[arg(long, value_name = "URL")]
         source: String,
+        /// Output format: drift lines on standard error, or one JSON object on standard output
+        #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+        output_format: TextOrJson,
         #[command(flatten)]
         pg: PgArgs,
     },
@@ -276,6 +287,9 @@ pub enum CaptureCommand {
         /// The source database URL
         #[arg(long, value_name = "URL")]
         source: String,
+        /// Output format: `key: value` lines, or one JSON object (numbers as numbers)
+        #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
+        output_format: TextOrJson,
         #[command(flatten)]
         pg: PgArgs,
     },

@@ -1,7 +1,7 @@
 //! `mooncdc-capture`: install, check, read and acknowledge change capture.
 
 use crate::cli;
-use crate::cli::args::{CaptureArgs, CaptureCommand, PgArgs, ReadArgs};
+use crate::cli::args::{CaptureArgs, CaptureCommand, PgArgs, ReadArgs, TextOrJson};
 use crate::endpoint;
 use crate::error::Error;
 use crate::source::{ReadLimits, Source};
@@ -39,7 +39,11 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
             println!("{identity}");
             Ok(ExitCode::SUCCESS)
         }
-        Some(CaptureCommand::Verify { source, pg }) => {
+        Some(CaptureCommand::Verify {
+            source,
+            output_format,
+            pg,
+        }) => {
             // 1 is drift only; anything else that stops the check (a missing
             // database, a server that is down) is trouble, 2, as diff(1).
             let drift = match open(&source, &pg).and_then(|s| Ok(s.verify()?)) {
@@ -55,15 +59,23 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(2));
                 }
             };
-            if drift.is_empty() {
+            if output_format == TextOrJson::Json {
+                println!(
+                    "{}",
+                    serde_json::json!({"current": drift.is_empty(), "drift": drift})
+                );
+            } else if drift.is_empty() {
                 println!("capture is installed and current");
-                Ok(ExitCode::SUCCESS)
             } else {
                 for d in &drift {
                     crate::log::warn(&format!("drift: {d}"), &[]);
                 }
-                Ok(ExitCode::from(1))
             }
+            Ok(if drift.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Some(CaptureCommand::Upgrade { source, pg }) => {
             for line in open(&source, &pg)?.upgrade()? {
@@ -102,12 +114,36 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Some(CaptureCommand::Status { source, pg }) => {
+        Some(CaptureCommand::Status {
+            source,
+            output_format,
+            pg,
+        }) => {
             let st = open(&source, &pg)?.status()?;
             let mut out = cli::stdout();
-            writeln!(out, "identity: {}", st.identity)?;
-            for (k, v) in &st.fields {
-                writeln!(out, "{k}: {v}")?;
+            if output_format == TextOrJson::Json {
+                // Counts and positions that are numbers are JSON numbers
+                // (sequences beyond 2^53 stay strings, as in the format).
+                let mut o = serde_json::Map::new();
+                o.insert("identity".into(), st.identity.clone().into());
+                for (k, v) in &st.fields {
+                    // `backlog: 12 changes` is the number 12 here.
+                    let num = v
+                        .strip_suffix(" changes")
+                        .or(v.strip_suffix(" change"))
+                        .unwrap_or(v);
+                    let n = num.parse::<u64>().ok().filter(|n| *n < 1 << 53);
+                    o.insert(
+                        k.replace(' ', "_"),
+                        n.map_or_else(|| v.clone().into(), serde_json::Value::from),
+                    );
+                }
+                writeln!(out, "{}", serde_json::Value::Object(o))?;
+            } else {
+                writeln!(out, "identity: {}", st.identity)?;
+                for (k, v) in &st.fields {
+                    writeln!(out, "{k}: {v}")?;
+                }
             }
             cli::finish_output(out)?;
             Ok(ExitCode::SUCCESS)
