@@ -35,7 +35,7 @@ _mooncdc__apply() {
 
     case "${cmd}" in
         mooncdc__apply)
-            opts="-q -h -V --target --engine --on-conflict --existing-rows --log-format --metrics-listen --stall-timeout-ms --quiet --max-line-bytes --max-input-bytes --help --version cursor help"
+            opts="-q -v -h -V --target --engine --on-conflict --existing-rows --log-format --metrics-listen --stall-timeout-ms --quiet --verbose --max-line-bytes --max-input-bytes --help --version cursor help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_mooncdc_apply_global_optspecs
-    string join \n target= engine= on-conflict= existing-rows= log-format= metrics-listen= stall-timeout-ms= q/quiet max-line-bytes= max-input-bytes= h/help V/version
+    string join \n target= engine= on-conflict= existing-rows= log-format= metrics-listen= stall-timeout-ms= q/quiet v/verbose max-line-bytes= max-input-bytes= h/help V/version
 end
 
 function __fish_mooncdc_apply_needs_command
@@ -39,6 +39,7 @@ complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l stall-timeo
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l max-line-bytes -d 'Refuse a line longer than N bytes (default 64 MiB; a JSON document counts as one line)' -r
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l max-input-bytes -d 'Refuse an input (each file, or standard input) longer than N bytes' -r
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -s q -l quiet -d 'No progress on standard error'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -s v -l verbose -d 'One line per batch committed on standard error (its end, its events, the time)'
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -s V -l version -d 'Print version'
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -a "cursor" -d 'Print the target\'s stored cursor as JSON; exit 1 if it holds none'

@@ -2361,3 +2361,33 @@ fn status_and_verify_as_json() {
     assert_eq!(o["current"], serde_json::json!(false));
     assert!(o["drift"][0].as_str().unwrap().contains("\"t\""));
 }
+
+/// `mooncdc-apply -v`: one line per batch committed.
+#[test]
+fn apply_verbose_says_each_batch() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY)");
+    db.init(&[]);
+    db.src_sql("INSERT INTO t VALUES (1), (2), (3)");
+    let (raw, _) = db.capture_ok(&[]);
+    let pieces = exec("mooncdc-split", &["--max-events", "1"], Some(&raw));
+    expect(&pieces, 0, "split");
+    let r = db.apply(&pieces.stdout, &["-v"]);
+    expect(&r, 0, "apply -v");
+    let lines: Vec<&str> = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("batch committed through"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{}", r.stderr);
+    assert!(
+        lines[0].contains("through 1: 1 event applied, in "),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        r.stderr.contains("3 batches, 3 events applied"),
+        "{}",
+        r.stderr
+    );
+}

@@ -430,6 +430,9 @@ pub struct ApplyArgs {
     /// No progress on standard error
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// One line per batch committed on standard error (its end, its events, the time)
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Input files: snapshots or batch streams (standard input when none, or -)

@@ -59,7 +59,28 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         for p in cli::input_paths(&a.files) {
             let base = total.applied;
             let base_batches = total.batches + snapshots;
+            let verbose = a.verbose;
+            let (mut seen_batches, mut seen_applied, mut batch_began) =
+                (0u64, 0u64, std::time::Instant::now());
             let mut tick = |s: &ApplyStats| {
+                if verbose && s.batches > seen_batches {
+                    let end = s
+                        .cursor
+                        .as_ref()
+                        .map_or("none".to_string(), |c| c.sequence().to_string());
+                    crate::log::write(
+                        "info",
+                        &format!(
+                            "batch committed through {end}: {} applied, in {}",
+                            crate::log::count(s.applied - seen_applied, "event", "events"),
+                            crate::log::elapsed(batch_began.elapsed())
+                        ),
+                        &[("event", "batch".into()), ("end", end.clone())],
+                    );
+                    seen_batches = s.batches;
+                    seen_applied = s.applied;
+                    batch_began = std::time::Instant::now();
+                }
                 progress.update(base + s.applied);
                 crate::metrics::totals(base + s.applied, base_batches + s.batches);
                 if let Some(c) = &s.cursor {
