@@ -509,3 +509,49 @@ fn snapshot_selects_tables_and_refuses_what_it_cannot_carry() {
     expect(&r, 1, "snapshot of invalid UTF-8 to stdout");
     assert!(!String::from_utf8_lossy(&r.stdout).contains(r#""kind":"commit""#));
 }
+
+/// Progress in a terminal (util-linux `script` gives the tool one): the
+/// count, the exact total from the snapshot's own read, the rate, then the
+/// line cleared so the shell prompt (or a summary) replaces it; `-q` and a
+/// standard error that is not a terminal show nothing.
+#[test]
+fn progress_in_a_terminal_shows_count_total_and_rate_then_clears() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);");
+    db.init(&["t"]);
+    db.src_sql(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 70000)
+         INSERT INTO t SELECT i, 'v' || i FROM n;",
+    );
+    let out = db.path("snap.jsonl");
+    let in_terminal = |extra: &str| {
+        let cmd = format!(
+            "{} --source {} -o {} {extra}",
+            bin("mooncdc-snapshot").display(),
+            db.src_url(),
+            out.display()
+        );
+        let o = std::process::Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .output()
+            .expect("script (util-linux) runs");
+        assert!(o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let screen = in_terminal("");
+    assert!(
+        screen.contains("rows: 65536 of 70000 (94%), "),
+        "no count and total: {screen:?}"
+    );
+    assert!(screen.contains("/s"), "no rate: {screen:?}");
+    assert!(
+        screen.trim_end().ends_with("\r\x1b[K"),
+        "the progress line is not cleared at the end: {screen:?}"
+    );
+    assert_eq!(parse_snapshot(&std::fs::read(&out).unwrap()).count, 70000);
+    let screen = in_terminal("-q");
+    assert!(!screen.contains("rows:"), "-q shows progress: {screen:?}");
+    let r = snapshot(&db, &["-o", out.to_str().unwrap()]);
+    expect(&r, 0, "snapshot with standard error not a terminal");
+    assert!(!r.stderr.contains("rows:"), "{}", r.stderr);
+}

@@ -272,8 +272,43 @@ pub fn load_schemas(path: &Path, limits: Limits) -> Result<Vec<crate::wire::Sche
 pub struct Progress {
     label: &'static str,
     enabled: bool,
-    last: std::time::Instant,
+    started: std::time::Instant,
+    /// When the line was last written; the first update is written at once.
+    last: Option<std::time::Instant>,
     shown: bool,
+    total: Option<u64>,
+}
+
+/// The progress line: the count, the total and the time left when the total
+/// is known, and the rate.
+pub fn progress_line(
+    label: &str,
+    n: u64,
+    total: Option<u64>,
+    elapsed: std::time::Duration,
+) -> String {
+    let secs = elapsed.as_secs_f64();
+    let rate = if secs > 0.0 { n as f64 / secs } else { 0.0 };
+    let rate_text = if rate >= 10_000.0 {
+        format!("{:.0}k/s", rate / 1000.0)
+    } else {
+        format!("{rate:.0}/s")
+    };
+    match total {
+        Some(t) if t > 0 => {
+            let pct = (n as f64 / t as f64 * 100.0).min(100.0);
+            let left = if rate > 0.0 && t > n {
+                format!(
+                    ", {} left",
+                    crate::log::elapsed(std::time::Duration::from_secs_f64((t - n) as f64 / rate))
+                )
+            } else {
+                String::new()
+            };
+            format!("{label}: {n} of {t} ({pct:.0}%), {rate_text}{left}")
+        }
+        _ => format!("{label}: {n}, {rate_text}"),
+    }
 }
 
 impl Progress {
@@ -282,24 +317,61 @@ impl Progress {
         Progress {
             label,
             enabled: !quiet && std::io::stderr().is_terminal(),
-            last: std::time::Instant::now(),
+            started: std::time::Instant::now(),
+            last: None,
             shown: false,
+            total: None,
         }
+    }
+
+    /// A new kind of count (a snapshot's rows, then batches' events): the
+    /// line shown so far is cleared and the rate starts again.
+    pub fn relabel(&mut self, label: &'static str) {
+        if label != self.label {
+            self.done();
+            self.label = label;
+            self.started = std::time::Instant::now();
+            self.last = None;
+            self.total = None;
+        }
+    }
+
+    /// What the count will reach, where it is known.
+    pub fn set_total(&mut self, total: u64) {
+        self.total = Some(total);
     }
 
     pub fn update(&mut self, n: u64) {
-        if self.enabled && self.last.elapsed() >= std::time::Duration::from_millis(250) {
-            self.last = std::time::Instant::now();
+        let due = self
+            .last
+            .is_none_or(|t| t.elapsed() >= std::time::Duration::from_millis(250));
+        if self.enabled && due {
+            self.last = Some(std::time::Instant::now());
             self.shown = true;
-            let _ = write!(std::io::stderr(), "\r{}: {n}", self.label);
+            let line = progress_line(self.label, n, self.total, self.started.elapsed());
+            // Rewritten in place; the rest of an older, longer line cleared.
+            let _ = write!(std::io::stderr(), "\r{line}\x1b[K");
         }
     }
 
+    /// Clear the line, so the summary that follows replaces it.
     pub fn done(&mut self) {
         if self.shown {
-            let _ = writeln!(std::io::stderr());
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
             self.shown = false;
         }
+    }
+}
+
+impl crate::source::Tally for Progress {
+    fn wants_total(&self) -> bool {
+        self.enabled
+    }
+    fn total(&mut self, rows: u64) {
+        self.set_total(rows);
+    }
+    fn count(&mut self, rows: u64) {
+        self.update(rows);
     }
 }
 
@@ -414,4 +486,22 @@ pub fn print_generated(tool: &str) -> Option<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::progress_line;
+    use std::time::Duration;
+
+    #[test]
+    fn the_line_has_count_rate_and_with_a_total_the_time_left() {
+        assert_eq!(
+            progress_line("events", 50_000, None, Duration::from_secs(2)),
+            "events: 50000, 25k/s"
+        );
+        assert_eq!(
+            progress_line("rows", 250, Some(1000), Duration::from_secs(1)),
+            "rows: 250 of 1000 (25%), 250/s, 3.00 s left"
+        );
+    }
 }

@@ -57,7 +57,11 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
     let (mut snapshots, mut rows) = (0u64, 0u64);
     let result = (|| -> anyhow::Result<()> {
         for p in cli::input_paths(&a.files) {
-            let base = total.applied;
+            let input = cli::open_input(p, limits)?;
+            let is_snapshot = matches!(input, Input::Snapshot(_));
+            // A snapshot loads rows, batches apply events: the line says which.
+            let base = if is_snapshot { rows } else { total.applied };
+            progress.relabel(if is_snapshot { "rows" } else { "events" });
             let base_batches = total.batches + snapshots;
             let verbose = a.verbose;
             let (mut seen_batches, mut seen_applied, mut batch_began) =
@@ -87,8 +91,6 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
                     crate::metrics::position(crate::metrics::position_of(c.sequence()));
                 }
             };
-            let input = cli::open_input(p, limits)?;
-            let is_snapshot = matches!(input, Input::Snapshot(_));
             let r = match input {
                 Input::Batches(mut r) => t.apply_stream(&mut r, &mut tick),
                 Input::Snapshot(mut r) => t.apply_snapshot(&mut r, &mut tick),

@@ -16,8 +16,8 @@ pub fn run(a: SnapshotArgs) -> anyhow::Result<ExitCode> {
         slot_timeout: Duration::from_secs(a.slot_timeout.max(1)),
     };
     let mut progress = Progress::new("rows", a.quiet);
-    let mut tick = |n| progress.update(n);
-    let mut write = |w: &mut dyn std::io::Write| source.snapshot(&req, w, &mut tick).map(|_| ());
+    let mut write =
+        |w: &mut dyn std::io::Write| source.snapshot(&req, w, &mut progress).map(|_| ());
     match cli::output_path(&a.output) {
         None => {
             let mut out = cli::stdout();

@@ -169,10 +169,30 @@ pub trait Source {
         &self,
         req: &SnapshotRequest,
         out: &mut dyn Write,
-        progress: &mut dyn FnMut(u64),
+        progress: &mut dyn Tally,
     ) -> Result<u64>;
     /// The tables for an audit (all, or the ones named).
     fn audit_rows(&self, tables: &[String]) -> Result<Box<dyn AuditRows>>;
+}
+
+/// What a long read reports as it goes: the rows so far and, where the
+/// source can say cheaply, how many there will be.
+pub trait Tally {
+    /// Whether anybody looks: a total is worth its query only then.
+    fn wants_total(&self) -> bool {
+        false
+    }
+    /// The rows there will be (exact or the catalog's estimate).
+    fn total(&mut self, _rows: u64) {}
+    /// The rows so far.
+    fn count(&mut self, rows: u64);
+}
+
+/// A tally nobody watches.
+pub struct NoTally;
+
+impl Tally for NoTally {
+    fn count(&mut self, _rows: u64) {}
 }
 
 /// Limits of one read, the same for every source: stop after `max_events`

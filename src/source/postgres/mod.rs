@@ -253,7 +253,7 @@ impl Source for PgSource {
         &self,
         req: &SnapshotRequest,
         out: &mut dyn Write,
-        progress: &mut dyn FnMut(u64),
+        progress: &mut dyn crate::source::Tally,
     ) -> Result<u64> {
         PgSource::snapshot(
             self,

@@ -13,7 +13,7 @@ impl PgSource {
         jobs: usize,
         slot_timeout: Duration,
         out: &mut dyn Write,
-        progress: &mut dyn FnMut(u64),
+        progress: &mut dyn crate::source::Tally,
     ) -> Result<u64> {
         runtime()?.block_on(async {
             let c = self.client("snapshot").await?;
@@ -89,6 +89,14 @@ impl PgSource {
                 schemas.push(schema);
                 classes.push(cls);
             }
+            if progress.wants_total() {
+                // The planner's estimate (reltuples): a count would read every table twice.
+                let names: Vec<String> = chosen.clone();
+                let est = row_estimate(&reader, &names).await;
+                if est > 0 {
+                    progress.total(est);
+                }
+            }
             let cursor = Cursor::new(id, sequence(consistent, 0));
             let mut w = SnapshotWriter::begin(out, json, &cursor, &schemas).map_err(io_out)?;
             let jobs = jobs.clamp(1, schemas.len().max(1));
@@ -100,7 +108,7 @@ impl PgSource {
                     while let Some(row) = rows.next().await? {
                         w.row(&row).map_err(io_out)?;
                         if w.count() % 65536 == 0 {
-                            progress(w.count());
+                            progress.count(w.count());
                         }
                     }
                 }
@@ -147,7 +155,7 @@ impl PgSource {
                         }
                         w.raw_row(&line[..line.len() - 1]).map_err(io_out)?;
                         if w.count() % 65536 == 0 {
-                            progress(w.count());
+                            progress.count(w.count());
                         }
                     }
                 }
@@ -157,7 +165,7 @@ impl PgSource {
                 let _ = sess.batch_execute("COMMIT").await;
             }
             drop(exporter);
-            progress(count);
+            progress.count(count);
             Ok(count)
         })
     }
@@ -272,4 +280,24 @@ impl CopyRows {
             }
         }
     }
+}
+
+/// The planner's row estimate of the tables, summed; 0 when unknown.
+async fn row_estimate(c: &Client, tables: &[String]) -> u64 {
+    let mut total = 0f64;
+    for t in tables {
+        let (s, n) = split_table(t);
+        let row = c
+            .query_opt(
+                "SELECT c.reltuples::float8 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2",
+                &[&s, &n],
+            )
+            .await;
+        match row {
+            // -1 (never analysed, PostgreSQL 14+) or an error: no total at all.
+            Ok(Some(r)) if r.get::<_, f64>(0) >= 0.0 => total += r.get::<_, f64>(0),
+            _ => return 0,
+        }
+    }
+    total as u64
 }

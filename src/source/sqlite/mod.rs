@@ -303,7 +303,7 @@ impl crate::source::Source for SqliteSource {
         &self,
         req: &crate::source::SnapshotRequest,
         out: &mut dyn Write,
-        progress: &mut dyn FnMut(u64),
+        progress: &mut dyn crate::source::Tally,
     ) -> Result<u64> {
         snapshot(&self.path, &req.tables, req.json, out, progress)
     }

@@ -11,7 +11,7 @@ pub fn snapshot(
     tables: &[String],
     json: bool,
     out: &mut dyn Write,
-    progress: &mut dyn FnMut(u64),
+    progress: &mut dyn crate::source::Tally,
 ) -> Result<u64> {
     let mut conn = open_existing(path)?;
     require_installed(&conn, path)?;
@@ -47,6 +47,21 @@ pub fn snapshot(
     }
     let cursor = Cursor::new(id, hw);
     let schemas: Vec<Schema> = chosen.iter().map(|t| t.schema.clone()).collect();
+    if progress.wants_total() {
+        // Exact: counted in the snapshot's own read transaction.
+        let mut total = 0u64;
+        for s in &schemas {
+            let n: i64 = tx
+                .query_row(
+                    &format!("SELECT count(*) FROM {}", quote_ident(&s.table)),
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(db_err("cannot count a table's rows"))?;
+            total += n.max(0) as u64;
+        }
+        progress.total(total);
+    }
     let mut w = SnapshotWriter::begin(out, json, &cursor, &schemas).map_err(io_out)?;
     for s in &schemas {
         let cols: Vec<String> = s.columns.iter().map(|c| quote_ident(&c.name)).collect();
@@ -67,13 +82,13 @@ pub fn snapshot(
                 })?;
             w.row(&row).map_err(io_out)?;
             if w.count() % 65536 == 0 {
-                progress(w.count());
+                progress.count(w.count());
             }
         }
     }
     let count = w.finish().map_err(io_out)?;
     tx.commit()
         .map_err(db_err("cannot end the read transaction"))?;
-    progress(count);
+    progress.count(count);
     Ok(count)
 }
