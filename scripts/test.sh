@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every test, on a fresh Debian machine: installs what the tests need
 # (sqlite3, sqldiff, PostgreSQL 15 with wal2json, clickhouse-server from
-# Debian's packages; systemd for systemd-analyze where it installs; jq),
+# Debian's packages; systemd for systemd-analyze where it installs; jq;
+# bash-completion, zsh and fish; openssl),
 # then runs the whole suite. Server tests start and stop their own servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,11 @@ need=()
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v sqldiff >/dev/null 2>&1 || need+=(sqlite3-tools)
 command -v jq >/dev/null 2>&1 || need+=(jq)
+# The completion tests drive the shells themselves; the TLS tests make a CA.
+[ -e /usr/share/bash-completion/bash_completion ] || need+=(bash-completion)
+command -v zsh >/dev/null 2>&1 || need+=(zsh)
+command -v fish >/dev/null 2>&1 || need+=(fish)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # PostgreSQL 15 with wal2json: the server tests start throwaway clusters.
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql-15)
 [ -e /usr/lib/postgresql/15/lib/wal2json.so ] || need+=(postgresql-15-wal2json)

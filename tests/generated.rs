@@ -300,15 +300,21 @@ fn man_pages_and_help_have_examples() {
     }
 }
 
-/// Drive bash's completion function as bash-completion would: the words
+/// Drive bash's completion as bash-completion does: its library loaded,
+/// the tool's script sourced, the function the script registered for the
+/// tool (`complete -p`, never a name guessed here) called with the words
 /// typed so far, the cursor on the last; what it offers.
 fn bash_complete(tool: &str, words: &[&str]) -> Vec<String> {
+    let library = "/usr/share/bash-completion/bash_completion";
+    assert!(
+        std::path::Path::new(library).exists(),
+        "bash-completion is not installed (scripts/test.sh installs it)"
+    );
     let script = root().join(format!("completions/{tool}.bash"));
-    let func = format!("_{}", tool.replace('-', "__"));
     let n = words.len() - 1;
     let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
     let prog = format!(
-        "source '{}'; COMP_WORDS=({}); COMP_CWORD={n}; COMP_LINE='{}'; {func} '{tool}' '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        "source {library}; source '{}'; spec=$(complete -p '{tool}') || exit 3; func=${{spec##*-F }}; func=${{func%% *}}; COMP_WORDS=({}); COMP_CWORD={n}; COMP_LINE='{}'; COMP_POINT=${{#COMP_LINE}}; \"$func\" '{tool}' '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
         script.display(),
         quoted.join(" "),
         words.join(" "),
@@ -340,6 +346,79 @@ fn bash_completion_completes_subcommands_and_their_options() {
     assert!(opts.contains(&"--target".to_string()), "{opts:?}");
     let opts = bash_complete("mooncdc-merge", &["mooncdc-merge", "--output-f"]);
     assert_eq!(opts, ["--output-format"]);
+}
+
+/// What zsh's completion system offers for a line typed then Tab, in an
+/// interactive zsh on a pseudo-terminal (tests/shell/zsh_complete.zsh).
+fn zsh_complete(line: &str) -> Vec<String> {
+    let out = std::process::Command::new("zsh")
+        .arg("-f")
+        .arg(root().join("tests/shell/zsh_complete.zsh"))
+        .arg(root().join("completions"))
+        .arg(line)
+        .output()
+        .expect("zsh runs (scripts/test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "zsh did not complete {line:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// What fish offers (`complete -C`) for a line, with the tool's script loaded.
+fn fish_complete(tool: &str, line: &str) -> Vec<String> {
+    let script = root().join(format!("completions/{tool}.fish"));
+    let out = std::process::Command::new("fish")
+        .args(["--no-config", "-c"])
+        .arg(format!(
+            "source {}; complete -C {}",
+            script.display(),
+            shell_quote(line)
+        ))
+        .output()
+        .expect("fish runs (scripts/test.sh installs it)");
+    assert!(out.status.success(), "fish: {out:?}");
+    // Each line is a match, then a tab and its description.
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split('\t').next().unwrap_or("").to_string())
+        .collect()
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "\\'"))
+}
+
+/// The same questions as for bash, asked of zsh and fish.
+#[test]
+fn zsh_and_fish_completion_complete_subcommands_and_their_options() {
+    type Ask = dyn Fn(&str, &str) -> Vec<String>;
+    let shells: [(&str, Box<Ask>); 2] = [
+        (
+            "zsh",
+            Box::new(|_tool: &str, line: &str| zsh_complete(line)),
+        ),
+        ("fish", Box::new(fish_complete)),
+    ];
+    for (shell, ask) in &shells {
+        let subs = ask("mooncdc-capture", "mooncdc-capture st");
+        assert!(subs.contains(&"status".to_string()), "{shell}: {subs:?}");
+        let opts = ask("mooncdc-capture", "mooncdc-capture status --");
+        assert!(
+            opts.contains(&"--source".to_string()) && opts.contains(&"--slot".to_string()),
+            "{shell}: {opts:?}"
+        );
+        let opts = ask("mooncdc-apply", "mooncdc-apply cursor --");
+        assert!(opts.contains(&"--target".to_string()), "{shell}: {opts:?}");
+        let opts = ask("mooncdc-merge", "mooncdc-merge --output-f");
+        assert_eq!(opts, ["--output-format"], "{shell}");
+        let values = ask("mooncdc-merge", "mooncdc-merge --output-format ");
+        assert_eq!(values, ["json", "jsonl", "objects"], "{shell}");
+    }
 }
 
 /// Each binary prints its committed completions and man page, so installing

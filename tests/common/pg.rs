@@ -281,6 +281,36 @@ impl Cluster {
         )
     }
 
+    /// Turn TLS on with this certificate and key (`ssl = on`, reloaded) and
+    /// log every connection, so a test can read whether it used TLS.
+    pub fn enable_tls(&self, cert: &Path, key: &Path) {
+        for (from, name) in [(cert, "server.crt"), (key, "server.key")] {
+            let to = self.data().join(name);
+            std::fs::copy(from, &to).expect("copy the server's certificate or key");
+            if self.as_root {
+                run_checked(
+                    Command::new("chown").arg("postgres:postgres").arg(&to),
+                    "chown the certificate",
+                );
+            }
+            run_checked(
+                Command::new("chmod").arg("600").arg(&to),
+                "chmod the certificate",
+            );
+        }
+        self.admin("ALTER SYSTEM SET ssl = on");
+        self.admin("ALTER SYSTEM SET log_connections = on");
+        self.admin("SELECT pg_reload_conf()");
+        // The reload is asynchronous: wait until new sessions see it.
+        for _ in 0..100 {
+            if self.admin("SHOW ssl").trim() == "on" {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("ssl did not turn on:\n{}", self.log());
+    }
+
     /// `pg_ctl restart -m MODE` (`immediate`: a crash and recovery), waiting
     /// until the server accepts connections again.
     pub fn restart(&self, mode: &str) {

@@ -173,9 +173,10 @@ impl ReplClient {
                     .map_err(|e| match e.kind() {
                         // A certificate or protocol failure is a refusal;
                         // a reset or an early end is the network's.
-                        std::io::ErrorKind::InvalidData => {
-                            ReplError::Tls(format!("TLS handshake failed: {e}"))
-                        }
+                        std::io::ErrorKind::InvalidData => ReplError::Tls(
+                            super::tls::explain(&e, conn)
+                                .unwrap_or_else(|| format!("TLS handshake failed: {e}")),
+                        ),
                         _ => ReplError::Io(e),
                     })?;
                 Box::new(tls)

@@ -9,10 +9,15 @@ pub async fn connect_client(conn: &PgConn, role: &str) -> Result<Client> {
     let tls = conn.tls()?;
     let config = conn.tokio_config(role);
     let connecting = async {
-        config
-            .connect(tls)
-            .await
-            .map_err(|e| pg_err(&format!("cannot connect to {}", conn.display()))(e))
+        config.connect(tls).await.map_err(|e| {
+            let what = format!("cannot connect to {}", conn.display());
+            match super::tls::explain(&e, conn) {
+                Some(text) => {
+                    Error::new(ErrorKind::Tls, what).with_source(Cause { text, inner: e })
+                }
+                None => pg_err(&what)(e),
+            }
+        })
     };
     let (client, connection) = match tokio::time::timeout(conn.connect_timeout, connecting).await {
         Ok(r) => r?,

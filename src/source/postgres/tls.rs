@@ -157,3 +157,53 @@ impl ServerCertVerifier for ChainOnly {
         self.0.supported_verify_schemes()
     }
 }
+
+/// A TLS failure in plain words with the way out, where `e` (or an error
+/// inside it, io::Error wrappers included) is a rustls error; `None` otherwise.
+pub fn explain(e: &(dyn std::error::Error + 'static), conn: &PgConn) -> Option<String> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(r) = err.downcast_ref::<rustls::Error>() {
+            return Some(words(r, conn));
+        }
+        if let Some(inner) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            if let Some(r) = inner.downcast_ref::<rustls::Error>() {
+                return Some(words(r, conn));
+            }
+        }
+        cur = err.source();
+    }
+    None
+}
+
+fn words(e: &rustls::Error, conn: &PgConn) -> String {
+    use rustls::CertificateError as C;
+    let roots = match &conn.sslrootcert {
+        Some(p) => format!("the CA certificates in sslrootcert ({})", p.display()),
+        None => "the Mozilla root bundle (no sslrootcert given)".to_string(),
+    };
+    match e {
+        rustls::Error::InvalidCertificate(c) => match c {
+            C::UnknownIssuer | C::BadSignature => format!(
+                "TLS: the server's certificate is not signed by {roots}; give sslrootcert=<the CA's certificate> (or PGSSLROOTCERT), or sslmode=require to encrypt without checking the certificate"
+            ),
+            C::NotValidForName | C::NotValidForNameContext { .. } => format!(
+                "TLS: the server's certificate does not name host {:?}; connect with a host name the certificate holds, or use sslmode=verify-ca to check the chain but not the name",
+                conn.host
+            ),
+            C::Expired | C::ExpiredContext { .. } => {
+                "TLS: the server's certificate has expired".to_string()
+            }
+            C::NotValidYet | C::NotValidYetContext { .. } => {
+                "TLS: the server's certificate is not valid yet (is this machine's clock right?)"
+                    .to_string()
+            }
+            C::Revoked => "TLS: the server's certificate is revoked".to_string(),
+            other => format!("TLS: the server's certificate is refused: {other}"),
+        },
+        other => format!("TLS handshake failed: {other}"),
+    }
+}
