@@ -58,7 +58,7 @@ fn timestamp() -> String {
 }
 
 /// Write one message at `level` (`info`, `warn`, `error`) with `fields`.
-pub fn write(level: &str, message: &str, fields: &[(&str, String)]) {
+pub fn write(level: &str, message: &str, fields: &[(&str, serde_json::Value)]) {
     let line = if JSON.load(Ordering::Relaxed) {
         let mut o = serde_json::Map::new();
         o.insert("ts".into(), timestamp().into());
@@ -66,7 +66,7 @@ pub fn write(level: &str, message: &str, fields: &[(&str, String)]) {
         o.insert("tool".into(), tool().into());
         o.insert("message".into(), message.into());
         for (k, v) in fields {
-            o.insert((*k).into(), v.clone().into());
+            o.insert((*k).into(), v.clone());
         }
         serde_json::Value::Object(o).to_string()
     } else {
@@ -98,7 +98,7 @@ pub fn info(message: &str) {
     }
 }
 
-pub fn warn(message: &str, fields: &[(&str, String)]) {
+pub fn warn(message: &str, fields: &[(&str, serde_json::Value)]) {
     write("warn", message, fields);
 }
 

@@ -1058,7 +1058,8 @@ fn a_compacted_batch_across_the_cursor_is_refused() {
 }
 
 /// `--log-format json`: one JSON object per line on standard error, with a
-/// timestamp, level, tool, message and fields; errors carry their kind.
+/// timestamp, level, tool, message and fields (the summary's counts as
+/// numbers); errors carry their kind.
 #[test]
 fn json_logs_are_one_object_per_line() {
     let db = Dbs::new();
@@ -1078,7 +1079,13 @@ fn json_logs_are_one_object_per_line() {
         .expect("a summary line");
     assert_eq!(summary["level"], "info");
     assert_eq!(summary["tool"], "mooncdc-apply");
-    assert_eq!(summary["events_applied"], "1");
+    // Counts are JSON numbers; the cursor is the cursor's own JSON.
+    assert_eq!(summary["events_applied"], 1);
+    assert_eq!(summary["batches"], 1);
+    assert_eq!(summary["events_skipped"], 0);
+    assert_eq!(summary["rows_loaded"], 0);
+    assert!(summary["elapsed_s"].as_f64().is_some(), "{summary}");
+    assert_eq!(summary["cursor"]["sequence"], "1", "{summary}");
     assert!(summary["message"]
         .as_str()
         .unwrap()

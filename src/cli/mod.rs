@@ -164,7 +164,7 @@ pub fn run_with(
             crate::log::write(
                 "error",
                 msg.strip_prefix(&format!("{tool}: ")).unwrap_or(&msg),
-                &[("kind", kind)],
+                &[("kind", kind.into())],
             );
             if usage {
                 ExitCode::from(2)

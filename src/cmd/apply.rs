@@ -79,7 +79,11 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
                             crate::log::count(s.applied - seen_applied, "event", "events"),
                             crate::log::elapsed(batch_began.elapsed())
                         ),
-                        &[("event", "batch".into()), ("end", end.clone())],
+                        &[
+                            ("event", "batch".into()),
+                            ("end", end.clone().into()),
+                            ("events_applied", (s.applied - seen_applied).into()),
+                        ],
                     );
                     seen_batches = s.batches;
                     seen_applied = s.applied;
@@ -150,10 +154,20 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         ),
         &[
             ("event", "summary".into()),
-            ("batches", total.batches.to_string()),
-            ("events_applied", total.applied.to_string()),
-            ("events_skipped", total.skipped.to_string()),
-            ("rows_loaded", rows.to_string()),
+            ("snapshots", snapshots.into()),
+            ("rows_loaded", rows.into()),
+            ("batches", total.batches.into()),
+            ("events_applied", total.applied.into()),
+            ("events_skipped", total.skipped.into()),
+            ("elapsed_s", began.elapsed().as_secs_f64().into()),
+            (
+                "cursor",
+                total
+                    .cursor
+                    .as_ref()
+                    .and_then(|c| serde_json::from_str(&c.to_json()).ok())
+                    .unwrap_or(serde_json::Value::Null),
+            ),
         ],
     );
     result?;

@@ -55,7 +55,7 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
                         .map_or("other".to_string(), |c| {
                             format!("{:?}", c.kind()).to_lowercase()
                         });
-                    crate::log::write("error", &format!("{e:#}"), &[("kind", kind)]);
+                    crate::log::write("error", &format!("{e:#}"), &[("kind", kind.into())]);
                     return Ok(ExitCode::from(2));
                 }
             };

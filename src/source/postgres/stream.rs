@@ -470,8 +470,8 @@ impl PgSource {
                     ),
                     &[
                         ("event", "reconnecting".into()),
-                        ("attempt", retries.to_string()),
-                        ("delay_ms", delay.as_millis().to_string()),
+                        ("attempt", retries.into()),
+                        ("delay_ms", (delay.as_millis() as u64).into()),
                     ],
                 );
                 let until = std::time::Instant::now() + delay;
