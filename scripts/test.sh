@@ -53,4 +53,15 @@ fi
 
 # The example application writes the sample databases some tests use.
 cargo build --quiet --example sample_app
-cargo test --no-fail-fast "$@"
+status=0
+cargo test --no-fail-fast "$@" || status=$?
+# The fuzz targets' bodies over their committed seeds and the golden
+# fixtures (docs/FUZZING.md): no input may panic, and the fast paths for
+# canonical lines must agree with the strict decoder on every one.
+if [ $# -eq 0 ]; then
+  cargo run --quiet --manifest-path fuzz/Cargo.toml --no-default-features --target-dir target \
+    --bin replay -- all || status=1
+  cargo run --quiet --manifest-path fuzz/Cargo.toml --no-default-features --target-dir target \
+    --bin replay -- batch_jsonl tests/data/v1/valid tests/data/v1/invalid || status=1
+fi
+exit $status

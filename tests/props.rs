@@ -693,6 +693,64 @@ proptest! {
     }
 }
 
+// The decoders' fast path for canonical lines (src/wire/fast.rs) never
+// disagrees with the strict decoder: on canonical lines it gives the same
+// event, and on lines one byte away from canonical (mutated, deleted or
+// inserted) it either gives what the strict decoder gives or declines.
+proptest! {
+    #![proptest_config(config(400))]
+
+    #[test]
+    fn fast_path_agrees_with_the_strict_decoder(
+        b in batch_strategy(4, false),
+        at in any::<Index>(),
+        byte in prop_oneof![Just(b'"'), Just(b'\\'), Just(b','), Just(b']'), Just(b'0'), Just(b'9'), Just(b'-'), Just(b'e'), Just(b' '), any::<u8>()],
+        how in 0u8..3,
+    ) {
+        let strict = |line: &[u8]| -> Option<Event> {
+            let rec = mooncdc::wire::jsonl::parse_record(line).ok()?;
+            match mooncdc::wire::batch::batch_item(rec).ok()? {
+                Item::Event(e) => Some(e),
+                _ => None,
+            }
+        };
+        for e in &b.events {
+            let mut line = Vec::new();
+            mooncdc::wire::batch::write_event_line(&mut line, e);
+            line.pop();
+            let fast = mooncdc::wire::fast::event_line(&line);
+            let meta = mooncdc::wire::fast::event_meta(&line);
+            // Truncates are left to the strict decoder, and table names
+            // with escapes to it when values are only checked.
+            if !e.operation.is_truncate() {
+                prop_assert!(fast.as_ref().is_some_and(|f| events_same(f, e)), "canonical line declined or changed: {}", String::from_utf8_lossy(&line));
+                let plain_table = !e.table.bytes().any(|c| c < 0x20 || c == b'"' || c == b'\\');
+                prop_assert!(meta.is_some_and(|m| m.sequence == e.sequence) || !plain_table, "canonical line declined: {}", String::from_utf8_lossy(&line));
+            }
+            let i = at.index(line.len());
+            match how {
+                0 => line[i] = byte,
+                1 => { line.remove(i); }
+                _ => line.insert(i, byte),
+            }
+            if let Some(f) = mooncdc::wire::fast::event_line(&line) {
+                let s = strict(&line);
+                prop_assert!(s.as_ref().is_some_and(|s| events_same(s, &f)), "fast path accepted {} as {:?}, strict: {:?}", String::from_utf8_lossy(&line), f, s);
+            }
+            if let Some(m) = mooncdc::wire::fast::event_meta(&line) {
+                let s = strict(&line);
+                let fits = s.as_ref().is_some_and(|s| {
+                    s.sequence == m.sequence
+                        && s.table.as_bytes() == &line[m.table.0..m.table.1]
+                        && s.before.as_ref().map(Vec::len) == m.before
+                        && s.after.as_ref().map(Vec::len) == m.after
+                });
+                prop_assert!(fits, "checking-only path accepted {} as {:?}, strict: {:?}", String::from_utf8_lossy(&line), m, s);
+            }
+        }
+    }
+}
+
 // ------------------------------------------------------------------ 4. split and merge
 
 fn run_split(

@@ -56,6 +56,29 @@ fn read_batch_stream(data: &[u8], limits: Limits) -> Result<Vec<Item>, String> {
     }
 }
 
+/// One line decoded by the strict decoder alone, if it is an event record.
+fn strict_event(line: &[u8]) -> Option<mooncdc::wire::Event> {
+    let rec = mooncdc::wire::jsonl::parse_record(line).ok()?;
+    match mooncdc::wire::batch::batch_item(rec).ok()? {
+        Item::Event(e) => Some(e),
+        _ => None,
+    }
+}
+
+/// Drain a JSONL batch stream as split and merge read it (lean events).
+fn read_lean(data: &[u8]) -> Result<Vec<u8>, String> {
+    let mut r = BatchStreamReader::jsonl(Cursor::new(data), "fuzz", Limits::default());
+    let mut kinds = Vec::new();
+    loop {
+        match r.next_lean() {
+            Ok(Some(mooncdc::wire::batch::Lean::Event(_))) => kinds.push(b'e'),
+            Ok(Some(mooncdc::wire::batch::Lean::Item(_))) => kinds.push(b'i'),
+            Ok(None) => return Ok(kinds),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 fn encode_batch_stream(items: &[Item]) -> Vec<u8> {
     let mut out = Vec::new();
     for item in items {
@@ -63,6 +86,7 @@ fn encode_batch_stream(items: &[Item]) -> Vec<u8> {
             Item::Header(h) => write_header_line(&mut out, h),
             Item::Event(e) => write_event_line(&mut out, e),
             Item::Commit(c) => write_commit_line(&mut out, c),
+            Item::Schema(c) => mooncdc::wire::batch::write_schema_line(&mut out, c),
         }
     }
     out
@@ -92,6 +116,38 @@ pub fn batch_jsonl(data: &[u8]) {
             "re-encoded batch stream does not decode to the same items"
         );
     }
+
+    // The fast paths for canonical lines never disagree with the strict
+    // decoder, line by line and over the whole stream.
+    for line in data.split(|&b| b == b'\n') {
+        let strict = strict_event(line);
+        if let Some(e) = mooncdc::wire::fast::event_line(line) {
+            assert_eq!(
+                Some(&e),
+                strict.as_ref(),
+                "fast path and strict decoder differ"
+            );
+        }
+        if let Some(m) = mooncdc::wire::fast::event_meta(line) {
+            let e = strict.expect("checking-only path accepted what the strict decoder refuses");
+            assert_eq!(
+                (
+                    e.sequence,
+                    e.table.as_bytes(),
+                    e.before.map(|r| r.len()),
+                    e.after.map(|r| r.len())
+                ),
+                (m.sequence, &line[m.table.0..m.table.1], m.before, m.after),
+                "checking-only path and strict decoder differ"
+            );
+        }
+    }
+    let lean = read_lean(data);
+    assert_eq!(
+        lean.as_ref().map(|v| v.len()),
+        stream.as_ref().map(|v| v.len()),
+        "the lean reader and the item reader differ"
+    );
 
     // Tighter limits may only refuse more, never accept differently.
     if let Ok(tight) = read_batch_stream(data, tight_limits(data)) {
@@ -149,8 +205,15 @@ pub fn batch_jsonl(data: &[u8]) {
                 encode_batch_stream(items),
                 "BatchDecoder and BatchStreamReader decode the same batch differently"
             );
-            // The JSON form carries the same batch.
-            let json = batch.to_json();
+            // The JSON form carries the same batch (one without schema
+            // records: the JSON form cannot hold them, and says so).
+            let Some(json) = batch.to_json() else {
+                assert!(
+                    items.iter().any(|i| matches!(i, Item::Schema(_))),
+                    "a batch without schema records has no JSON form"
+                );
+                return;
+            };
             let json_text = std::str::from_utf8(&json).expect("JSON output is UTF-8");
             let back = Batch::from_json(json_text)
                 .unwrap_or_else(|e| panic!("batch re-encoded as JSON is refused: {e}"));

@@ -13,7 +13,7 @@
 use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
 use super::BatchSink;
 use crate::error::{Error, Result};
-use crate::wire::batch::{write_event_line, write_schema_line};
+use crate::wire::batch::{write_event_line, write_schema_line, Lean};
 use crate::wire::{BatchStreamReader, Commit, Header, Item, Schema};
 use std::collections::{BTreeSet, HashMap};
 use std::io::BufRead;
@@ -93,8 +93,20 @@ pub fn merge<R: BufRead>(
         loop {
             let item = match held.pop() {
                 Some(i) => i,
-                None => match r.next_item()? {
-                    Some(i) => i,
+                None => match r.next_lean()? {
+                    // An event on a canonical line is written through, never built.
+                    Some(Lean::Event(_)) => {
+                        if !current_has_schemas {
+                            uncovered.insert(r.lean_table().to_string());
+                        }
+                        line.clear();
+                        line.extend_from_slice(r.canonical_line().expect("a lean event's line"));
+                        line.push(b'\n');
+                        spool.push(&line)?;
+                        stats.events += 1;
+                        continue;
+                    }
+                    Some(Lean::Item(i)) => i,
                     None => break,
                 },
             };
@@ -131,7 +143,14 @@ pub fn merge<R: BufRead>(
                         uncovered.insert(e.table.clone());
                     }
                     line.clear();
-                    write_event_line(&mut line, &e);
+                    // A canonical line is written through; others are encoded.
+                    match r.canonical_line() {
+                        Some(l) => {
+                            line.extend_from_slice(l);
+                            line.push(b'\n');
+                        }
+                        None => write_event_line(&mut line, &e),
+                    }
                     spool.push(&line)?;
                     stats.events += 1;
                 }

@@ -16,7 +16,7 @@ use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
 use super::BatchSink;
 use crate::error::{Error, Result};
 use crate::wire::batch::{
-    write_commit_line, write_event_line, write_header_line, write_schema_line,
+    write_commit_line, write_event_line, write_header_line, write_schema_line, Lean,
 };
 use crate::wire::{
     BatchStreamReader, Commit, Cursor, Header, Item, Schema, SchemaChange, Sequence,
@@ -77,8 +77,66 @@ pub fn split<R: BufRead>(
     let mut pending: Vec<SchemaChange> = Vec::new();
     let mut pending_lines: Vec<u8> = Vec::new();
 
-    while let Some(item) = input.next_item()? {
-        match item {
+    while let Some(lean) = input.next_lean()? {
+        // An event on a canonical line is written through, never built.
+        let (item, event) = match lean {
+            Lean::Event(seq) => (None, Some((seq, None))),
+            Lean::Item(Item::Event(e)) => (None, Some((e.sequence, Some(e)))),
+            Lean::Item(i) => (Some(i), None),
+        };
+        if let Some((sequence, built)) = event {
+            let h = header.as_ref().expect("validated stream");
+            line.clear();
+            line.extend_from_slice(&pending_lines);
+            match (input.canonical_line(), &built) {
+                (Some(l), _) => {
+                    line.extend_from_slice(l);
+                    line.push(b'\n');
+                }
+                (None, Some(e)) => write_event_line(&mut line, e),
+                (None, None) => unreachable!("a lean event has its canonical line"),
+            }
+            let len = line.len() as u64;
+            if count > 0 {
+                let over_events = opts.max_events.is_some_and(|n| count + 1 > n);
+                let over_bytes = opts.max_bytes.is_some_and(|b| {
+                    header_len
+                        + bytes
+                        + len
+                        + commit_base
+                        + itoa::Buffer::new().format(count + 1).len() as u64
+                        > b
+                });
+                if over_events || over_bytes {
+                    cuts.push(Cut {
+                        end: last,
+                        count,
+                        bytes,
+                        schemas: std::mem::replace(&mut piece_schemas, current.clone()),
+                    });
+                    count = 0;
+                    bytes = 0;
+                    header_len = header_size(h, last, &piece_schemas, &mut scratch);
+                }
+            }
+            for c in pending.drain(..) {
+                let list = current
+                    .as_mut()
+                    .expect("validated: schema records need schemas");
+                match list.iter_mut().find(|s| s.table == c.schema.table) {
+                    Some(s) => *s = c.schema,
+                    None => list.push(c.schema),
+                }
+            }
+            pending_lines.clear();
+            spool.push(&line)?;
+            count += 1;
+            bytes += len;
+            last = sequence;
+            stats.events += 1;
+            continue;
+        }
+        match item.expect("an item when not an event") {
             Item::Header(h) => {
                 count = 0;
                 bytes = 0;
@@ -97,50 +155,7 @@ pub fn split<R: BufRead>(
                 write_schema_line(&mut pending_lines, &c);
                 pending.push(c);
             }
-            Item::Event(e) => {
-                let h = header.as_ref().expect("validated stream");
-                line.clear();
-                line.extend_from_slice(&pending_lines);
-                write_event_line(&mut line, &e);
-                let len = line.len() as u64;
-                if count > 0 {
-                    let over_events = opts.max_events.is_some_and(|n| count + 1 > n);
-                    let over_bytes = opts.max_bytes.is_some_and(|b| {
-                        header_len
-                            + bytes
-                            + len
-                            + commit_base
-                            + itoa::Buffer::new().format(count + 1).len() as u64
-                            > b
-                    });
-                    if over_events || over_bytes {
-                        cuts.push(Cut {
-                            end: last,
-                            count,
-                            bytes,
-                            schemas: std::mem::replace(&mut piece_schemas, current.clone()),
-                        });
-                        count = 0;
-                        bytes = 0;
-                        header_len = header_size(h, last, &piece_schemas, &mut scratch);
-                    }
-                }
-                for c in pending.drain(..) {
-                    let list = current
-                        .as_mut()
-                        .expect("validated: schema records need schemas");
-                    match list.iter_mut().find(|s| s.table == c.schema.table) {
-                        Some(s) => *s = c.schema,
-                        None => list.push(c.schema),
-                    }
-                }
-                pending_lines.clear();
-                spool.push(&line)?;
-                count += 1;
-                bytes += len;
-                last = e.sequence;
-                stats.events += 1;
-            }
+            Item::Event(_) => unreachable!("events are handled above"),
             Item::Commit(c) => {
                 // Schema records at the end belong to the batch's end: they
                 // go into the last piece.

@@ -202,6 +202,23 @@ impl Validator {
     }
 
     pub fn event(&mut self, e: &Event) -> Result<()> {
+        self.event_parts(
+            e.sequence,
+            &e.table,
+            e.before.as_ref().map(Vec::len),
+            e.after.as_ref().map(Vec::len),
+        )
+    }
+
+    /// [`Validator::event`] from an event's parts: its sequence, table and
+    /// image widths (what the rules look at).
+    pub fn event_parts(
+        &mut self,
+        sequence: Sequence,
+        table: &str,
+        before: Option<usize>,
+        after: Option<usize>,
+    ) -> Result<()> {
         let Some(open) = self.open.as_mut() else {
             return Err(Error::data(if self.batches == 0 {
                 "event before the header (the header must come first)"
@@ -209,71 +226,67 @@ impl Validator {
                 "event after the commit (a batch ends at its commit; a new batch needs a header)"
             }));
         };
-        if e.sequence <= open.last {
+        if sequence <= open.last {
             return Err(Error::data(if open.count == 0 {
                 format!(
                     "event sequence {} is not after the batch start {}",
-                    e.sequence, open.last
+                    sequence, open.last
                 )
             } else {
                 format!(
                     "event sequence {} does not increase (previous event {})",
-                    e.sequence, open.last
+                    sequence, open.last
                 )
             }));
         }
-        if e.sequence > open.high_water {
+        if sequence > open.high_water {
             return Err(Error::data(format!(
                 "event sequence {} is beyond high_water {}",
-                e.sequence, open.high_water
+                sequence, open.high_water
             )));
         }
         if let Some(shapes) = &open.shapes {
-            let Some(shape) = shapes.get(&e.table) else {
+            let Some(shape) = shapes.get(table) else {
                 return Err(Error::data(format!(
                     "event {} is for table {:?}, which has no schema in the header",
-                    e.sequence, e.table
+                    sequence, table
                 )));
             };
-            for (name, img) in [("before", &e.before), ("after", &e.after)] {
-                if let Some(row) = img {
-                    if row.len() != shape.width {
+            for (name, img) in [("before", before), ("after", after)] {
+                if let Some(len) = img {
+                    if len != shape.width {
                         return Err(Error::data(format!(
                             "event {} {} image has {} values but table {:?} has {} columns",
-                            e.sequence,
-                            name,
-                            row.len(),
-                            e.table,
-                            shape.width
+                            sequence, name, len, table, shape.width
                         )));
                     }
                 }
             }
         }
         if open.shapes.is_none() {
-            for (name, img) in [("before", &e.before), ("after", &e.after)] {
-                if let Some(row) = img {
-                    let w = match open.widths.get(&e.table) {
+            for (name, img) in [("before", before), ("after", after)] {
+                if let Some(len) = img {
+                    let w = match open.widths.get(table) {
                         Some(&w) => w,
                         None => {
-                            open.widths.insert(e.table.clone(), row.len());
-                            row.len()
+                            open.widths.insert(table.to_string(), len);
+                            len
                         }
                     };
-                    if row.len() != w {
+                    if len != w {
                         return Err(Error::data(format!(
                             "event {} {} image has {} values but earlier images of table {:?} have {}",
-                            e.sequence,
+                            sequence,
                             name,
-                            row.len(),
-                            e.table,
+                            len,
+                            table,
                             w
                         )));
                     }
                 }
             }
         }
-        open.last = e.sequence;
+        open.last = sequence;
         open.count += 1;
         Ok(())
     }
@@ -604,4 +617,4 @@ pub fn write_json_open(out: &mut Vec<u8>, h: &Header, end: &Cursor) {
 }
 
 pub use super::decoder::BatchDecoder;
-pub use super::stream::{read_document, BatchStreamReader};
+pub use super::stream::{read_document, BatchStreamReader, Lean};

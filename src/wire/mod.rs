@@ -5,6 +5,7 @@
 pub mod batch;
 mod decoder;
 pub mod detect;
+pub mod fast;
 pub mod jsonl;
 pub mod model;
 mod real;

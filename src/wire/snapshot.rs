@@ -339,15 +339,19 @@ impl<R: BufRead> SnapshotReader<R> {
                         .map(|_| None)
                         .map_err(|e| e.in_file(&name));
                 }
-                let rec = parse_record(&self.buf).and_then(snapshot_item);
-                let item = match rec {
-                    Ok(i) => i,
-                    Err(e) => return Err(lines.error(e)),
+                let item = match super::fast::row_line(&self.buf) {
+                    Some((table, row)) => SnapItem::Row { table, row },
+                    None => match parse_record(&self.buf).and_then(snapshot_item) {
+                        Ok(i) => i,
+                        Err(e) => return Err(lines.error(e)),
+                    },
                 };
-                let line = lines.line_number();
-                let name = lines.name().to_string();
-                self.check(&item)
-                    .map_err(|e| e.in_file(&name).at_line(line))?;
+                if let Err(e) = self.check(&item) {
+                    let SnapSrc::Lines(lines) = &self.src else {
+                        unreachable!("reading lines")
+                    };
+                    return Err(lines.error(e));
+                }
                 Ok(Some(item))
             }
             SnapSrc::Doc { name, items } => {

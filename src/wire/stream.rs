@@ -17,6 +17,18 @@ pub struct BatchStreamReader<R> {
     src: Src<R>,
     validator: Validator,
     buf: Vec<u8>,
+    /// Whether the last item was an event read from a canonical line.
+    canonical: bool,
+    /// The byte range of the table name of the last lean event in `buf`.
+    table: (usize, usize),
+}
+
+/// An item as [`BatchStreamReader::next_lean`] gives it.
+#[derive(Debug)]
+pub enum Lean {
+    /// An event on a canonical line, checked, not built: its sequence.
+    Event(crate::wire::Sequence),
+    Item(Item),
 }
 
 enum Src<R> {
@@ -37,6 +49,8 @@ impl<R: BufRead> BatchStreamReader<R> {
             src: Src::Lines(LineReader::new(inner, name, limits)),
             validator: Validator::new(),
             buf: Vec::new(),
+            canonical: false,
+            table: (0, 0),
         }
     }
 
@@ -61,6 +75,8 @@ impl<R: BufRead> BatchStreamReader<R> {
             },
             validator: Validator::new(),
             buf: Vec::new(),
+            canonical: false,
+            table: (0, 0),
         })
     }
 
@@ -94,8 +110,38 @@ impl<R: BufRead> BatchStreamReader<R> {
         self.validator.batches()
     }
 
+    /// The line of the last item, when it was an event whose line is
+    /// already canonical (what `write_event_line` would write, without the
+    /// newline): a writer can copy it instead of encoding the event again.
+    pub fn canonical_line(&self) -> Option<&[u8]> {
+        self.canonical.then_some(&self.buf[..])
+    }
+
     /// The next validated item, or `None` at a clean end of input.
     pub fn next_item(&mut self) -> Result<Option<Item>> {
+        Ok(self.next(false)?.map(|lean| match lean {
+            Lean::Item(i) => i,
+            Lean::Event(_) => unreachable!("events are built unless asked otherwise"),
+        }))
+    }
+
+    /// Like [`BatchStreamReader::next_item`], for a tool that writes events
+    /// through unchanged: an event on a canonical line comes back as its
+    /// sequence only, every rule checked but its values not built; its line
+    /// is [`BatchStreamReader::canonical_line`], its table
+    /// [`BatchStreamReader::lean_table`]. Other events come back built.
+    pub fn next_lean(&mut self) -> Result<Option<Lean>> {
+        self.next(true)
+    }
+
+    /// The table of the event [`BatchStreamReader::next_lean`] returned last
+    /// as [`Lean::Event`].
+    pub fn lean_table(&self) -> &str {
+        std::str::from_utf8(&self.buf[self.table.0..self.table.1]).unwrap_or_default()
+    }
+
+    fn next(&mut self, lean: bool) -> Result<Option<Lean>> {
+        self.canonical = false;
         match &mut self.src {
             Src::Lines(lines) => {
                 if !lines.next_line(&mut self.buf)? {
@@ -106,6 +152,23 @@ impl<R: BufRead> BatchStreamReader<R> {
                         .finish()
                         .map(|_| None)
                         .map_err(|e| e.in_file(lines.name()).at_line(at));
+                }
+                if lean {
+                    if let Some(m) = super::fast::event_meta(&self.buf) {
+                        let table = std::str::from_utf8(&self.buf[m.table.0..m.table.1])
+                            .map_err(|_| lines.error(Error::data("line is not valid UTF-8")))?;
+                        self.validator
+                            .event_parts(m.sequence, table, m.before, m.after)
+                            .map_err(|err| lines.error(err))?;
+                        self.canonical = true;
+                        self.table = m.table;
+                        return Ok(Some(Lean::Event(m.sequence)));
+                    }
+                }
+                if let Some(e) = super::fast::event_line(&self.buf) {
+                    self.validator.event(&e).map_err(|err| lines.error(err))?;
+                    self.canonical = true;
+                    return Ok(Some(Lean::Item(Item::Event(e))));
                 }
                 let item = parse_record(&self.buf)
                     .and_then(batch_item)
@@ -119,7 +182,7 @@ impl<R: BufRead> BatchStreamReader<R> {
                         Ok(item)
                     })
                     .map_err(|e| lines.error(e))?;
-                Ok(Some(item))
+                Ok(Some(Lean::Item(item)))
             }
             Src::Docs {
                 name,
@@ -141,14 +204,14 @@ impl<R: BufRead> BatchStreamReader<R> {
                         self.validator
                             .event(&e)
                             .map_err(|err| err.in_file(&loc(*doc_no, *event_no)))?;
-                        return Ok(Some(Item::Event(e)));
+                        return Ok(Some(Lean::Item(Item::Event(e))));
                     }
                     let c = commit.clone();
                     *current = None;
                     self.validator
                         .commit(&c)
                         .map_err(|err| err.in_file(&loc(*doc_no, 0)))?;
-                    return Ok(Some(Item::Commit(c)));
+                    return Ok(Some(Lean::Item(Item::Commit(c))));
                 }
                 let Some(doc) = docs.next() else {
                     return self
@@ -166,7 +229,7 @@ impl<R: BufRead> BatchStreamReader<R> {
                     .map_err(|e| e.in_file(&loc(*doc_no, 0)))?;
                 let commit = b.commit();
                 *current = Some((commit, b.events.into_iter()));
-                Ok(Some(Item::Header(h)))
+                Ok(Some(Lean::Item(Item::Header(h))))
             }
         }
     }
