@@ -751,6 +751,94 @@ proptest! {
     }
 }
 
+// Reading ahead on a thread (what apply does) hands out the same items and
+// stops at the same error, at the same line, as reading in place; many
+// batches, some long enough to span chunks, one line possibly broken.
+proptest! {
+    #![proptest_config(config(60))]
+
+    #[test]
+    fn read_ahead_reads_the_same(
+        batches in vec(batch_strategy(8, false), 1..4),
+        long in 0usize..2600,
+        at in any::<Index>(),
+        byte in any::<u8>(),
+        broken in any::<bool>(),
+    ) {
+        // One stream: the batches, each starting where the one before ended,
+        // and one long batch of plain inserts in the middle.
+        let mut text = Vec::new();
+        let mut seq = 0u128;
+        let src = "sqlite:read-ahead";
+        for (n, b) in batches.iter().enumerate() {
+            let events: Vec<Event> = b
+                .events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| Event { sequence: seq + 1 + i as u128, ..e.clone() })
+                .collect();
+            let hw = seq + events.len() as u128;
+            let batch = Batch {
+                start: Cursor::new(src.to_string(), seq),
+                high_water: hw,
+                schemas: None,
+                compacted: false,
+                events,
+                end: Cursor::new(src.to_string(), hw),
+                changes: Vec::new(),
+            };
+            seq = hw;
+            text.extend(batch.to_jsonl());
+            if n == 0 {
+                let events: Vec<Event> = (1..=long as u128)
+                    .map(|i| Event {
+                        sequence: seq + i,
+                        table: "t".into(),
+                        operation: Operation::Insert,
+                        before: None,
+                        after: Some(vec![Value::Integer(i as i64), Value::Text("x".repeat(i as usize % 7))]),
+                    })
+                    .collect();
+                let hw = seq + long as u128;
+                let batch = Batch {
+                    start: Cursor::new(src.to_string(), seq),
+                    high_water: hw,
+                    schemas: None,
+                    compacted: false,
+                    events,
+                    end: Cursor::new(src.to_string(), hw),
+                    changes: Vec::new(),
+                };
+                seq = hw;
+                text.extend(batch.to_jsonl());
+            }
+        }
+        if broken {
+            let i = at.index(text.len());
+            text[i] = byte;
+        }
+        let read = |mut r: BatchStreamReader<Box<dyn std::io::BufRead + Send>>| {
+            let mut items = Vec::new();
+            loop {
+                match r.next_item() {
+                    Ok(Some(i)) => items.push(format!("{i:?}")),
+                    Ok(None) => return (items, None, r.batches()),
+                    Err(e) => return (items, Some(e.to_string()), r.batches()),
+                }
+            }
+        };
+        let open = || -> BatchStreamReader<Box<dyn std::io::BufRead + Send>> {
+            BatchStreamReader::jsonl(Box::new(Io::new(text.clone())), "stream", Limits::default())
+        };
+        let here = read(open());
+        let ahead = read(open().read_ahead().map_err(|e| fail(e.to_string()))?);
+        prop_assert_eq!(&here.0.len(), &ahead.0.len());
+        prop_assert!(here.0 == ahead.0, "the items differ");
+        prop_assert_eq!(&here.1, &ahead.1);
+        prop_assert_eq!(here.2, ahead.2);
+    }
+}
+
 // ------------------------------------------------------------------ 4. split and merge
 
 fn run_split(

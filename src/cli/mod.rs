@@ -31,7 +31,7 @@ pub fn input_name(path: Option<&Path>) -> String {
 /// Open a file (or standard input for `None` / `-`) and detect its format.
 pub fn open_input(path: Option<&Path>, limits: Limits) -> Result<Input> {
     let name = input_name(path);
-    let raw: Box<dyn std::io::Read> = match path {
+    let raw: Box<dyn std::io::Read + Send> = match path {
         Some(p) if p != Path::new("-") => Box::new(
             std::fs::File::open(p).map_err(|e| Error::io("cannot open input", e).in_file(&name))?,
         ),

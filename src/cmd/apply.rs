@@ -96,8 +96,13 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
                 }
             };
             let r = match input {
-                Input::Batches(mut r) => t.apply_stream(&mut r, &mut tick),
-                Input::Snapshot(mut r) => t.apply_snapshot(&mut r, &mut tick),
+                // Decoding on a thread of its own overlaps the target's writes.
+                Input::Batches(r) => r
+                    .read_ahead()
+                    .and_then(|mut r| t.apply_stream(&mut r, &mut tick)),
+                Input::Snapshot(r) => r
+                    .read_ahead()
+                    .and_then(|mut r| t.apply_snapshot(&mut r, &mut tick)),
             };
             // On failure, count what was committed before it.
             let s = match &r {

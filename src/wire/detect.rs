@@ -62,7 +62,9 @@ impl<'de> Visitor<'de> for ProbeVisitor<'_> {
 /// Detect the format of `input`, returning it with a reader over all its bytes.
 /// Anything that is not recognisably a JSON document is treated as JSONL, so
 /// that the JSONL decoder reports the precise error.
-pub fn detect<R: Read + 'static>(mut input: R) -> std::io::Result<(InputFormat, Box<dyn BufRead>)> {
+pub fn detect<R: Read + Send + 'static>(
+    mut input: R,
+) -> std::io::Result<(InputFormat, Box<dyn BufRead + Send>)> {
     let mut head = Vec::with_capacity(8192);
     let mut chunk = [0u8; 8192];
     while head.len() < PEEK && !head.contains(&b'\n') {

@@ -2,6 +2,7 @@
 //! snapshots, JSON-lines framing and limits. Each submodule specifies its part
 //! of the format in its own docs; `docs/FORMAT.md` is the user's version.
 
+mod ahead;
 pub mod batch;
 mod decoder;
 pub mod detect;
@@ -22,4 +23,4 @@ pub use snapshot::{SnapItem, SnapshotReader};
 pub use value::Value;
 
 /// Any buffered input, as the tools open it (a file or standard input).
-pub type DynRead = Box<dyn std::io::BufRead>;
+pub type DynRead = Box<dyn std::io::BufRead + Send>;

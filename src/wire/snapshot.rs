@@ -243,6 +243,8 @@ pub struct SnapshotReader<R> {
 
 enum SnapSrc<R> {
     Lines(LineReader<R>),
+    /// Lines read and decoded ahead on a thread of their own.
+    Ahead(super::ahead::Ahead<SnapItem>),
     Doc {
         name: String,
         items: std::vec::IntoIter<SnapItem>,
@@ -304,6 +306,7 @@ impl<R: BufRead> SnapshotReader<R> {
         match &self.src {
             SnapSrc::Lines(l) => l.name(),
             SnapSrc::Doc { name, .. } => name,
+            SnapSrc::Ahead(a) => a.name(),
         }
     }
 
@@ -311,8 +314,41 @@ impl<R: BufRead> SnapshotReader<R> {
     pub fn locate(&self, e: Error) -> Error {
         match &self.src {
             SnapSrc::Lines(l) => l.error(e),
+            SnapSrc::Ahead(a) => a.locate(e),
             SnapSrc::Doc { name, .. } => e.in_file(&format!("{name} (JSON snapshot)")),
         }
+    }
+
+    /// Read and decode ahead on a thread of its own, so that decoding
+    /// overlaps the caller's work (a target's writes); items, errors and
+    /// their places are the same as without (see `wire::ahead`). A JSON
+    /// document is read whole anyway and is returned unchanged.
+    pub fn read_ahead(self) -> Result<Self>
+    where
+        R: Send + 'static,
+    {
+        if !matches!(self.src, SnapSrc::Lines(_)) {
+            return Ok(self);
+        }
+        let name = self.name().to_string();
+        let mut inner = self;
+        let ahead = super::ahead::Ahead::spawn(name, move || {
+            Ok(inner.next_item()?.map(|item| super::ahead::Step {
+                line: match &inner.src {
+                    SnapSrc::Lines(l) => l.line_number(),
+                    _ => 0,
+                },
+                bytes: inner.buf.len() + 1,
+                flush: false,
+                item,
+            }))
+        })?;
+        Ok(SnapshotReader {
+            src: SnapSrc::Ahead(ahead),
+            validator: SnapshotValidator::new(),
+            buf: Vec::new(),
+            finished: false,
+        })
     }
 
     fn check(&mut self, item: &SnapItem) -> Result<()> {
@@ -329,6 +365,14 @@ impl<R: BufRead> SnapshotReader<R> {
             return Ok(None);
         }
         match &mut self.src {
+            // Validated on the thread that read it.
+            SnapSrc::Ahead(a) => {
+                let item = a.next()?;
+                if item.is_none() {
+                    self.finished = true;
+                }
+                Ok(item)
+            }
             SnapSrc::Lines(lines) => {
                 if !lines.next_line(&mut self.buf)? {
                     self.finished = true;
