@@ -36,12 +36,6 @@
 //! assert_eq!(batch.to_jsonl(), text.as_bytes());
 //! ```
 
-/// mimalloc for every binary: with read-ahead, values made on one thread
-/// are freed on another, which glibc's malloc does under locks (a tenth of
-/// an apply's time, measured); mimalloc frees them without.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 pub mod audit;
 pub mod cli;
 pub mod cmd;

@@ -237,7 +237,8 @@ impl<'a> Scan<'a> {
     /// A row; its values built when `build`; how many there are.
     fn row(&mut self, build: bool) -> Option<(usize, Option<Row>)> {
         self.lit("[")?;
-        let mut row = build.then(Vec::new);
+        // Sized for a typical row at once, not grown value by value.
+        let mut row = build.then(|| Vec::with_capacity(8));
         let mut n = 0;
         if self.peek() == Some(b']') {
             self.i += 1;

@@ -118,15 +118,18 @@ impl ClickHouse {
             bounds.push(total);
         }
         held.since = 0;
-        let mut rd = held.spool.drain()?;
+        // Each insert's body streams from the spool: an insert is never
+        // held in memory whole (it is up to max_insert_bytes).
+        let rd = std::sync::Arc::new(std::sync::Mutex::new(held.spool.drain_owned()?));
         let mut at = 0u64;
         for b in bounds {
-            let mut body = Vec::with_capacity((b - at) as usize);
-            (&mut rd)
-                .take(b - at)
-                .read_to_end(&mut body)
-                .map_err(|e| Error::io("cannot read held rows", e))?;
+            let len = b - at;
             at = b;
+            let part = SpoolPart {
+                src: rd.clone(),
+                left: len,
+            };
+            let body = reqwest::blocking::Body::sized(part, len);
             self.query(&sql, Some(body), Timeout::Insert)?;
         }
         Ok(())
@@ -516,5 +519,33 @@ impl ClickHouse {
             }
         }
         Ok(stats)
+    }
+}
+
+/// One insert's share of a drained spool, read as the HTTP body is sent.
+struct SpoolPart {
+    src: std::sync::Arc<std::sync::Mutex<Box<dyn std::io::BufRead + Send>>>,
+    left: u64,
+}
+
+impl Read for SpoolPart {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            return Ok(0);
+        }
+        let want = buf.len().min(self.left as usize);
+        let mut src = self
+            .src
+            .lock()
+            .map_err(|_| std::io::Error::other("the held rows' reader was poisoned"))?;
+        let n = src.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the held rows ended before the insert's length",
+            ));
+        }
+        self.left -= n as u64;
+        Ok(n)
     }
 }

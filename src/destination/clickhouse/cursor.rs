@@ -42,7 +42,7 @@ impl ClickHouse {
         body.extend((c.sequence() as u64).to_le_bytes());
         self.query(
             &format!("INSERT INTO {}.`_mooncdc_cursor` (source, sequence, seq_hi, seq_lo) FORMAT RowBinary", qi(&self.cfg.database)),
-            Some(body),
+            Some(body.into()),
             Timeout::Insert,
         )?;
         Ok(())

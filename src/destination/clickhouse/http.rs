@@ -40,7 +40,7 @@ impl ClickHouse {
     pub(super) fn send(
         &self,
         sql: &str,
-        body: Option<Vec<u8>>,
+        body: Option<reqwest::blocking::Body>,
         timeout: Timeout,
     ) -> Result<reqwest::blocking::Response> {
         let read = body.is_none();
@@ -50,7 +50,7 @@ impl ClickHouse {
             .header("X-ClickHouse-User", &self.cfg.user)
             .header("X-ClickHouse-Key", &self.cfg.password)
             .timeout(self.budget(&timeout))
-            .body(body.unwrap_or_default());
+            .body(body.unwrap_or_else(|| reqwest::blocking::Body::from(Vec::new())));
         let resp = req.send().map_err(|e| {
             let what = if e.is_timeout() {
                 "timed out"
@@ -87,7 +87,7 @@ impl ClickHouse {
     pub(super) fn query(
         &self,
         sql: &str,
-        body: Option<Vec<u8>>,
+        body: Option<reqwest::blocking::Body>,
         timeout: Timeout,
     ) -> Result<Vec<u8>> {
         let mut resp = self.send(sql, body, timeout)?;
