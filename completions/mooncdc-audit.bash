@@ -23,7 +23,7 @@ _mooncdc__audit() {
 
     case "${cmd}" in
         mooncdc__audit)
-            opts="-q -h -V --source --target --table --output-format --format --quiet --slot --publication --help --version"
+            opts="-q -v -h -V --source --target --table --output-format --format --quiet --verbose --slot --publication --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

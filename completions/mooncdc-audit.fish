@@ -6,5 +6,6 @@ jsonl\t''"
 complete -c mooncdc-audit -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-audit -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-audit -s q -l quiet -d 'No progress on standard error'
+complete -c mooncdc-audit -s v -l verbose -d 'A closing line on standard error: tables, rows compared, the time (the report itself names each table)'
 complete -c mooncdc-audit -s h -l help -d 'Print help'
 complete -c mooncdc-audit -s V -l version -d 'Print version'

@@ -71,7 +71,7 @@ _mooncdc__capture() {
 
     case "${cmd}" in
         mooncdc__capture)
-            opts="-q -h -V --quiet --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help --version init verify upgrade migrate status ack read help"
+            opts="-q -v -h -V --quiet --verbose --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help --version init verify upgrade migrate status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -153,7 +153,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__ack)
-            opts="-q -h --source --through --cursor-file --cursor --slot --publication --quiet --help"
+            opts="-q -v -h --source --through --cursor-file --cursor --slot --publication --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -317,7 +317,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__init)
-            opts="-q -h --source --table --ddl --slot --publication --quiet --help"
+            opts="-q -v -h --source --table --ddl --slot --publication --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -347,7 +347,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__migrate)
-            opts="-q -h --source --sql --quiet --help"
+            opts="-q -v -h --source --sql --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -369,7 +369,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__read)
-            opts="-q -h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --quiet --help"
+            opts="-q -v -h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -451,7 +451,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__status)
-            opts="-q -h --source --output-format --slot --publication --quiet --help"
+            opts="-q -v -h --source --output-format --slot --publication --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -481,7 +481,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__upgrade)
-            opts="-q -h --source --slot --publication --quiet --help"
+            opts="-q -v -h --source --slot --publication --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -507,7 +507,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__verify)
-            opts="-q -h --source --output-format --slot --publication --quiet --help"
+            opts="-q -v -h --source --output-format --slot --publication --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

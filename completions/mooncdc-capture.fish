@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_mooncdc_capture_global_optspecs
-    string join \n q/quiet source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= log-format= metrics-listen= stall-timeout-ms= ack-from-target= slot= publication= h/help V/version
+    string join \n q/quiet v/verbose source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= log-format= metrics-listen= stall-timeout-ms= ack-from-target= slot= publication= h/help V/version
 end
 
 function __fish_mooncdc_capture_needs_command
@@ -43,6 +43,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l ack-fro
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l follow -d 'Keep writing batches as changes commit'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -s V -l version -d 'Print version'
@@ -60,6 +61,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l ddl -d 'PostgreSQL: also install the DDL trigger, so renamed columns are carried (needs the right to create event triggers)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s h -l help -d 'Print help'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l source -d 'The source database URL' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l output-format -d 'Output format: drift lines on standard error, or one JSON object on standard output' -r -f -a "text\t''
@@ -67,15 +69,18 @@ json\t''"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -s h -l help -d 'Print help'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -l source -d 'The source database URL' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand upgrade" -s h -l help -d 'Print help'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -l source -d 'The source database URL (sqlite:PATH)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -l sql -d 'The SQL to run, from a file' -r -F
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -s h -l help -d 'Print help'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l source -d 'The source database URL' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l output-format -d 'Output format: `key: value` lines, or one JSON object (numbers as numbers)' -r -f -a "text\t''
@@ -83,6 +88,7 @@ json\t''"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -s h -l help -d 'Print help'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -l source -d 'The source database URL' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -l through -d 'Acknowledge through this sequence' -r
@@ -91,6 +97,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -l 
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand ack" -s h -l help -d 'Print help'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l source -d 'The source database URL (sqlite:PATH or postgres://…)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l after -d 'Start after this cursor (JSON: {"source":"…","sequence":"…"}); default: the acknowledged position' -r
@@ -112,6 +119,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l follow -d 'Keep writing batches as changes commit'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "init" -d 'Install capture: change log, metadata and triggers (default: every user table)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "verify" -d 'Check that capture is installed and current; exit 1 on drift'

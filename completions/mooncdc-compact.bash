@@ -23,7 +23,7 @@ _mooncdc__compact() {
 
     case "${cmd}" in
         mooncdc__compact)
-            opts="-q -h -V --quiet --schema --output-format --max-line-bytes --max-input-bytes --help --version"
+            opts="-q -v -h -V --quiet --verbose --schema --output-format --max-line-bytes --max-input-bytes --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -5,5 +5,6 @@ objects\t'A view for people and jq, never an input: one object per event, rows a
 complete -c mooncdc-compact -l max-line-bytes -d 'Refuse a line longer than N bytes (default 64 MiB; a JSON document counts as one line)' -r
 complete -c mooncdc-compact -l max-input-bytes -d 'Refuse an input (each file, or standard input) longer than N bytes' -r
 complete -c mooncdc-compact -s q -l quiet -d 'No messages but errors and warnings on standard error'
+complete -c mooncdc-compact -s v -l verbose -d 'What was compacted, on standard error at the end: batches, events in and out, the time'
 complete -c mooncdc-compact -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mooncdc-compact -s V -l version -d 'Print version'

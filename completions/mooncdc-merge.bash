@@ -23,7 +23,7 @@ _mooncdc__merge() {
 
     case "${cmd}" in
         mooncdc__merge)
-            opts="-q -o -h -V --quiet --output-format --output --max-line-bytes --max-input-bytes --help --version"
+            opts="-q -v -o -h -V --quiet --verbose --output-format --output --max-line-bytes --max-input-bytes --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -5,5 +5,6 @@ complete -c mooncdc-merge -s o -l output -d 'Write the merged batch to FILE (ato
 complete -c mooncdc-merge -l max-line-bytes -d 'Refuse a line longer than N bytes (default 64 MiB; a JSON document counts as one line)' -r
 complete -c mooncdc-merge -l max-input-bytes -d 'Refuse an input (each file, or standard input) longer than N bytes' -r
 complete -c mooncdc-merge -s q -l quiet -d 'No messages but errors and warnings on standard error'
+complete -c mooncdc-merge -s v -l verbose -d 'What was merged, on standard error at the end: batches in, events, the time'
 complete -c mooncdc-merge -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mooncdc-merge -s V -l version -d 'Print version'

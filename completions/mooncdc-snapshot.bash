@@ -23,7 +23,7 @@ _mooncdc__snapshot() {
 
     case "${cmd}" in
         mooncdc__snapshot)
-            opts="-o -q -h -V --source --table --output-format --output --quiet --slot --publication --slot-timeout --jobs --help --version"
+            opts="-o -q -v -h -V --source --table --output-format --output --quiet --verbose --slot --publication --slot-timeout --jobs --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

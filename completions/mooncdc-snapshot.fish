@@ -8,5 +8,6 @@ complete -c mooncdc-snapshot -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-snapshot -l slot-timeout -d 'PostgreSQL: how long to wait for open transactions when creating the snapshot\'s slot, in seconds' -r
 complete -c mooncdc-snapshot -l jobs -d 'PostgreSQL: copy up to N tables at once, each session importing the same snapshot' -r
 complete -c mooncdc-snapshot -s q -l quiet -d 'No progress on standard error'
+complete -c mooncdc-snapshot -s v -l verbose -d 'One line per table written and a summary on standard error (rows, the cursor, the time)'
 complete -c mooncdc-snapshot -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mooncdc-snapshot -s V -l version -d 'Print version'

@@ -23,7 +23,7 @@ _mooncdc__split() {
 
     case "${cmd}" in
         mooncdc__split)
-            opts="-q -h -V --quiet --max-events --max-bytes --output-dir --prefix --output-format --max-line-bytes --max-input-bytes --help --version"
+            opts="-q -v -h -V --quiet --verbose --max-events --max-bytes --output-dir --prefix --output-format --max-line-bytes --max-input-bytes --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -8,5 +8,6 @@ objects\t'A view for people and jq, never an input: one object per event, rows a
 complete -c mooncdc-split -l max-line-bytes -d 'Refuse a line longer than N bytes (default 64 MiB; a JSON document counts as one line)' -r
 complete -c mooncdc-split -l max-input-bytes -d 'Refuse an input (each file, or standard input) longer than N bytes' -r
 complete -c mooncdc-split -s q -l quiet -d 'No messages but errors and warnings on standard error'
+complete -c mooncdc-split -s v -l verbose -d 'What was split, on standard error at the end: batches in, pieces out, events, the time'
 complete -c mooncdc-split -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mooncdc-split -s V -l version -d 'Print version'

@@ -280,7 +280,13 @@ fn man_pages_and_help_have_examples() {
     for cmd in mooncdc::cli::args::commands() {
         let tool = cmd.get_name().to_string();
         let page = std::fs::read_to_string(root().join(format!("man/{tool}.1"))).unwrap();
-        for section in ["EXAMPLES", "ENVIRONMENT", "EXIT STATUS", "SEE ALSO"] {
+        for section in [
+            "EXAMPLES",
+            "ENVIRONMENT",
+            "EXIT STATUS",
+            "FILES",
+            "SEE ALSO",
+        ] {
             assert!(
                 page.contains(&format!(".SH \"{section}\"")),
                 "{tool}: no {section}"

@@ -555,3 +555,102 @@ fn progress_in_a_terminal_shows_count_total_and_rate_then_clears() {
     expect(&r, 0, "snapshot with standard error not a terminal");
     assert!(!r.stderr.contains("rows:"), "{}", r.stderr);
 }
+
+/// `-v` on every tool: the lines each one promises on standard error, in
+/// words with correct plurals, and nothing on standard output changed;
+/// `-q` wins over `-v`.
+#[test]
+fn verbose_on_every_tool() {
+    let db = Dbs::new();
+    db.src_sql(
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT); CREATE TABLE u(id INTEGER PRIMARY KEY);",
+    );
+    db.init(&["t", "u"]);
+    db.src_sql("INSERT INTO t VALUES (1,'a'),(2,'b'); INSERT INTO u VALUES (5);");
+    let dir = db.path("v");
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = |n: &str| dir.join(n).display().to_string();
+    let run = |tool: &str, args: &[&str]| -> (String, String) {
+        let o = std::process::Command::new(bin(tool))
+            .args(args)
+            .output()
+            .expect("run the tool");
+        assert!(o.status.success(), "{tool} {args:?}: {o:?}");
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let src = db.src_url();
+    let (_, e) = run(
+        "mooncdc-snapshot",
+        &["-v", "--source", &src, "-o", &f("s.jsonl")],
+    );
+    assert!(
+        e.contains("table \"t\": 2 rows") && e.contains("table \"u\": 1 row\n"),
+        "{e}"
+    );
+    assert!(e.contains("snapshot of 2 tables, 3 rows, in "), "{e}");
+    db.src_sql("UPDATE t SET v = 'c' WHERE id = 1; DELETE FROM u;");
+    let cursor = {
+        let (out, _) = run(
+            "mooncdc-apply",
+            &["--target", &format!("sqlite:{}", f("p.db")), &f("s.jsonl")],
+        );
+        assert!(out.is_empty());
+        run(
+            "mooncdc-apply",
+            &["cursor", "--target", &format!("sqlite:{}", f("p.db"))],
+        )
+        .0
+    };
+    let (batch, e) = run(
+        "mooncdc-capture",
+        &["-v", "--source", &src, "--after", cursor.trim()],
+    );
+    assert!(e.contains("batch written through 5: 2 events"), "{e}");
+    let (quiet, _) = run(
+        "mooncdc-capture",
+        &["--source", &src, "--after", cursor.trim()],
+    );
+    assert_eq!(batch, quiet, "-v changes standard output");
+    std::fs::write(f("b.jsonl"), &batch).unwrap();
+    let (_, e) = run("mooncdc-split", &["-v", "--max-events", "1", &f("b.jsonl")]);
+    assert!(
+        e.contains("split 1 batch into 2 pieces, 2 events, in "),
+        "{e}"
+    );
+    let (_, e) = run("mooncdc-merge", &["-v", &f("b.jsonl")]);
+    assert!(e.contains("merged 1 batch into one, 2 events, in "), "{e}");
+    let (_, e) = run("mooncdc-compact", &["-v", &f("b.jsonl")]);
+    assert!(
+        e.contains("compacted 1 batch: 2 events in, 2 events out, in "),
+        "{e}"
+    );
+    let (_, e) = run(
+        "mooncdc-apply",
+        &[
+            "-v",
+            "--target",
+            &format!("sqlite:{}", f("p.db")),
+            &f("b.jsonl"),
+        ],
+    );
+    assert!(
+        e.contains("batch committed through 5: 2 events applied, in "),
+        "{e}"
+    );
+    let (_, e) = run(
+        "mooncdc-audit",
+        &[
+            "-v",
+            "--source",
+            &src,
+            "--target",
+            &format!("sqlite:{}", f("p.db")),
+        ],
+    );
+    assert!(e.contains("audited 2 tables, 2 rows compared, in "), "{e}");
+    let (_, e) = run("mooncdc-merge", &["-v", "-q", &f("b.jsonl")]);
+    assert!(e.is_empty(), "-q does not win over -v: {e}");
+}

@@ -65,6 +65,9 @@ pub struct SplitArgs {
     /// No messages but errors and warnings on standard error
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// What was split, on standard error at the end: batches in, pieces out, events, the time
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// At most N events per batch
     #[arg(long, value_name = "N")]
     pub max_events: Option<u64>,
@@ -103,6 +106,9 @@ pub struct MergeArgs {
     /// No messages but errors and warnings on standard error
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// What was merged, on standard error at the end: batches in, events, the time
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub output_format: Format,
@@ -126,6 +132,9 @@ pub struct CompactArgs {
     /// No messages but errors and warnings on standard error
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// What was compacted, on standard error at the end: batches, events in and out, the time
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// Schemas for tables the stream's headers do not describe: a snapshot file or a JSON array of schemas
     #[arg(long, value_name = "FILE")]
     pub schema: Option<PathBuf>,
@@ -228,6 +237,9 @@ pub struct CaptureArgs {
     /// No messages but errors and warnings on standard error (every subcommand)
     #[arg(long, short = 'q', global = true)]
     pub quiet: bool,
+    /// read/follow: one line per batch written on standard error (its end, its events)
+    #[arg(long, short = 'v', global = true)]
+    pub verbose: bool,
     #[command(subcommand)]
     pub command: Option<CaptureCommand>,
     #[command(flatten)]
@@ -338,6 +350,9 @@ pub struct SnapshotArgs {
     /// No progress on standard error
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// One line per table written and a summary on standard error (rows, the cursor, the time)
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     #[command(flatten)]
     pub pg: PgArgs,
     /// PostgreSQL: how long to wait for open transactions when creating the snapshot's slot, in seconds
@@ -485,6 +500,9 @@ pub struct AuditArgs {
     /// No progress on standard error
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// A closing line on standard error: tables, rows compared, the time (the report itself names each table)
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     #[command(flatten)]
     pub pg: PgArgs,
 }
@@ -517,8 +535,8 @@ fn file_name_prefix(s: &str) -> Result<String, String> {
 }
 
 /// The sections a man page has beyond what the definitions give: EXAMPLES,
-/// ENVIRONMENT, EXIT STATUS and SEE ALSO, as (title, text) pairs; the text's
-/// lines starting with `$ ` are commands.
+/// ENVIRONMENT, EXIT STATUS, FILES and SEE ALSO, as (title, text) pairs; the
+/// text's lines starting with `$ ` are commands.
 pub fn man_sections(tool: &str) -> Vec<(&'static str, String)> {
     let examples: &[&str] = match tool {
         "mooncdc-capture" => &[
@@ -552,6 +570,16 @@ pub fn man_sections(tool: &str) -> Vec<(&'static str, String)> {
         _ => "0 success; 1 bad data or a failed operation; 2 usage.",
     };
     let env = "PGHOST, PGHOSTADDR, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSERVICE, PGSERVICEFILE, PGSYSCONFDIR, PGPASSFILE, PGSSLMODE, PGSSLROOTCERT, PGAPPNAME, PGCONNECT_TIMEOUT: as libpq, for postgres:// URLs (the URL wins, then a service, then the environment). CLICKHOUSE_PASSWORD: the password of a clickhouse:// URL that has none.";
+    let pg_files = "~/.pgpass (or PGPASSFILE): passwords for postgres:// URLs, ignored with a warning when group or others can read it. ~/.pg_service.conf (or PGSERVICEFILE), then pg_service.conf in PGSYSCONFDIR (else /etc/postgresql-common): connection services for service=NAME.";
+    let files = match tool {
+        "mooncdc-capture" => format!("A SQLite source: capture keeps its change log, triggers and state in tables named _mooncdc_* inside the database itself; init, migrate and upgrade change them in the database's own transactions. A PostgreSQL source: the slot and publication named by --slot and --publication (mooncdc_main by default), and with init --ddl an event trigger. {pg_files}"),
+        "mooncdc-snapshot" => format!("-o FILE is written to a temporary file beside it and renamed into place when whole; a failed snapshot leaves no file. {pg_files}"),
+        "mooncdc-split" => "--output-dir DIR: one file per piece, DIR/PREFIX-START-END.jsonl (or .json, .objects.jsonl), each written to a temporary file and renamed into place when whole; the paths written are printed on standard output.".to_string(),
+        "mooncdc-merge" | "mooncdc-compact" => "-o FILE (merge) is written to a temporary file beside it and renamed into place when whole. A batch larger than 8 MiB is held in an unnamed temporary file (in TMPDIR) until its commit is checked.".to_string(),
+        "mooncdc-apply" => format!("A SQLite target: the projection database file (created at the first batch or snapshot, removed again if nothing was ever committed to it), its -wal and -shm files, and the cursor table _mooncdc_cursor in it. A PostgreSQL target: the table mooncdc.cursors. A ClickHouse target: the table _mooncdc_cursor. {pg_files}"),
+        "mooncdc-audit" => format!("Reads only; it never creates a database, a table or a file. {pg_files}"),
+        _ => String::new(),
+    };
     let others: Vec<&str> = [
         "mooncdc-capture",
         "mooncdc-snapshot",
@@ -568,6 +596,7 @@ pub fn man_sections(tool: &str) -> Vec<(&'static str, String)> {
         ("EXAMPLES", examples.join("\n")),
         ("ENVIRONMENT", env.to_string()),
         ("EXIT STATUS", exit.to_string()),
+        ("FILES", files),
         (
             "SEE ALSO",
             others

@@ -375,6 +375,79 @@ impl crate::source::Tally for Progress {
     }
 }
 
+/// With `-v`: a line on standard error for each batch written through
+/// `inner`, told by its commit line (`{"kind":"commit","end":…,"count":…}`,
+/// as the encoders write it); JSON output has no such lines and gets none.
+pub struct BatchLines<W: Write> {
+    inner: W,
+    line: Vec<u8>,
+    /// Whether the current line may still be a commit line.
+    maybe: bool,
+}
+
+const COMMIT_PREFIX: &[u8] = b"{\"kind\":\"commit\",";
+
+impl<W: Write> BatchLines<W> {
+    pub fn new(inner: W) -> Self {
+        BatchLines {
+            inner,
+            line: Vec::new(),
+            maybe: true,
+        }
+    }
+
+    fn report(line: &[u8]) {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+            return;
+        };
+        let end = v["end"]["sequence"].as_str().unwrap_or("?").to_string();
+        let n = v["count"]
+            .as_str()
+            .and_then(|c| c.parse::<u64>().ok())
+            .unwrap_or(0);
+        crate::log::write(
+            "info",
+            &format!(
+                "batch written through {end}: {}",
+                crate::log::count(n, "event", "events")
+            ),
+            &[
+                ("event", "batch".into()),
+                ("end", end.into()),
+                ("events", n.into()),
+            ],
+        );
+    }
+}
+
+impl<W: Write> Write for BatchLines<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                if self.maybe && self.line.starts_with(COMMIT_PREFIX) {
+                    Self::report(&self.line);
+                }
+                self.line.clear();
+                self.maybe = true;
+            } else if self.maybe {
+                self.line.push(b);
+                let k = self.line.len().min(COMMIT_PREFIX.len());
+                // Not a commit line, or longer than one ever is.
+                if self.line[..k] != COMMIT_PREFIX[..k] || self.line.len() > 64 << 10 {
+                    self.maybe = false;
+                    self.line.clear();
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// A cursor from `--after` JSON text or `--after-file`.
 pub fn cursor_arg(text: Option<&str>, file: Option<&Path>) -> Result<Option<crate::wire::Cursor>> {
     if let Some(t) = text {

@@ -72,13 +72,20 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
                         .cursor
                         .as_ref()
                         .map_or("none".to_string(), |c| c.sequence().to_string());
+                    let what = if is_snapshot {
+                        format!(
+                            "snapshot loaded at {end}: {}",
+                            crate::log::count(s.applied - seen_applied, "row", "rows")
+                        )
+                    } else {
+                        format!(
+                            "batch committed through {end}: {} applied",
+                            crate::log::count(s.applied - seen_applied, "event", "events")
+                        )
+                    };
                     crate::log::write(
                         "info",
-                        &format!(
-                            "batch committed through {end}: {} applied, in {}",
-                            crate::log::count(s.applied - seen_applied, "event", "events"),
-                            crate::log::elapsed(batch_began.elapsed())
-                        ),
+                        &format!("{what}, in {}", crate::log::elapsed(batch_began.elapsed())),
                         &[
                             ("event", "batch".into()),
                             ("end", end.clone().into()),

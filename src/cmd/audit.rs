@@ -22,6 +22,8 @@ pub fn run(a: AuditArgs) -> anyhow::Result<ExitCode> {
         AuditFormatArg::Text => AuditFormat::Text,
         AuditFormatArg::Jsonl => AuditFormat::Jsonl,
     };
+    crate::log::set_quiet(a.quiet);
+    let began = std::time::Instant::now();
     let mut out = cli::stdout();
     let mut progress = Progress::new("rows", a.quiet);
     let report = audit(
@@ -33,6 +35,19 @@ pub fn run(a: AuditArgs) -> anyhow::Result<ExitCode> {
         &mut |n| progress.update(n),
     )?;
     progress.done();
+    if a.verbose {
+        use crate::log::count;
+        crate::log::info(&format!(
+            "audited {}, {} compared, in {}",
+            count(report.tables.len() as u64, "table", "tables"),
+            count(
+                report.tables.iter().map(|t| t.compared).sum(),
+                "row",
+                "rows"
+            ),
+            crate::log::elapsed(began.elapsed())
+        ));
+    }
     write_summary(&report, format, &mut out)?;
     cli::finish_output(out)?;
     Ok(if report.equal() {

@@ -17,8 +17,8 @@ fn open(url: &str, pg: &PgArgs) -> anyhow::Result<Box<dyn Source>> {
 pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
     crate::log::set_quiet(a.quiet);
     match a.command {
-        None => read(a.read),
-        Some(CaptureCommand::Read(r)) => read(r),
+        None => read(a.read, a.verbose),
+        Some(CaptureCommand::Read(r)) => read(r, a.verbose),
         Some(CaptureCommand::Init {
             source,
             tables,
@@ -175,7 +175,7 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
+fn read(r: ReadArgs, verbose: bool) -> anyhow::Result<ExitCode> {
     crate::log::set_json(r.log_format == crate::cli::args::LogFormat::Json);
     let url = r
         .source
@@ -206,7 +206,14 @@ fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
             Duration::from_millis(r.stall_timeout_ms.max(1)),
         )?;
     }
-    let mut out = cli::stdout();
+    let mut stdout = cli::stdout();
+    let mut lines;
+    let out: &mut dyn std::io::Write = if verbose {
+        lines = cli::BatchLines::new(&mut stdout);
+        &mut lines
+    } else {
+        &mut stdout
+    };
     if r.follow {
         // A stop ends the batch being written, then exits 0.
         crate::util::stop::install();
@@ -221,11 +228,11 @@ fn read(r: ReadArgs) -> anyhow::Result<ExitCode> {
                 heartbeat: r.heartbeat_ms.map(|ms| Duration::from_millis(ms.max(1))),
             },
             held.as_deref(),
-            &mut out,
+            out,
         )?;
     } else {
-        src.read(after.as_ref(), limits, &mut out)?;
+        src.read(after.as_ref(), limits, out)?;
     }
-    cli::finish_output(out)?;
+    cli::finish_output(stdout)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -13,10 +13,12 @@ pub fn run(a: CompactArgs) -> anyhow::Result<ExitCode> {
         Some(p) => cli::load_schemas(p, limits)?,
         None => Vec::new(),
     };
+    let began = std::time::Instant::now();
+    let (mut batches, mut events_in, mut events_out) = (0u64, 0u64, 0u64);
     let mut out = cli::stdout();
     for path in cli::input_paths(&a.files) {
         let mut input = cli::open_batches(path, limits, "mooncdc-compact")?;
-        compact(
+        let s = compact(
             &mut input,
             &extra,
             &mut WriteSink {
@@ -24,7 +26,20 @@ pub fn run(a: CompactArgs) -> anyhow::Result<ExitCode> {
                 format,
             },
         )?;
+        batches += s.batches;
+        events_in += s.events_in;
+        events_out += s.events_out;
     }
     cli::finish_output(out)?;
+    if a.verbose {
+        use crate::log::count;
+        crate::log::info(&format!(
+            "compacted {}: {} in, {} out, in {}",
+            count(batches, "batch", "batches"),
+            count(events_in, "event", "events"),
+            count(events_out, "event", "events"),
+            crate::log::elapsed(began.elapsed())
+        ));
+    }
     Ok(ExitCode::SUCCESS)
 }

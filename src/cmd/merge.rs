@@ -9,14 +9,15 @@ pub fn run(a: MergeArgs) -> anyhow::Result<ExitCode> {
     crate::log::set_quiet(a.quiet);
     let limits = cli::limits(&a.limits)?;
     let format = cli::output_format(a.output_format);
+    let began = std::time::Instant::now();
     let mut inputs = Vec::new();
     for path in cli::input_paths(&a.files) {
         inputs.push(cli::open_batches(path, limits, "mooncdc-merge")?);
     }
-    match cli::output_path(&a.output) {
+    let stats = match cli::output_path(&a.output) {
         None => {
             let mut out = cli::stdout();
-            merge(
+            let stats = merge(
                 inputs,
                 &mut WriteSink {
                     out: &mut out,
@@ -24,10 +25,25 @@ pub fn run(a: MergeArgs) -> anyhow::Result<ExitCode> {
                 },
             )?;
             cli::finish_output(out)?;
+            stats
         }
-        Some(path) => cli::write_atomically(path, |w| {
-            merge(inputs, &mut WriteSink { out: w, format }).map(|_| ())
-        })?,
+        Some(path) => {
+            let mut stats = None;
+            cli::write_atomically(path, |w| {
+                stats = Some(merge(inputs, &mut WriteSink { out: w, format })?);
+                Ok(())
+            })?;
+            stats.expect("written")
+        }
+    };
+    if a.verbose {
+        use crate::log::count;
+        crate::log::info(&format!(
+            "merged {} into one, {}, in {}",
+            count(stats.batches_in, "batch", "batches"),
+            count(stats.events, "event", "events"),
+            crate::log::elapsed(began.elapsed())
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }

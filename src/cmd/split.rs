@@ -13,6 +13,8 @@ pub fn run(a: SplitArgs) -> anyhow::Result<ExitCode> {
         max_bytes: a.max_bytes,
     };
     let format = cli::output_format(a.output_format);
+    let began = std::time::Instant::now();
+    let mut total = crate::ops::split::SplitStats::default();
     let mut out = cli::stdout();
     for path in cli::input_paths(&a.files) {
         let mut input = cli::open_batches(path, limits, "mooncdc-split")?;
@@ -22,14 +24,24 @@ pub fn run(a: SplitArgs) -> anyhow::Result<ExitCode> {
                     out: &mut out,
                     format,
                 };
-                split(&mut input, opts, &mut sink)?;
+                total.add(split(&mut input, opts, &mut sink)?);
             }
             Some(dir) => {
                 let mut sink = cli::DirSink::new(dir, &a.prefix, format, &mut out)?;
-                split(&mut input, opts, &mut sink)?;
+                total.add(split(&mut input, opts, &mut sink)?);
             }
         }
     }
     cli::finish_output(out)?;
+    if a.verbose {
+        use crate::log::count;
+        crate::log::info(&format!(
+            "split {} into {}, {}, in {}",
+            count(total.batches_in, "batch", "batches"),
+            count(total.batches_out, "piece", "pieces"),
+            count(total.events, "event", "events"),
+            crate::log::elapsed(began.elapsed())
+        ));
+    }
     Ok(ExitCode::SUCCESS)
 }

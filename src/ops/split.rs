@@ -36,6 +36,15 @@ pub struct SplitStats {
     pub events: u64,
 }
 
+impl SplitStats {
+    /// Add another input's figures.
+    pub fn add(&mut self, o: SplitStats) {
+        self.batches_in += o.batches_in;
+        self.batches_out += o.batches_out;
+        self.events += o.events;
+    }
+}
+
 /// A piece decided while reading: its last event, event count and record
 /// bytes, and the schemas in force at its start (its header's).
 struct Cut {

@@ -186,6 +186,8 @@ pub trait Tally {
     fn total(&mut self, _rows: u64) {}
     /// The rows so far.
     fn count(&mut self, rows: u64);
+    /// A table written whole, with its rows.
+    fn table_done(&mut self, _table: &str, _rows: u64) {}
 }
 
 /// A tally nobody watches.

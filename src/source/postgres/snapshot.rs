@@ -104,6 +104,7 @@ impl PgSource {
             if jobs <= 1 {
                 for (schema, cls) in schemas.iter().zip(&classes) {
                     w.table(schema).map_err(io_out)?;
+                    let before = w.count();
                     let mut rows = copy_table(&sessions[0], schema, cls).await?;
                     while let Some(row) = rows.next().await? {
                         w.row(&row).map_err(io_out)?;
@@ -111,6 +112,7 @@ impl PgSource {
                             progress.count(w.count());
                         }
                     }
+                    progress.table_done(&schema.table, w.count() - before);
                 }
             } else {
                 // Each worker imports the same snapshot and copies its share of
@@ -146,6 +148,7 @@ impl PgSource {
                 all.sort_by_key(|(i, _)| *i);
                 for (i, mut spool) in all {
                     w.table(&schemas[i]).map_err(io_out)?;
+                    let before = w.count();
                     let mut rd = spool.drain()?;
                     let mut line = Vec::new();
                     loop {
@@ -158,6 +161,7 @@ impl PgSource {
                             progress.count(w.count());
                         }
                     }
+                    progress.table_done(&schemas[i].table, w.count() - before);
                 }
             }
             let count = w.finish().map_err(io_out)?;

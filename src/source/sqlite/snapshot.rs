@@ -74,6 +74,7 @@ pub fn snapshot(
         let mut st = tx.prepare(&sql).map_err(db_err("cannot read a table"))?;
         let mut rows = st.query([]).map_err(db_err("cannot read a table"))?;
         w.table(s).map_err(io_out)?;
+        let before = w.count();
         while let Some(r) = rows.next().map_err(db_err("cannot read a table"))? {
             let row = row_values(r, 0, s.columns.len())
                 .and_then(|row| null_key(s, &row).map(|_| row))
@@ -85,6 +86,7 @@ pub fn snapshot(
                 progress.count(w.count());
             }
         }
+        progress.table_done(&s.table, w.count() - before);
     }
     let count = w.finish().map_err(io_out)?;
     tx.commit()
