@@ -511,11 +511,11 @@ fn snapshot_selects_tables_and_refuses_what_it_cannot_carry() {
 }
 
 /// Progress in a terminal (util-linux `script` gives the tool one): the
-/// count, the exact total from the snapshot's own read, the rate, then the
+/// count and the exact total from the snapshot's own read, then the
 /// line cleared so the shell prompt (or a summary) replaces it; `-q` and a
 /// standard error that is not a terminal show nothing.
 #[test]
-fn progress_in_a_terminal_shows_count_total_and_rate_then_clears() {
+fn progress_in_a_terminal_shows_count_and_total_then_clears() {
     let db = Dbs::new();
     db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);");
     db.init(&["t"]);
@@ -540,10 +540,12 @@ fn progress_in_a_terminal_shows_count_total_and_rate_then_clears() {
     };
     let screen = in_terminal("");
     assert!(
-        screen.contains("rows: 65536 of 70000 (94%), "),
+        screen.contains("rows: 65536 of 70000 (94%)"),
         "no count and total: {screen:?}"
     );
-    assert!(screen.contains("/s"), "no rate: {screen:?}");
+    // Whether a line is late enough to show a rate and the time left
+    // depends on this machine's speed: the line's form is unit-tested
+    // (cli::progress_tests), its count and total here.
     assert!(
         screen.trim_end().ends_with("\r\x1b[K"),
         "the progress line is not cleared at the end: {screen:?}"
@@ -653,4 +655,38 @@ fn verbose_on_every_tool() {
     assert!(e.contains("audited 2 tables, 2 rows compared, in "), "{e}");
     let (_, e) = run("mooncdc-merge", &["-v", "-q", &f("b.jsonl")]);
     assert!(e.is_empty(), "-q does not win over -v: {e}");
+}
+
+/// `mooncdc-capture` read in a terminal shows its place in the log against
+/// the batch's high water, then clears the line; `--follow` shows none.
+#[test]
+fn capture_progress_in_a_terminal_shows_the_place_in_the_log() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);");
+    db.init(&["t"]);
+    db.src_sql(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 70000)
+         INSERT INTO t SELECT i, 'v' || i FROM n;",
+    );
+    let out = db.path("b.jsonl");
+    let cmd = format!(
+        "{} --source {} > {}",
+        bin("mooncdc-capture").display(),
+        db.src_url(),
+        out.display()
+    );
+    let o = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .output()
+        .expect("script (util-linux) runs");
+    assert!(o.status.success(), "{o:?}");
+    let screen = String::from_utf8_lossy(&o.stdout);
+    assert!(screen.contains("log: 1 of 70000 (0%)"), "{screen:?}");
+    assert!(screen.trim_end().ends_with("\r\x1b[K"), "{screen:?}");
+    // The output is the same batch as without a terminal.
+    let plain = std::process::Command::new(bin("mooncdc-capture"))
+        .args(["--source", &db.src_url()])
+        .output()
+        .unwrap();
+    assert_eq!(std::fs::read(&out).unwrap(), plain.stdout);
 }

@@ -288,7 +288,17 @@ pub fn progress_line(
     elapsed: std::time::Duration,
 ) -> String {
     let secs = elapsed.as_secs_f64();
-    let rate = if secs > 0.0 { n as f64 / secs } else { 0.0 };
+    // A rate (and a time left) only once there is time enough to tell one.
+    if secs < 0.2 {
+        return match total {
+            Some(t) if t > 0 => format!(
+                "{label}: {n} of {t} ({:.0}%)",
+                (n as f64 / t as f64 * 100.0).min(100.0)
+            ),
+            _ => format!("{label}: {n}"),
+        };
+    }
+    let rate = n as f64 / secs;
     let rate_text = if rate >= 10_000.0 {
         format!("{:.0}k/s", rate / 1000.0)
     } else {
@@ -336,6 +346,11 @@ impl Progress {
         }
     }
 
+    /// Whether anything is shown (standard error a terminal, not silenced).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// What the count will reach, where it is known.
     pub fn set_total(&mut self, total: u64) {
         self.total = Some(total);
@@ -375,66 +390,125 @@ impl crate::source::Tally for Progress {
     }
 }
 
-/// With `-v`: a line on standard error for each batch written through
-/// `inner`, told by its commit line (`{"kind":"commit","end":…,"count":…}`,
-/// as the encoders write it); JSON output has no such lines and gets none.
-pub struct BatchLines<W: Write> {
+/// What `mooncdc-capture` read sees of its own output: with `-v`, a line on
+/// standard error for each batch, told by its commit line
+/// (`{"kind":"commit","end":…,"count":…}`, as the encoders write it); with
+/// progress, the place reached in the log against the batch's high water
+/// (from its header). JSON output has no such lines and gets neither.
+pub struct Watch<W: Write> {
     inner: W,
     line: Vec<u8>,
-    /// Whether the current line may still be a commit line.
+    /// Whether the current line may still be one of interest.
     maybe: bool,
+    verbose: bool,
+    progress: Option<Progress>,
+    /// The batch's start and high water, from its header.
+    span: Option<(u128, u128)>,
 }
 
 const COMMIT_PREFIX: &[u8] = b"{\"kind\":\"commit\",";
+const HEADER_PREFIX: &[u8] = b"{\"kind\":\"header\",";
+const EVENT_PREFIX: &[u8] = b"{\"kind\":\"event\",\"event\":{\"sequence\":\"";
 
-impl<W: Write> BatchLines<W> {
-    pub fn new(inner: W) -> Self {
-        BatchLines {
+impl<W: Write> Watch<W> {
+    pub fn new(inner: W, verbose: bool, progress: Option<Progress>) -> Self {
+        Watch {
             inner,
             line: Vec::new(),
             maybe: true,
+            verbose,
+            progress,
+            span: None,
         }
     }
 
-    fn report(line: &[u8]) {
-        let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
-            return;
-        };
-        let end = v["end"]["sequence"].as_str().unwrap_or("?").to_string();
-        let n = v["count"]
-            .as_str()
-            .and_then(|c| c.parse::<u64>().ok())
-            .unwrap_or(0);
-        crate::log::write(
-            "info",
-            &format!(
-                "batch written through {end}: {}",
-                crate::log::count(n, "event", "events")
-            ),
-            &[
-                ("event", "batch".into()),
-                ("end", end.into()),
-                ("events", n.into()),
-            ],
-        );
+    /// Clear the progress line, so what follows replaces it.
+    pub fn done(&mut self) {
+        if let Some(p) = &mut self.progress {
+            p.done();
+        }
+    }
+
+    fn line_done(&mut self) {
+        let line = &self.line;
+        if line.starts_with(EVENT_PREFIX) {
+            let digits = &line[EVENT_PREFIX.len()..];
+            let end = digits.iter().position(|b| !b.is_ascii_digit()).unwrap_or(0);
+            let seq = std::str::from_utf8(&digits[..end])
+                .ok()
+                .and_then(|d| d.parse::<u128>().ok());
+            if let (Some(seq), Some((start, _)), Some(p)) = (seq, self.span, &mut self.progress) {
+                p.update(u64::try_from(seq.saturating_sub(start)).unwrap_or(u64::MAX));
+            }
+        } else if line.starts_with(HEADER_PREFIX) {
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+                return;
+            };
+            let num = |x: &serde_json::Value| x.as_str().and_then(|s| s.parse::<u128>().ok());
+            if let (Some(start), Some(hw)) = (num(&v["start"]["sequence"]), num(&v["high_water"])) {
+                self.span = Some((start, hw));
+                if let Some(p) = &mut self.progress {
+                    p.set_total(u64::try_from(hw.saturating_sub(start)).unwrap_or(u64::MAX));
+                }
+            }
+        } else if line.starts_with(COMMIT_PREFIX) && self.verbose {
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
+                return;
+            };
+            let end = v["end"]["sequence"].as_str().unwrap_or("?").to_string();
+            let n = v["count"]
+                .as_str()
+                .and_then(|c| c.parse::<u64>().ok())
+                .unwrap_or(0);
+            if let Some(p) = &mut self.progress {
+                p.done();
+            }
+            crate::log::write(
+                "info",
+                &format!(
+                    "batch written through {end}: {}",
+                    crate::log::count(n, "event", "events")
+                ),
+                &[
+                    ("event", "batch".into()),
+                    ("end", end.into()),
+                    ("events", n.into()),
+                ],
+            );
+        }
     }
 }
 
-impl<W: Write> Write for BatchLines<W> {
+impl<W: Write> Write for Watch<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if !self.verbose && self.progress.is_none() {
+            return self.inner.write(buf);
+        }
         let n = self.inner.write(buf)?;
         for &b in &buf[..n] {
             if b == b'\n' {
-                if self.maybe && self.line.starts_with(COMMIT_PREFIX) {
-                    Self::report(&self.line);
+                if self.maybe {
+                    self.line_done();
                 }
                 self.line.clear();
                 self.maybe = true;
             } else if self.maybe {
                 self.line.push(b);
-                let k = self.line.len().min(COMMIT_PREFIX.len());
-                // Not a commit line, or longer than one ever is.
-                if self.line[..k] != COMMIT_PREFIX[..k] || self.line.len() > 64 << 10 {
+                let k = self.line.len();
+                // An event line is wanted only up to its sequence; a header
+                // or commit line whole (they are short).
+                let wanted = [EVENT_PREFIX, HEADER_PREFIX, COMMIT_PREFIX]
+                    .iter()
+                    .any(|p| self.line[..k.min(p.len())] == p[..k.min(p.len())]);
+                let event_seq_read = self.line.starts_with(EVENT_PREFIX)
+                    && k > EVENT_PREFIX.len()
+                    && !b.is_ascii_digit();
+                if !wanted || k > 4 << 20 {
+                    self.maybe = false;
+                    self.line.clear();
+                } else if event_seq_read {
+                    // The sequence is complete: act now, skip the rest.
+                    self.line_done();
                     self.maybe = false;
                     self.line.clear();
                 }
@@ -575,6 +649,11 @@ mod progress_tests {
         assert_eq!(
             progress_line("rows", 250, Some(1000), Duration::from_secs(1)),
             "rows: 250 of 1000 (25%), 250/s, 3.00 s left"
+        );
+        // Too soon for a rate: none, and no time left from it.
+        assert_eq!(
+            progress_line("log", 1, Some(300_000), Duration::from_millis(1)),
+            "log: 1 of 300000 (0%)"
         );
     }
 }

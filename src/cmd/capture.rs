@@ -17,8 +17,8 @@ fn open(url: &str, pg: &PgArgs) -> anyhow::Result<Box<dyn Source>> {
 pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
     crate::log::set_quiet(a.quiet);
     match a.command {
-        None => read(a.read, a.verbose),
-        Some(CaptureCommand::Read(r)) => read(r, a.verbose),
+        None => read(a.read, a.verbose, a.quiet),
+        Some(CaptureCommand::Read(r)) => read(r, a.verbose, a.quiet),
         Some(CaptureCommand::Init {
             source,
             tables,
@@ -175,7 +175,7 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn read(r: ReadArgs, verbose: bool) -> anyhow::Result<ExitCode> {
+fn read(r: ReadArgs, verbose: bool, quiet: bool) -> anyhow::Result<ExitCode> {
     crate::log::set_json(r.log_format == crate::cli::args::LogFormat::Json);
     let url = r
         .source
@@ -207,13 +207,12 @@ fn read(r: ReadArgs, verbose: bool) -> anyhow::Result<ExitCode> {
         )?;
     }
     let mut stdout = cli::stdout();
-    let mut lines;
-    let out: &mut dyn std::io::Write = if verbose {
-        lines = cli::BatchLines::new(&mut stdout);
-        &mut lines
-    } else {
-        &mut stdout
-    };
+    // Progress (a read that ends, standard error a terminal): the place in
+    // the log against the high water.
+    let progress = cli::Progress::new("log", quiet || r.follow);
+    let progress = progress.enabled().then_some(progress);
+    let mut watch = cli::Watch::new(&mut stdout, verbose, progress);
+    let out: &mut dyn std::io::Write = &mut watch;
     if r.follow {
         // A stop ends the batch being written, then exits 0.
         crate::util::stop::install();
@@ -233,6 +232,8 @@ fn read(r: ReadArgs, verbose: bool) -> anyhow::Result<ExitCode> {
     } else {
         src.read(after.as_ref(), limits, out)?;
     }
+    watch.done();
+    drop(watch);
     cli::finish_output(stdout)?;
     Ok(ExitCode::SUCCESS)
 }
