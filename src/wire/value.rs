@@ -199,19 +199,29 @@ pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
     if s.len() % 2 != 0 {
         return Err(format!("hex string has odd length {}", s.len()));
     }
-    fn nibble(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            b'A'..=b'F' => Some(c - b'A' + 10),
-            _ => None,
+    // Either case, as nibbles; 0xff: not a hex digit.
+    const NIBBLE: [u8; 256] = {
+        let mut t = [0xffu8; 256];
+        let mut c = 0;
+        while c < 10 {
+            t[b'0' as usize + c] = c as u8;
+            c += 1;
         }
-    }
+        let mut c = 0;
+        while c < 6 {
+            t[b'a' as usize + c] = 10 + c as u8;
+            t[b'A' as usize + c] = 10 + c as u8;
+            c += 1;
+        }
+        t
+    };
+    let nibble = |c: u8| Some(NIBBLE[c as usize]).filter(|&n| n != 0xff);
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len() / 2);
     for (i, pair) in b.chunks_exact(2).enumerate() {
-        match (nibble(pair[0]), nibble(pair[1])) {
-            (Some(h), Some(l)) => out.push(h << 4 | l),
+        let (h, l) = (NIBBLE[pair[0] as usize], NIBBLE[pair[1] as usize]);
+        match (h, l) {
+            (0..=15, 0..=15) => out.push(h << 4 | l),
             _ => {
                 return Err(format!(
                     "invalid hex string {}: not a hex digit at position {}",

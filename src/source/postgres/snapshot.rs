@@ -227,6 +227,9 @@ pub struct CopyRows {
     pub(super) classes: Vec<Class>,
     pub(super) table: String,
     pub(super) buf: Vec<u8>,
+    /// Where the next row starts in `buf`: rows are read in place, and what
+    /// was read is dropped once per chunk, not once per row.
+    pub(super) pos: usize,
     pub(super) done: bool,
 }
 
@@ -241,15 +244,16 @@ impl CopyRows {
             classes,
             table,
             buf: Vec::new(),
+            pos: 0,
             done: false,
         }
     }
 
     pub async fn next(&mut self) -> Result<Option<Row>> {
         loop {
-            if let Some(i) = self.buf.iter().position(|&b| b == b'\n') {
-                let line: Vec<u8> = self.buf.drain(..=i).collect();
-                let line = &line[..line.len() - 1];
+            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.pos..]) {
+                let line = &self.buf[self.pos..self.pos + i];
+                self.pos += i + 1;
                 let fields = copy_fields(line)
                     .map_err(|e| Error::data(format!("table {:?}: {e}", self.table)))?;
                 if fields.len() != self.classes.len() {
@@ -267,6 +271,9 @@ impl CopyRows {
                     .map_err(|e| Error::data(format!("table {:?}: {e}", self.table)))?;
                 return Ok(Some(row));
             }
+            // Everything before `pos` was read: drop it before reading more.
+            self.buf.drain(..self.pos);
+            self.pos = 0;
             if self.done {
                 if !self.buf.is_empty() {
                     return Err(Error::data(format!(

@@ -96,11 +96,16 @@ pub fn from_text(class: Class, text: Option<&[u8]>) -> Result<Value, String> {
 
 /// Split one line of `COPY … TO STDOUT` text format into raw fields
 /// (`None` for `\N`), undoing its backslash escapes.
-pub fn copy_fields(line: &[u8]) -> Result<Vec<Option<Vec<u8>>>, String> {
-    let mut fields = Vec::new();
+pub fn copy_fields(line: &[u8]) -> Result<Vec<Option<std::borrow::Cow<'_, [u8]>>>, String> {
+    let mut fields = Vec::with_capacity(8);
     for raw in line.split(|&b| b == b'\t') {
         if raw == b"\\N" {
             fields.push(None);
+            continue;
+        }
+        // Most fields hold no escape: borrowed as they are.
+        if memchr::memchr(b'\\', raw).is_none() {
+            fields.push(Some(std::borrow::Cow::Borrowed(raw)));
             continue;
         }
         let mut out = Vec::with_capacity(raw.len());
@@ -150,7 +155,7 @@ pub fn copy_fields(line: &[u8]) -> Result<Vec<Option<Vec<u8>>>, String> {
                 other => out.push(other),
             }
         }
-        fields.push(Some(out));
+        fields.push(Some(std::borrow::Cow::Owned(out)));
     }
     Ok(fields)
 }
@@ -196,7 +201,11 @@ mod tests {
 
     #[test]
     fn copy_escapes() {
-        let f = copy_fields(b"1\t\\N\ta\\tb\\\\c\\n\t\\\\x00ff\t\\101").unwrap();
+        let f: Vec<Option<Vec<u8>>> = copy_fields(b"1\t\\N\ta\\tb\\\\c\\n\t\\\\x00ff\t\\101")
+            .unwrap()
+            .into_iter()
+            .map(|x| x.map(|c| c.into_owned()))
+            .collect();
         assert_eq!(
             f,
             vec![
