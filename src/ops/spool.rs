@@ -87,3 +87,76 @@ impl Spool {
         }
     }
 }
+
+/// A drained spool whose parts can be read at once from several threads
+/// (ClickHouse sends two inserts at a time).
+#[derive(Clone)]
+pub enum Shared {
+    Mem(std::sync::Arc<Vec<u8>>),
+    File(std::sync::Arc<File>),
+}
+
+impl Spool {
+    /// [`Spool::drain`], shared: read any part of it with [`Shared::part`].
+    pub fn drain_shared(&mut self) -> Result<Shared> {
+        self.len = 0;
+        match self.file.take() {
+            None => Ok(Shared::Mem(std::sync::Arc::new(std::mem::take(
+                &mut self.mem,
+            )))),
+            Some(w) => {
+                let f = w
+                    .into_inner()
+                    .map_err(|e| Error::io("cannot write the spool file", e.into_error()))?;
+                Ok(Shared::File(std::sync::Arc::new(f)))
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// The `len` bytes from `start`, as a reader of its own.
+    pub fn part(&self, start: u64, len: u64) -> Part {
+        Part {
+            src: self.clone(),
+            pos: start,
+            end: start + len,
+        }
+    }
+}
+
+/// Part of a [`Shared`] spool.
+pub struct Part {
+    src: Shared,
+    pos: u64,
+    end: u64,
+}
+
+impl Read for Part {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let want = buf.len().min((self.end - self.pos) as usize);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = match &self.src {
+            Shared::Mem(v) => {
+                let from = &v[(self.pos as usize).min(v.len())..];
+                let n = want.min(from.len());
+                buf[..n].copy_from_slice(&from[..n]);
+                n
+            }
+            Shared::File(f) => {
+                use std::os::unix::fs::FileExt;
+                f.read_at(&mut buf[..want], self.pos)?
+            }
+        };
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the held rows ended before the part's length",
+            ));
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
+}

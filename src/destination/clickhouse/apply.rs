@@ -118,21 +118,47 @@ impl ClickHouse {
             bounds.push(total);
         }
         held.since = 0;
-        // Each insert's body streams from the spool: an insert is never
-        // held in memory whole (it is up to max_insert_bytes).
-        let rd = std::sync::Arc::new(std::sync::Mutex::new(held.spool.drain_owned()?));
-        let mut at = 0u64;
-        for b in bounds {
-            let len = b - at;
-            at = b;
-            let part = SpoolPart {
-                src: rd.clone(),
-                left: len,
+        let parts = inserts(&bounds, self.cfg.max_insert_bytes as u64);
+        // Each insert's body streams from the spool (an insert is never held
+        // in memory whole), and two are sent at once: the server takes them
+        // in parallel, while this process has nothing else to do. The first
+        // error stops the other sender before its next insert.
+        let shared = held.spool.drain_shared()?;
+        let url = self.url(&sql, &Timeout::Insert, false);
+        let budget = self.budget(&Timeout::Insert);
+        let (http, cfg) = (&self.http, &self.cfg);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let failed = std::sync::atomic::AtomicBool::new(false);
+        let send = || -> Result<()> {
+            use std::sync::atomic::Ordering::SeqCst;
+            while !failed.load(SeqCst) {
+                let Some(&(start, len)) = parts.get(next.fetch_add(1, SeqCst)) else {
+                    return Ok(());
+                };
+                let body = reqwest::blocking::Body::sized(shared.part(start, len), len);
+                if let Err(e) = super::http::post(http, cfg, url.clone(), budget, body)
+                    .and_then(super::http::reply)
+                {
+                    failed.store(true, SeqCst);
+                    return Err(e);
+                }
+            }
+            Ok(())
+        };
+        std::thread::scope(|scope| {
+            let other = (parts.len() > 1).then(|| scope.spawn(send));
+            let mine = send();
+            let theirs = match other {
+                Some(h) => h.join().unwrap_or_else(|_| {
+                    Err(Error::io(
+                        "cannot send an insert",
+                        std::io::Error::other("a sender thread failed"),
+                    ))
+                }),
+                None => Ok(()),
             };
-            let body = reqwest::blocking::Body::sized(part, len);
-            self.query(&sql, Some(body), Timeout::Insert)?;
-        }
-        Ok(())
+            mine.and(theirs)
+        })
     }
 
     /// Encode one image as a row for the engine.
@@ -522,30 +548,53 @@ impl ClickHouse {
     }
 }
 
-/// One insert's share of a drained spool, read as the HTTP body is sent.
-struct SpoolPart {
-    src: std::sync::Arc<std::sync::Mutex<Box<dyn std::io::BufRead + Send>>>,
-    left: u64,
+/// The inserts to send: `bounds` are row boundaries (every 8 MiB at most,
+/// and the end); consecutive pieces are joined into inserts of at most
+/// `max` bytes, and of about half the total when that is smaller, so that
+/// two senders share the work.
+fn inserts(bounds: &[u64], max: u64) -> Vec<(u64, u64)> {
+    let total = bounds.last().copied().unwrap_or(0);
+    let target = max.min(total.div_ceil(2)).max(1);
+    let mut parts = Vec::new();
+    let mut start = 0u64;
+    let mut prev = 0u64;
+    for &b in bounds {
+        if b - start > target && prev > start {
+            parts.push((start, prev - start));
+            start = prev;
+        }
+        prev = b;
+    }
+    if prev > start {
+        parts.push((start, prev - start));
+    }
+    parts
 }
 
-impl Read for SpoolPart {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.left == 0 {
-            return Ok(0);
-        }
-        let want = buf.len().min(self.left as usize);
-        let mut src = self
-            .src
-            .lock()
-            .map_err(|_| std::io::Error::other("the held rows' reader was poisoned"))?;
-        let n = src.read(&mut buf[..want])?;
-        if n == 0 {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the held rows ended before the insert's length",
-            ));
-        }
-        self.left -= n as u64;
-        Ok(n)
+#[cfg(test)]
+mod insert_tests {
+    use super::inserts;
+
+    #[test]
+    fn pieces_join_into_inserts_within_the_size_and_about_half_the_total() {
+        let mb = 1u64 << 20;
+        // 75 MiB held in pieces of 8 MiB, inserts of at most 64 MiB: two
+        // senders get about half each, never over the size.
+        let bounds: Vec<u64> = (1..=9).map(|i| i * 8 * mb).chain([75 * mb]).collect();
+        let parts = inserts(&bounds, 64 * mb);
+        assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), 75 * mb);
+        assert!(parts.iter().all(|p| p.1 <= 64 * mb), "{parts:?}");
+        assert!(parts.iter().all(|p| p.1 <= 40 * mb), "{parts:?}");
+        assert!(
+            parts.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0),
+            "{parts:?}"
+        );
+        // Tiny inserts (max_insert_bytes=64): one per piece, as before.
+        let bounds = [70u64, 140, 210, 230];
+        assert_eq!(
+            inserts(&bounds, 64),
+            vec![(0, 70), (70, 70), (140, 70), (210, 20)]
+        );
+        assert_eq!(inserts(&[100], 64), vec![(0, 100)]);
     }
 }

@@ -44,43 +44,13 @@ impl ClickHouse {
         timeout: Timeout,
     ) -> Result<reqwest::blocking::Response> {
         let read = body.is_none();
-        let req = self
-            .http
-            .post(self.url(sql, &timeout, read))
-            .header("X-ClickHouse-User", &self.cfg.user)
-            .header("X-ClickHouse-Key", &self.cfg.password)
-            .timeout(self.budget(&timeout))
-            .body(body.unwrap_or_else(|| reqwest::blocking::Body::from(Vec::new())));
-        let resp = req.send().map_err(|e| {
-            let what = if e.is_timeout() {
-                "timed out"
-            } else if e.is_connect() {
-                "cannot connect"
-            } else {
-                "request failed"
-            };
-            let cause = crate::error::root_cause(&e);
-            let hint = if cause == "connection refused" {
-                " (is ClickHouse's HTTP interface listening there? it is port 8123 by default; 9000 is the native protocol, which MoonCDC does not speak)"
-            } else if cause.contains("invalid HTTP version") {
-                " (is that ClickHouse's HTTP port? 9000 is the native protocol; HTTP is 8123 by default)"
-            } else {
-                ""
-            };
-            Error::new(
-                ErrorKind::Database,
-                format!("ClickHouse at {}: {what}: {cause}{hint}", self.cfg.base),
-            )
-        })?;
-        if !resp.status().is_success() {
-            let status = resp.status();
-            let text = resp.text().unwrap_or_default();
-            return Err(Error::new(
-                ErrorKind::Database,
-                format!("ClickHouse error (HTTP {status}): {}", error_text(&text)),
-            ));
-        }
-        Ok(resp)
+        post(
+            &self.http,
+            &self.cfg,
+            self.url(sql, &timeout, read),
+            self.budget(&timeout),
+            body.unwrap_or_else(|| reqwest::blocking::Body::from(Vec::new())),
+        )
     }
 
     /// Run a statement; the whole reply (small replies only).
@@ -90,22 +60,74 @@ impl ClickHouse {
         body: Option<reqwest::blocking::Body>,
         timeout: Timeout,
     ) -> Result<Vec<u8>> {
-        let mut resp = self.send(sql, body, timeout)?;
-        let mut v = Vec::new();
-        resp.read_to_end(&mut v)
-            .map_err(|e| Error::io("cannot read the ClickHouse reply", e))?;
-        // An error after output started comes appended to a 200 reply.
-        if let Some(i) = find(&v, b"Code: ") {
-            if find(&v[i..], b"DB::Exception").is_some() {
-                return Err(Error::new(
-                    ErrorKind::Database,
-                    format!(
-                        "ClickHouse error: {}",
-                        error_text(&String::from_utf8_lossy(&v[i..]))
-                    ),
-                ));
-            }
-        }
-        Ok(v)
+        reply(self.send(sql, body, timeout)?)
     }
+}
+
+/// One request to the server, with the credentials in headers, within a
+/// time budget; an error reply is an error with the server's own words.
+/// A free function, so that two inserts can be sent at once.
+pub(super) fn post(
+    http: &reqwest::blocking::Client,
+    cfg: &ChConfig,
+    url: String,
+    budget: Duration,
+    body: reqwest::blocking::Body,
+) -> Result<reqwest::blocking::Response> {
+    let req = http
+        .post(url)
+        .header("X-ClickHouse-User", &cfg.user)
+        .header("X-ClickHouse-Key", &cfg.password)
+        .timeout(budget)
+        .body(body);
+    let resp = req.send().map_err(|e| {
+        let what = if e.is_timeout() {
+            "timed out"
+        } else if e.is_connect() {
+            "cannot connect"
+        } else {
+            "request failed"
+        };
+        let cause = crate::error::root_cause(&e);
+        let hint = if cause == "connection refused" {
+            " (is ClickHouse's HTTP interface listening there? it is port 8123 by default; 9000 is the native protocol, which MoonCDC does not speak)"
+        } else if cause.contains("invalid HTTP version") {
+            " (is that ClickHouse's HTTP port? 9000 is the native protocol; HTTP is 8123 by default)"
+        } else {
+            ""
+        };
+        Error::new(
+            ErrorKind::Database,
+            format!("ClickHouse at {}: {what}: {cause}{hint}", cfg.base),
+        )
+    })?;
+    if !resp.status().is_success() {
+        let status = resp.status();
+        let text = resp.text().unwrap_or_default();
+        return Err(Error::new(
+            ErrorKind::Database,
+            format!("ClickHouse error (HTTP {status}): {}", error_text(&text)),
+        ));
+    }
+    Ok(resp)
+}
+
+/// The whole reply (small replies only); an error the server appended to a
+/// 200 reply after output started is an error.
+pub(super) fn reply(mut resp: reqwest::blocking::Response) -> Result<Vec<u8>> {
+    let mut v = Vec::new();
+    resp.read_to_end(&mut v)
+        .map_err(|e| Error::io("cannot read the ClickHouse reply", e))?;
+    if let Some(i) = find(&v, b"Code: ") {
+        if find(&v[i..], b"DB::Exception").is_some() {
+            return Err(Error::new(
+                ErrorKind::Database,
+                format!(
+                    "ClickHouse error: {}",
+                    error_text(&String::from_utf8_lossy(&v[i..]))
+                ),
+            ));
+        }
+    }
+    Ok(v)
 }

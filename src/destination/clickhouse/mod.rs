@@ -86,7 +86,9 @@ impl Held {
         self.spool.push(&self.row)?;
         self.since += self.row.len();
         self.row.clear();
-        if self.since >= max {
+        // A row boundary every 8 MiB at most: inserts are joined from these
+        // pieces at send time (see `inserts`).
+        if self.since >= max.min(8 << 20) {
             self.bounds.push(self.spool.len());
             self.since = 0;
         }
