@@ -548,3 +548,48 @@ fn an_added_not_null_column_reaches_a_table_with_rows() {
     expect(&r, 0, "ADD COLUMN NOT NULL");
     assert_eq!(tgt.session().value("SELECT count(*) FROM t"), "2");
 }
+
+/// A PostgreSQL table of `integer` and `smallint` columns goes into the
+/// target straight by binary COPY at the columns' own width (no staging
+/// table): the extremes arrive exactly, NULLs stay NULL, and the audit says
+/// equal.
+#[test]
+fn integer_and_smallint_columns_load_straight_and_exactly() {
+    let src = pg::db("narrow_src");
+    let s = src.session();
+    s.exec("CREATE TABLE public.n (id bigint PRIMARY KEY, i integer, s smallint, t text)");
+    s.exec(
+        "INSERT INTO n VALUES (1, 2147483647, 32767, 'a'), (2, -2147483648, -32768, 'b'), (3, NULL, NULL, NULL)",
+    );
+    let slot = "s_narrow";
+    let r = exec(
+        CAPTURE,
+        &[
+            "init",
+            "--source",
+            &src.url(),
+            "--slot",
+            slot,
+            "--table",
+            "public.n",
+        ],
+        None,
+    );
+    expect(&r, 0, "capture init");
+    let tgt = target("narrow_tgt");
+    let url = tgt.url();
+    let r = pipeline(&format!(
+        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {} -q",
+        shell_quote(&src.url()),
+        shell_quote(&url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+    let q = "SELECT id::text, i::text, s::text, t FROM n ORDER BY id";
+    assert_eq!(src.session().query(q), tgt.session().query(q));
+    let types = tgt.session().query(
+        "SELECT data_type FROM information_schema.columns WHERE table_name = 'n' ORDER BY ordinal_position",
+    );
+    let types: Vec<String> = types.into_iter().map(|r| r[0].clone().unwrap()).collect();
+    assert_eq!(types, ["bigint", "integer", "smallint", "text"]);
+    audit_equal(&src.url(), &url, &["--slot", slot]);
+}

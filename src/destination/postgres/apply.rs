@@ -662,6 +662,14 @@ impl ToSql for Field<'_> {
         match (self.0, self.1) {
             (Value::Null, _) => Ok(tokio_postgres::types::IsNull::Yes),
             (Value::Integer(i), Param::Bool) => (*i == 1).to_sql(ty, out),
+            // Straight into an integer or smallint column: its own width,
+            // refused out of range as the cast would be.
+            (Value::Integer(i), _) if *ty == Type::INT4 => i32::try_from(*i)
+                .map_err(|_| format!("integer {i} out of range for type integer"))?
+                .to_sql(ty, out),
+            (Value::Integer(i), _) if *ty == Type::INT2 => i16::try_from(*i)
+                .map_err(|_| format!("integer {i} out of range for type smallint"))?
+                .to_sql(ty, out),
             (Value::Integer(i), _) => i.to_sql(ty, out),
             (Value::Real(x), _) => crate::wire::value::normalize_zero(*x).to_sql(ty, out),
             (Value::Blob(b), _) => b.as_slice().to_sql(ty, out),
@@ -695,19 +703,25 @@ fn check_row(t: &Table, row: &Row, seq: Option<Sequence>) -> Result<()> {
 
 impl Loader {
     async fn start(c: &Client, t: &Table) -> Result<Loader> {
-        let native = |col: &Col| {
-            matches!(
-                (col.param, col.sql_type.as_str()),
-                (Param::Int8, "bigint")
-                    | (Param::Float8, "double precision")
-                    | (Param::Bool, "boolean")
-                    | (Param::Bytea, "bytea")
-                    | (Param::Text, "text")
-            )
+        // The binary type a column takes straight from COPY, if it is one
+        // whose wire form the values have (integers in their own width).
+        let native = |col: &Col| match (col.param, col.sql_type.as_str()) {
+            (Param::Int8, "bigint") => Some(Type::INT8),
+            (Param::Int8, "integer") => Some(Type::INT4),
+            (Param::Int8, "smallint") => Some(Type::INT2),
+            (Param::Float8, "double precision") => Some(Type::FLOAT8),
+            (Param::Bool, "boolean") => Some(Type::BOOL),
+            (Param::Bytea, "bytea") => Some(Type::BYTEA),
+            (Param::Text, "text") => Some(Type::TEXT),
+            _ => None,
         };
-        let types: Vec<Type> = t.cols.iter().map(|c| c.param.pg_type()).collect();
+        let direct: Option<Vec<Type>> = t.cols.iter().map(native).collect();
         let names: Vec<String> = t.cols.iter().map(|c| quote_ident(&c.name)).collect();
-        let (into, staged) = if t.cols.iter().all(native) {
+        let types: Vec<Type> = match &direct {
+            Some(types) => types.clone(),
+            None => t.cols.iter().map(|c| c.param.pg_type()).collect(),
+        };
+        let (into, staged) = if direct.is_some() {
             (format!("{} ({})", t.qname, names.join(", ")), None)
         } else {
             let defs: Vec<String> = t
