@@ -201,7 +201,8 @@ pub fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     strip_os_error(&inner.to_string())
 }
 
-fn strip_os_error(s: &str) -> String {
+/// A system error's text without Rust's ` (os error N)` tail.
+pub fn strip_os_error(s: &str) -> String {
     match s.find(" (os error ") {
         Some(i) => s[..i].to_string(),
         None => s.to_string(),

@@ -462,3 +462,45 @@ fn binaries_print_their_completions_and_man_page() {
         }
     }
 }
+
+/// One message style: a usage error starts with the tool's name like every
+/// other error (not clap's `error:`), exits 2, and keeps clap's tip and
+/// usage; a system error names no `(os error N)`; `--help` exits 0.
+#[test]
+fn usage_errors_speak_like_every_other_error() {
+    for cmd in mooncdc::cli::args::commands() {
+        let tool = cmd.get_name().to_string();
+        let exe = env!("CARGO_BIN_EXE_mooncdc-apply").replace("mooncdc-apply", &tool);
+        let out = std::process::Command::new(&exe)
+            .arg("--bogus")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{tool}: {err}");
+        assert!(
+            err.starts_with(&format!("{tool}: unexpected argument '--bogus' found")),
+            "{tool}: {err}"
+        );
+        assert!(
+            err.contains("Usage:") && err.contains("--help"),
+            "{tool}: {err}"
+        );
+        let out = std::process::Command::new(&exe)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{tool} --help");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mooncdc-merge"))
+        .arg("/nonexistent/input.jsonl")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with(
+            "mooncdc-merge: /nonexistent/input.jsonl: cannot open input: No such file or directory"
+        ) && !err.contains("os error"),
+        "{err}"
+    );
+}

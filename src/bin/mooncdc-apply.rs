@@ -1,6 +1,5 @@
 //! mooncdc-apply: apply snapshots and batch streams to a target.
 
-use clap::Parser;
 use mooncdc::cli::{self, args::ApplyArgs};
 use std::process::ExitCode;
 
@@ -16,6 +15,6 @@ fn main() -> ExitCode {
     if let Some(code) = cli::print_generated("mooncdc-apply") {
         return code;
     }
-    let args = ApplyArgs::parse();
+    let args: ApplyArgs = cli::parse_args("mooncdc-apply");
     cli::run("mooncdc-apply", || mooncdc::cmd::apply::run(args))
 }

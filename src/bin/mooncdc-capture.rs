@@ -1,6 +1,5 @@
 //! mooncdc-capture: install, check, read and acknowledge change capture.
 
-use clap::Parser;
 use mooncdc::cli::{self, args::CaptureArgs};
 use std::process::ExitCode;
 
@@ -8,6 +7,6 @@ fn main() -> ExitCode {
     if let Some(code) = cli::print_generated("mooncdc-capture") {
         return code;
     }
-    let args = CaptureArgs::parse();
+    let args: CaptureArgs = cli::parse_args("mooncdc-capture");
     cli::run("mooncdc-capture", || mooncdc::cmd::capture::run(args))
 }

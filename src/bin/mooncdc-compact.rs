@@ -1,6 +1,5 @@
 //! mooncdc-compact: remove intermediate changes of the same row in each batch.
 
-use clap::Parser;
 use mooncdc::cli::{self, args::CompactArgs};
 use std::process::ExitCode;
 
@@ -8,6 +7,6 @@ fn main() -> ExitCode {
     if let Some(code) = cli::print_generated("mooncdc-compact") {
         return code;
     }
-    let args = CompactArgs::parse();
+    let args: CompactArgs = cli::parse_args("mooncdc-compact");
     cli::run("mooncdc-compact", || mooncdc::cmd::compact::run(args))
 }

@@ -1,6 +1,5 @@
 //! mooncdc-merge: join contiguous batches of one source into one batch.
 
-use clap::Parser;
 use mooncdc::cli::{self, args::MergeArgs};
 use std::process::ExitCode;
 
@@ -8,6 +7,6 @@ fn main() -> ExitCode {
     if let Some(code) = cli::print_generated("mooncdc-merge") {
         return code;
     }
-    let args = MergeArgs::parse();
+    let args: MergeArgs = cli::parse_args("mooncdc-merge");
     cli::run("mooncdc-merge", || mooncdc::cmd::merge::run(args))
 }

@@ -1,6 +1,5 @@
 //! mooncdc-split: cut a batch stream into smaller batches.
 
-use clap::Parser;
 use mooncdc::cli::{self, args::SplitArgs};
 use std::process::ExitCode;
 
@@ -8,6 +7,6 @@ fn main() -> ExitCode {
     if let Some(code) = cli::print_generated("mooncdc-split") {
         return code;
     }
-    let args = SplitArgs::parse();
+    let args: SplitArgs = cli::parse_args("mooncdc-split");
     cli::run("mooncdc-split", || mooncdc::cmd::split::run(args))
 }

@@ -124,6 +124,28 @@ pub fn output_format(s: args::Format) -> OutputFormat {
     }
 }
 
+/// The tool's arguments. A usage error is written in the tools' one style,
+/// `mooncdc-x: what is wrong`, with clap's tip and usage after it, and the
+/// tool exits 2; `--help` and `--version` print and exit 0.
+pub fn parse_args<T: clap::Parser>(tool: &str) -> T {
+    match T::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            use clap::error::ErrorKind as K;
+            if matches!(
+                e.kind(),
+                K::DisplayHelp | K::DisplayVersion | K::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                e.exit();
+            }
+            let text = e.render().to_string();
+            let text = text.strip_prefix("error: ").unwrap_or(&text);
+            let _ = write!(std::io::stderr(), "{tool}: {text}");
+            std::process::exit(2);
+        }
+    }
+}
+
 /// Run a tool's body: print an error once with its cause chain, choose the
 /// exit status, and treat a closed downstream pipe as a quiet success.
 pub fn run(tool: &str, body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitCode {
@@ -152,7 +174,11 @@ pub fn run_with(
             let mut source = err.source();
             // anyhow's chain() includes the error itself first; print the causes.
             while let Some(s) = source {
-                msg.push_str(&format!(": {s}"));
+                // In plain words: no ` (os error 2)` after the system's text.
+                msg.push_str(&format!(
+                    ": {}",
+                    crate::error::strip_os_error(&s.to_string())
+                ));
                 source = s.source();
             }
             let kind = err
