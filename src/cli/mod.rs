@@ -428,8 +428,28 @@ pub struct Watch<W: Write> {
     maybe: bool,
     verbose: bool,
     progress: Option<Progress>,
-    /// The batch's start and high water, from its header.
-    span: Option<(u128, u128)>,
+    /// The batch's start and high water, from its header, and the shift
+    /// that makes positions of them.
+    span: Option<(u128, u128, u32)>,
+}
+
+/// How far `seq` is past `start`, in the source's units.
+fn place(seq: u128, start: u128, shift: u32) -> u64 {
+    u64::try_from((seq >> shift).saturating_sub(start >> shift)).unwrap_or(u64::MAX)
+}
+
+/// A header line's start and high water, read from its beginning: the
+/// encoders write both before the schemas, so a prefix of the line is
+/// enough (a `"` inside the source's name is escaped, so the keys cannot be
+/// mistaken).
+fn header_span(line: &[u8]) -> Option<(u128, u128)> {
+    let after = |key: &[u8]| -> Option<u128> {
+        let i = memchr::memmem::find(line, key)? + key.len();
+        let digits = &line[i..];
+        let end = digits.iter().position(|b| !b.is_ascii_digit())?;
+        std::str::from_utf8(&digits[..end]).ok()?.parse().ok()
+    };
+    Some((after(b"\"sequence\":\"")?, after(b",\"high_water\":\"")?))
 }
 
 const COMMIT_PREFIX: &[u8] = b"{\"kind\":\"commit\",";
@@ -463,18 +483,19 @@ impl<W: Write> Watch<W> {
             let seq = std::str::from_utf8(&digits[..end])
                 .ok()
                 .and_then(|d| d.parse::<u128>().ok());
-            if let (Some(seq), Some((start, _)), Some(p)) = (seq, self.span, &mut self.progress) {
-                p.update(u64::try_from(seq.saturating_sub(start)).unwrap_or(u64::MAX));
+            if let (Some(seq), Some((start, _, shift)), Some(p)) =
+                (seq, self.span, &mut self.progress)
+            {
+                p.update(place(seq, start, shift));
             }
         } else if line.starts_with(HEADER_PREFIX) {
-            let Ok(v) = serde_json::from_slice::<serde_json::Value>(line) else {
-                return;
-            };
-            let num = |x: &serde_json::Value| x.as_str().and_then(|s| s.parse::<u128>().ok());
-            if let (Some(start), Some(hw)) = (num(&v["start"]["sequence"]), num(&v["high_water"])) {
-                self.span = Some((start, hw));
+            if let Some((start, hw)) = header_span(line) {
+                // PostgreSQL's sequences are (LSN << 64) | ordinal: measured
+                // in WAL bytes. SQLite's are the log's own numbers.
+                let shift = if hw >> 64 != 0 { 64 } else { 0 };
+                self.span = Some((start, hw, shift));
                 if let Some(p) = &mut self.progress {
-                    p.set_total(u64::try_from(hw.saturating_sub(start)).unwrap_or(u64::MAX));
+                    p.set_total(place(hw, start, shift));
                 }
             }
         } else if line.starts_with(COMMIT_PREFIX) && self.verbose {
@@ -529,10 +550,13 @@ impl<W: Write> Write for Watch<W> {
                 let event_seq_read = self.line.starts_with(EVENT_PREFIX)
                     && k > EVENT_PREFIX.len()
                     && !b.is_ascii_digit();
-                if !wanted || k > 4 << 20 {
+                // A header is read from its first 64 KiB (start and high
+                // water come before the schemas); a commit line is short.
+                let header_read = k >= 64 << 10 && self.line.starts_with(HEADER_PREFIX);
+                if !wanted || k > 64 << 10 {
                     self.maybe = false;
                     self.line.clear();
-                } else if event_seq_read {
+                } else if event_seq_read || header_read {
                     // The sequence is complete: act now, skip the rest.
                     self.line_done();
                     self.maybe = false;
@@ -663,7 +687,18 @@ pub fn print_generated(tool: &str) -> Option<ExitCode> {
 
 #[cfg(test)]
 mod progress_tests {
-    use super::progress_line;
+    use super::{header_span, place, progress_line};
+
+    #[test]
+    fn capture_progress_reads_the_header_and_measures_wal_bytes_for_postgresql() {
+        let h = br#"{"kind":"header","format":"mooncdc.jsonl.v1","start":{"source":"a\"sequence\":\"9","sequence":"12"},"high_water":"340","schemas":[]}"#;
+        assert_eq!(header_span(h), Some((12, 340)));
+        assert_eq!(place(100, 12, 0), 88);
+        // PostgreSQL: (LSN << 64) | ordinal, measured in WAL bytes.
+        let (start, hw, at) = (1000u128 << 64, (5000u128 << 64) | 3, (2000u128 << 64) | 7);
+        assert_eq!(place(hw, start, 64), 4000);
+        assert_eq!(place(at, start, 64), 1000);
+    }
     use std::time::Duration;
 
     #[test]

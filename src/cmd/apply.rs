@@ -87,9 +87,19 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
                         "info",
                         &format!("{what}, in {}", crate::log::elapsed(batch_began.elapsed())),
                         &[
-                            ("event", "batch".into()),
+                            (
+                                "event",
+                                if is_snapshot { "snapshot" } else { "batch" }.into(),
+                            ),
                             ("end", end.clone().into()),
-                            ("events_applied", (s.applied - seen_applied).into()),
+                            (
+                                if is_snapshot {
+                                    "rows_loaded"
+                                } else {
+                                    "events_applied"
+                                },
+                                (s.applied - seen_applied).into(),
+                            ),
                         ],
                     );
                     seen_batches = s.batches;

@@ -206,13 +206,14 @@ fn read(r: ReadArgs, verbose: bool, quiet: bool) -> anyhow::Result<ExitCode> {
             Duration::from_millis(r.stall_timeout_ms.max(1)),
         )?;
     }
-    let mut stdout = cli::stdout();
     // Progress (a read that ends, standard error a terminal): the place in
-    // the log against the high water.
+    // the log against the high water. The watch sits under the buffer, so
+    // a batch's -v line comes once its bytes went out, not before.
     let progress = cli::Progress::new("log", quiet || r.follow);
     let progress = progress.enabled().then_some(progress);
-    let mut watch = cli::Watch::new(&mut stdout, verbose, progress);
-    let out: &mut dyn std::io::Write = &mut watch;
+    let watch = cli::Watch::new(std::io::stdout().lock(), verbose && !quiet, progress);
+    let mut buffered = std::io::BufWriter::with_capacity(1 << 16, watch);
+    let out: &mut dyn std::io::Write = &mut buffered;
     if r.follow {
         // A stop ends the batch being written, then exits 0.
         crate::util::stop::install();
@@ -232,8 +233,10 @@ fn read(r: ReadArgs, verbose: bool, quiet: bool) -> anyhow::Result<ExitCode> {
     } else {
         src.read(after.as_ref(), limits, out)?;
     }
+    let mut watch = buffered
+        .into_inner()
+        .map_err(|e| Error::io("cannot write output", e.into_error()))?;
     watch.done();
-    drop(watch);
-    cli::finish_output(stdout)?;
+    cli::finish_output(watch)?;
     Ok(ExitCode::SUCCESS)
 }

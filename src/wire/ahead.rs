@@ -34,6 +34,9 @@ pub(super) struct Ahead<T> {
     /// The line of the last item handed out.
     pub line: u64,
     ended: bool,
+    /// Whether the reader stopped on an error: it is never read as a clean
+    /// end afterwards.
+    failed: bool,
 }
 
 impl<T: Send + 'static> Ahead<T> {
@@ -82,6 +85,7 @@ impl<T: Send + 'static> Ahead<T> {
             chunk: Vec::new().into_iter(),
             line: 0,
             ended: false,
+            failed: false,
         })
     }
 
@@ -96,6 +100,13 @@ impl<T: Send + 'static> Ahead<T> {
                 self.line = line;
                 return Ok(Some(item));
             }
+            if self.failed {
+                return Err(Error::io(
+                    "cannot read input",
+                    std::io::Error::other("reading stopped at an earlier error"),
+                )
+                .in_file(&self.name));
+            }
             if self.ended {
                 return Ok(None);
             }
@@ -103,12 +114,12 @@ impl<T: Send + 'static> Ahead<T> {
                 Ok(Msg::Items(v)) => self.chunk = v.into_iter(),
                 Ok(Msg::End) => self.ended = true,
                 Ok(Msg::Failed(e)) => {
-                    self.ended = true;
+                    self.failed = true;
                     return Err(e);
                 }
                 // Only a thread that died without a word: never a clean end.
                 Err(_) => {
-                    self.ended = true;
+                    self.failed = true;
                     return Err(Error::io(
                         "cannot read input",
                         std::io::Error::other("the read-ahead thread stopped"),

@@ -339,7 +339,9 @@ impl<R: BufRead> SnapshotReader<R> {
                     _ => 0,
                 },
                 bytes: inner.buf.len() + 1,
-                flush: false,
+                // The commit at once: a target stores its cursor then, even
+                // when the input stays open after it.
+                flush: matches!(item, SnapItem::Commit { .. }),
                 item,
             }))
         })?;

@@ -187,8 +187,11 @@ fn words(e: &rustls::Error, conn: &PgConn) -> String {
     };
     match e {
         rustls::Error::InvalidCertificate(c) => match c {
-            C::UnknownIssuer | C::BadSignature => format!(
-                "TLS: the server's certificate is not signed by {roots}; give sslrootcert=<the CA's certificate> (or PGSSLROOTCERT), or sslmode=require to encrypt without checking the certificate"
+            C::UnknownIssuer => format!(
+                "TLS: the server's certificate is not signed by {roots}; give sslrootcert=<the CA's certificate> (or PGSSLROOTCERT), or sslmode=require to encrypt without checking the certificate (which gives no protection against impersonation)"
+            ),
+            C::BadSignature => format!(
+                "TLS: the server's certificate chain does not verify against {roots} (a signature that does not match, or an intermediate certificate the server does not send)"
             ),
             C::NotValidForName | C::NotValidForNameContext { .. } => format!(
                 "TLS: the server's certificate does not name host {:?}; connect with a host name the certificate holds, or use sslmode=verify-ca to check the chain but not the name",
