@@ -510,6 +510,17 @@ fn snapshot_selects_tables_and_refuses_what_it_cannot_carry() {
     assert!(!String::from_utf8_lossy(&r.stdout).contains(r#""kind":"commit""#));
 }
 
+/// What a shell command shows on a terminal (util-linux `script` gives it
+/// one): everything it wrote there, standard error included.
+fn on_a_terminal(cmd: &str) -> String {
+    let o = std::process::Command::new("script")
+        .args(["-qec", cmd, "/dev/null"])
+        .output()
+        .expect("script (util-linux) runs");
+    assert!(o.status.success(), "{cmd}: {o:?}");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 /// Progress in a terminal (util-linux `script` gives the tool one): the
 /// count and the exact total from the snapshot's own read, then the
 /// line cleared so the shell prompt (or a summary) replaces it; `-q` and a
@@ -525,18 +536,12 @@ fn progress_in_a_terminal_shows_count_and_total_then_clears() {
     );
     let out = db.path("snap.jsonl");
     let in_terminal = |extra: &str| {
-        let cmd = format!(
+        on_a_terminal(&format!(
             "{} --source {} -o {} {extra}",
             bin("mooncdc-snapshot").display(),
             db.src_url(),
             out.display()
-        );
-        let o = std::process::Command::new("script")
-            .args(["-qec", &cmd, "/dev/null"])
-            .output()
-            .expect("script (util-linux) runs");
-        assert!(o.status.success(), "{o:?}");
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        ))
     };
     let screen = in_terminal("");
     assert!(
@@ -675,12 +680,7 @@ fn capture_progress_in_a_terminal_shows_the_place_in_the_log() {
         db.src_url(),
         out.display()
     );
-    let o = std::process::Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .output()
-        .expect("script (util-linux) runs");
-    assert!(o.status.success(), "{o:?}");
-    let screen = String::from_utf8_lossy(&o.stdout);
+    let screen = on_a_terminal(&cmd);
     assert!(screen.contains("log: 1 of 70000 (0%)"), "{screen:?}");
     assert!(screen.trim_end().ends_with("\r\x1b[K"), "{screen:?}");
     // The output is the same batch as without a terminal.

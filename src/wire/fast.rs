@@ -38,20 +38,7 @@ struct Scan<'a> {
 }
 
 /// The hex digits the encoder writes (lowercase), as nibbles; 0xff: not one.
-const NIBBLE: [u8; 256] = {
-    let mut t = [0xffu8; 256];
-    let mut c = 0;
-    while c < 10 {
-        t[b'0' as usize + c] = c as u8;
-        c += 1;
-    }
-    let mut c = 0;
-    while c < 6 {
-        t[b'a' as usize + c] = 10 + c as u8;
-        c += 1;
-    }
-    t
-};
+const NIBBLE: [u8; 256] = super::value::HEX_LOWER;
 
 impl<'a> Scan<'a> {
     fn lit(&mut self, l: &str) -> Option<()> {

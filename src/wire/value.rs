@@ -194,27 +194,36 @@ pub use super::real::{parse_real_decimal, parse_real_pair, real_to_pair, write_r
 
 // ---------------------------------------------------------------- hex
 
+/// Hex digits as nibbles, 0xff for anything else; upper case too when asked.
+const fn nibbles(upper: bool) -> [u8; 256] {
+    let mut t = [0xffu8; 256];
+    let mut c = 0;
+    while c < 10 {
+        t[b'0' as usize + c] = c as u8;
+        c += 1;
+    }
+    let mut c = 0;
+    while c < 6 {
+        t[b'a' as usize + c] = 10 + c as u8;
+        if upper {
+            t[b'A' as usize + c] = 10 + c as u8;
+        }
+        c += 1;
+    }
+    t
+}
+
+/// The hex digits the encoders write (lower case), as nibbles.
+pub(super) const HEX_LOWER: [u8; 256] = nibbles(false);
+/// Hex digits of either case, as the decoders take them.
+const HEX_ANY: [u8; 256] = nibbles(true);
+
 /// Decode hex of either case; odd length or a non-hex digit is an error.
 pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
     if s.len() % 2 != 0 {
         return Err(format!("hex string has odd length {}", s.len()));
     }
-    // Either case, as nibbles; 0xff: not a hex digit.
-    const NIBBLE: [u8; 256] = {
-        let mut t = [0xffu8; 256];
-        let mut c = 0;
-        while c < 10 {
-            t[b'0' as usize + c] = c as u8;
-            c += 1;
-        }
-        let mut c = 0;
-        while c < 6 {
-            t[b'a' as usize + c] = 10 + c as u8;
-            t[b'A' as usize + c] = 10 + c as u8;
-            c += 1;
-        }
-        t
-    };
+    const NIBBLE: [u8; 256] = HEX_ANY;
     let nibble = |c: u8| Some(NIBBLE[c as usize]).filter(|&n| n != 0xff);
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len() / 2);
