@@ -178,15 +178,87 @@ impl PgSource {
 /// A table's rows in key order through COPY.
 pub(super) async fn copy_table(c: &Client, schema: &Schema, classes: &[Class]) -> Result<CopyRows> {
     let sql = select_in_key_order(schema, classes);
+    // COPY's binary form when every column's type has one read here: no
+    // text to parse (REAL bits as they are stored, integers, bytes).
+    let binary: Option<Vec<Bin>> = schema
+        .columns
+        .iter()
+        .map(|c| bin_of(&c.decl_type))
+        .collect();
+    let copy = match binary {
+        Some(_) => format!("COPY ({sql}) TO STDOUT (FORMAT binary)"),
+        None => format!("COPY ({sql}) TO STDOUT"),
+    };
     let stream = c
-        .copy_out(&format!("COPY ({sql}) TO STDOUT"))
+        .copy_out(&copy)
         .await
         .map_err(pg_err("cannot copy a table"))?;
-    Ok(CopyRows::new(
-        Box::pin(stream),
-        classes.to_vec(),
-        schema.table.clone(),
-    ))
+    let mut rows = CopyRows::new(Box::pin(stream), classes.to_vec(), schema.table.clone());
+    rows.binary = binary;
+    Ok(rows)
+}
+
+/// A column's binary COPY form, for the types read in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Bin {
+    /// int2, int4, int8 (told apart by their length).
+    Int,
+    Float4,
+    Float8,
+    Bool,
+    Bytea,
+    /// text and varchar: the UTF-8 bytes.
+    Text,
+}
+
+/// The binary form of a declared type (`format_type`'s text), if read here.
+fn bin_of(decl: &str) -> Option<Bin> {
+    Some(match decl {
+        "bigint" | "integer" | "smallint" => Bin::Int,
+        "real" => Bin::Float4,
+        "double precision" => Bin::Float8,
+        "boolean" => Bin::Bool,
+        "bytea" => Bin::Bytea,
+        "text" => Bin::Text,
+        d if d == "character varying" || d.starts_with("character varying(") => Bin::Text,
+        _ => return None,
+    })
+}
+
+/// One value of binary COPY, as the text path would give it.
+fn from_binary(b: Bin, v: &[u8]) -> std::result::Result<Value, String> {
+    let real = |x: f64| {
+        if x.is_finite() {
+            Ok(Value::Real(crate::wire::value::normalize_zero(x)))
+        } else {
+            // Named as PostgreSQL writes it, as the text form's message does.
+            let name = if x.is_nan() {
+                "NaN"
+            } else if x > 0.0 {
+                "Infinity"
+            } else {
+                "-Infinity"
+            };
+            Err(format!(
+                "REAL value {name} cannot be carried (only finite REAL values can)"
+            ))
+        }
+    };
+    Ok(match (b, v.len()) {
+        (Bin::Int, 2) => Value::Integer(i16::from_be_bytes([v[0], v[1]]).into()),
+        (Bin::Int, 4) => Value::Integer(i32::from_be_bytes(v.try_into().expect("4 bytes")).into()),
+        (Bin::Int, 8) => Value::Integer(i64::from_be_bytes(v.try_into().expect("8 bytes"))),
+        (Bin::Float4, 4) => real(f32::from_be_bytes(v.try_into().expect("4 bytes")).into())?,
+        (Bin::Float8, 8) => real(f64::from_be_bytes(v.try_into().expect("8 bytes")))?,
+        (Bin::Bool, 1) => Value::Integer(i64::from(v[0] != 0)),
+        (Bin::Bytea, _) => Value::Blob(v.to_vec()),
+        (Bin::Text, _) => Value::Text(
+            std::str::from_utf8(v)
+                .map_err(|_| "value is not valid UTF-8".to_string())?
+                .to_string(),
+        ),
+        (b, n) => return Err(format!("binary COPY gave {n} bytes for a {b:?} value")),
+    })
 }
 
 /// `SELECT` of a table's columns in the key order of DESIGN §7: TEXT-mapped
@@ -231,6 +303,10 @@ pub struct CopyRows {
     /// was read is dropped once per chunk, not once per row.
     pub(super) pos: usize,
     pub(super) done: bool,
+    /// COPY's binary form, with each column's reading; `None`: text form.
+    pub(super) binary: Option<Vec<Bin>>,
+    /// Whether the binary form's header was read.
+    pub(super) header_read: bool,
 }
 
 impl CopyRows {
@@ -246,12 +322,97 @@ impl CopyRows {
             buf: Vec::new(),
             pos: 0,
             done: false,
+            binary: None,
+            header_read: false,
         }
+    }
+
+    /// The next row of binary COPY in `buf`, if it is all there:
+    /// `Some(None)` at the trailer.
+    fn binary_row(&mut self) -> Result<Option<Option<Row>>> {
+        let bad = |what: &str| Error::data(format!("table {:?}: binary COPY {what}", self.table));
+        let b = &self.buf[self.pos..];
+        let mut at = 0usize;
+        if !self.header_read {
+            const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
+            if b.len() < SIGNATURE.len() + 8 {
+                return Ok(None);
+            }
+            if &b[..SIGNATURE.len()] != SIGNATURE {
+                return Err(bad("has no signature"));
+            }
+            at = SIGNATURE.len() + 4;
+            let ext = u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes")) as usize;
+            at += 4;
+            if b.len() < at + ext {
+                return Ok(None);
+            }
+            at += ext;
+            self.header_read = true;
+            self.pos += at;
+            return self.binary_row();
+        }
+        if b.len() < 2 {
+            return Ok(None);
+        }
+        let n = i16::from_be_bytes([b[0], b[1]]);
+        if n == -1 {
+            self.pos += 2;
+            return Ok(Some(None));
+        }
+        let kinds = self.binary.as_ref().expect("binary form");
+        if n as usize != kinds.len() {
+            return Err(bad(&format!("row has {n} fields")));
+        }
+        at += 2;
+        let mut row = Vec::with_capacity(kinds.len());
+        for &k in kinds {
+            if b.len() < at + 4 {
+                return Ok(None);
+            }
+            let len = i32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+            at += 4;
+            if len < 0 {
+                row.push(Value::Null);
+                continue;
+            }
+            let len = len as usize;
+            if b.len() < at + len {
+                return Ok(None);
+            }
+            row.push(from_binary(k, &b[at..at + len]).map_err(|e| bad(&e))?);
+            at += len;
+        }
+        self.pos += at;
+        Ok(Some(Some(row)))
     }
 
     pub async fn next(&mut self) -> Result<Option<Row>> {
         loop {
-            if let Some(i) = memchr::memchr(b'\n', &self.buf[self.pos..]) {
+            if self.binary.is_some() {
+                match self.binary_row()? {
+                    Some(Some(row)) => return Ok(Some(row)),
+                    // The trailer: nothing may follow it.
+                    Some(None) => {
+                        self.done = true;
+                        self.binary = None;
+                        self.buf.drain(..self.pos);
+                        self.pos = 0;
+                        while let Some(chunk) = self.stream.next().await {
+                            self.buf
+                                .extend_from_slice(&chunk.map_err(pg_err("COPY failed"))?);
+                        }
+                        if !self.buf.is_empty() {
+                            return Err(Error::data(format!(
+                                "table {:?}: binary COPY goes on after its trailer",
+                                self.table
+                            )));
+                        }
+                        return Ok(None);
+                    }
+                    None => {}
+                }
+            } else if let Some(i) = memchr::memchr(b'\n', &self.buf[self.pos..]) {
                 let line = &self.buf[self.pos..self.pos + i];
                 self.pos += i + 1;
                 let fields = copy_fields(line)
@@ -278,6 +439,12 @@ impl CopyRows {
                 if !self.buf.is_empty() {
                     return Err(Error::data(format!(
                         "table {:?}: COPY ended inside a row",
+                        self.table
+                    )));
+                }
+                if self.binary.is_some() {
+                    return Err(Error::data(format!(
+                        "table {:?}: binary COPY ended without its trailer",
                         self.table
                     )));
                 }
@@ -311,4 +478,62 @@ async fn row_estimate(c: &Client, tables: &[String]) -> u64 {
         }
     }
     total as u64
+}
+
+#[cfg(test)]
+mod binary_tests {
+    use super::{bin_of, from_binary, Bin};
+    use crate::wire::Value;
+
+    #[test]
+    fn binary_values_read_as_the_text_form_gives_them() {
+        assert_eq!(bin_of("integer"), Some(Bin::Int));
+        assert_eq!(bin_of("character varying(20)"), Some(Bin::Text));
+        assert_eq!(bin_of("numeric(10,2)"), None);
+        assert_eq!(bin_of("integer[]"), None);
+        assert_eq!(
+            from_binary(Bin::Int, &(-2i16).to_be_bytes()),
+            Ok(Value::Integer(-2))
+        );
+        assert_eq!(
+            from_binary(Bin::Int, &i32::MIN.to_be_bytes()),
+            Ok(Value::Integer(i32::MIN.into()))
+        );
+        assert_eq!(
+            from_binary(Bin::Int, &i64::MAX.to_be_bytes()),
+            Ok(Value::Integer(i64::MAX))
+        );
+        let x = f64::from_bits(0x0000_0000_0000_0001);
+        assert_eq!(
+            from_binary(Bin::Float8, &x.to_be_bytes()),
+            Ok(Value::Real(x))
+        );
+        assert_eq!(
+            from_binary(Bin::Float8, &(-0.0f64).to_be_bytes()),
+            Ok(Value::Real(0.0))
+        );
+        assert_eq!(
+            from_binary(Bin::Float4, &1.1f32.to_be_bytes()),
+            Ok(Value::Real(f64::from(1.1f32)))
+        );
+        assert_eq!(from_binary(Bin::Bool, &[1]), Ok(Value::Integer(1)));
+        assert_eq!(
+            from_binary(Bin::Bytea, &[0, 255]),
+            Ok(Value::Blob(vec![0, 255]))
+        );
+        assert_eq!(
+            from_binary(Bin::Text, "é\u{1F600}".as_bytes()),
+            Ok(Value::Text("é\u{1F600}".into()))
+        );
+        assert!(from_binary(Bin::Text, &[0xc3])
+            .unwrap_err()
+            .contains("UTF-8"));
+        assert!(from_binary(Bin::Float8, &f64::INFINITY.to_be_bytes())
+            .unwrap_err()
+            .contains("Infinity"));
+        assert!(from_binary(Bin::Float4, &f32::NAN.to_be_bytes())
+            .unwrap_err()
+            .contains("NaN"));
+        assert!(from_binary(Bin::Int, &[1, 2, 3]).is_err());
+    }
 }
