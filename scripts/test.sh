@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test, on a fresh Debian machine: installs what the tests need
-# (sqlite3, sqldiff, PostgreSQL 15 with wal2json, clickhouse-server from
-# Debian's packages; systemd for systemd-analyze where it installs; jq;
+# (sqlite3, sqldiff, PostgreSQL 15 with wal2json, clickhouse-server and
+# zookeeper from Debian's packages; systemd for systemd-analyze where it installs; jq;
 # bash-completion, zsh and fish; openssl),
 # then runs the whole suite. Server tests start and stop their own servers.
 set -euo pipefail
@@ -22,6 +22,9 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # ClickHouse 18.16 (Debian's clickhouse-server): the ClickHouse tests start
 # throwaway servers on free ports (tests/common/ch.rs).
 [ -x /usr/sbin/clickhouse-server ] || need+=(clickhouse-server)
+# ZooKeeper (run with java) for the throwaway ClickHouse cluster
+# (tests/common/cluster.rs).
+[ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]} from Debian's packages"
   sudo=""

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod ch;
+pub mod cluster;
 pub mod pg;
 pub mod sqlite;
 

@@ -146,7 +146,10 @@ impl ClickHouse {
             Ok(())
         };
         std::thread::scope(|scope| {
-            let other = (parts.len() > 1).then(|| scope.spawn(send));
+            // A cluster's quorum inserts into one shard are linearized by
+            // the server (a second one fails while the first is waiting for
+            // its quorum): one at a time there.
+            let other = (parts.len() > 1 && self.cluster.is_none()).then(|| scope.spawn(send));
             let mine = send();
             let theirs = match other {
                 Some(h) => h.join().unwrap_or_else(|_| {
@@ -487,6 +490,15 @@ impl ClickHouse {
         while let Some(item) = input.next_item()? {
             match item {
                 SnapItem::Header { cursor: c, schemas } => {
+                    if existing == ExistingRows::Replace && self.cluster.is_some() {
+                        // TRUNCATE of a replicated table leaves ZooKeeper's
+                        // record of the last quorum insert naming a part no
+                        // replica has, and every read that asks for
+                        // sequential consistency fails from then on (18.16).
+                        return Err(Error::usage(
+                            "--existing-rows replace is not available on a cluster target (TRUNCATE breaks its quorum reads); drop the tables on the cluster (DROP TABLE … ON CLUSTER: <table>__current, <table>, <table>_local) and load the snapshot again",
+                        ));
+                    }
                     self.prepare_writes()?;
                     crate::destination::snapshot_allowed(self.cursor()?.as_ref())?;
                     for s in &schemas {

@@ -22,6 +22,13 @@ pub struct ChConfig {
     pub ddl_timeout: Duration,
     pub insert_timeout: Duration,
     pub max_insert_bytes: usize,
+    /// `cluster=NAME`: a cluster target (docs/CLICKHOUSE.md, "Cluster").
+    pub cluster: Option<String>,
+    /// `insert_quorum=N`: replicas of a shard that acknowledge each insert
+    /// (default: all of them).
+    pub insert_quorum: Option<u64>,
+    /// `zookeeper_path=/PREFIX`: where replicated tables keep their state.
+    pub zookeeper_path: String,
 }
 
 impl std::fmt::Debug for ChConfig {
@@ -101,9 +108,36 @@ impl ChConfig {
             ddl_timeout: Duration::from_millis(128000),
             insert_timeout: Duration::from_millis(256000),
             max_insert_bytes: 64 << 20,
+            cluster: None,
+            insert_quorum: None,
+            zookeeper_path: "/clickhouse/tables".into(),
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "cluster" => {
+                    let v = crate::util::percent_decode(v)?;
+                    if v.is_empty() {
+                        return Err(Error::usage(
+                            "ClickHouse URL option cluster needs the cluster's name (as in system.clusters)",
+                        ));
+                    }
+                    c.cluster = Some(v);
+                    continue;
+                }
+                "zookeeper_path" => {
+                    let v = crate::util::percent_decode(v)?;
+                    let v = v.trim_end_matches('/');
+                    if !v.starts_with('/') || v.contains('\'') || v.contains('\\') {
+                        return Err(Error::usage(
+                            "ClickHouse URL option zookeeper_path needs an absolute ZooKeeper path such as /clickhouse/tables",
+                        ));
+                    }
+                    c.zookeeper_path = v.to_string();
+                    continue;
+                }
+                _ => {}
+            }
             let n: u64 = v
                 .parse()
                 .map_err(|_| Error::usage(format!("ClickHouse URL option {k} needs a number")))?;
@@ -115,12 +149,23 @@ impl ChConfig {
                 "ddl_timeout_ms" => c.ddl_timeout = Duration::from_millis(n.max(1)),
                 "insert_timeout_ms" => c.insert_timeout = Duration::from_millis(n.max(1)),
                 "max_insert_bytes" => c.max_insert_bytes = (n as usize).max(1),
+                "insert_quorum" if n == 0 => {
+                    return Err(Error::usage(
+                        "ClickHouse URL option insert_quorum needs at least 1 (replicas of a shard that acknowledge each insert)",
+                    ))
+                }
+                "insert_quorum" => c.insert_quorum = Some(n),
                 other => {
                     return Err(Error::usage(format!(
                         "unknown ClickHouse URL option {other:?}"
                     )))
                 }
             }
+        }
+        if c.cluster.is_none() && (c.insert_quorum.is_some() || query.contains("zookeeper_path=")) {
+            return Err(Error::usage(
+                "ClickHouse URL options insert_quorum and zookeeper_path are for a cluster target: add cluster=NAME",
+            ));
         }
         Ok(c)
     }

@@ -26,7 +26,10 @@ impl ClickHouse {
         dry: bool,
     ) -> Result<()> {
         let db = qi(&self.cfg.database);
-        let t = qi(&new.name);
+        // On a cluster, the replicated tables change on every node; the
+        // Distributed table is made again over them by `ensure`.
+        let stored = self.stored(&new.name);
+        let t = format!("{}{}", qi(&stored), self.on_cluster());
         let table = &new.schema.table;
         let refuse = |what: String| {
             Error::state(format!(
@@ -36,7 +39,7 @@ impl ClickHouse {
         };
         let meta = |n: &str| n.starts_with("_etl_") || n.starts_with("cdc_");
         let have: Vec<(String, String)> = self
-            .columns_typed(&new.name)?
+            .columns_typed(&stored)?
             .into_iter()
             .filter(|(n, _)| !meta(n))
             .collect();
@@ -133,7 +136,7 @@ impl ClickHouse {
         // further along (a later change of the batch was made before a
         // kill) is finished by that change.
         let now: Vec<(String, String)> = self
-            .columns_typed(&new.name)?
+            .columns_typed(&stored)?
             .into_iter()
             .filter(|(n, _)| !meta(n))
             .collect();
@@ -143,7 +146,11 @@ impl ClickHouse {
         if self.engine == Engine::Replacing {
             let view = format!("{}__current", new.name);
             self.query(
-                &format!("DROP TABLE IF EXISTS {db}.{}", qi(&view)),
+                &format!(
+                    "DROP TABLE IF EXISTS {db}.{}{}",
+                    qi(&view),
+                    self.on_cluster()
+                ),
                 None,
                 Timeout::Ddl,
             )?;

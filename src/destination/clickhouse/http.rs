@@ -24,6 +24,31 @@ impl ClickHouse {
         if let (Some(t), true) = (secs, self.settings.contains("max_execution_time")) {
             u.push_str(&format!("&max_execution_time={}", t.as_secs().max(1)));
         }
+        if let Some(c) = &self.cluster {
+            // Inserts through the Distributed table reach every shard before
+            // they return, each acknowledged by `quorum` replicas of it;
+            // reads see only what a quorum holds, or fail.
+            u.push_str(&format!(
+                "&insert_distributed_sync=1&insert_quorum={}&select_sequential_consistency=1",
+                c.quorum
+            ));
+            let ms = self.cfg.insert_timeout.as_millis();
+            if self.settings.contains("insert_quorum_timeout") {
+                u.push_str(&format!("&insert_quorum_timeout={ms}"));
+            }
+            if self.settings.contains("insert_distributed_timeout") {
+                u.push_str(&format!(
+                    "&insert_distributed_timeout={}",
+                    self.cfg.insert_timeout.as_secs().max(1)
+                ));
+            }
+            if self.settings.contains("distributed_ddl_task_timeout") {
+                u.push_str(&format!(
+                    "&distributed_ddl_task_timeout={}",
+                    self.cfg.ddl_timeout.as_secs().max(1)
+                ));
+            }
+        }
         u
     }
 
@@ -44,6 +69,30 @@ impl ClickHouse {
         timeout: Timeout,
     ) -> Result<reqwest::blocking::Response> {
         let read = body.is_none();
+        if read && self.cluster.is_some() {
+            // A replica that has not yet fetched a part a quorum holds
+            // refuses the read (code 289) rather than answer stale; it
+            // catches up in moments, so the read is tried again for a while.
+            let until = std::time::Instant::now() + self.cfg.schema_timeout;
+            loop {
+                let r = post(
+                    &self.http,
+                    &self.cfg,
+                    self.url(sql, &timeout, read),
+                    self.budget(&timeout),
+                    reqwest::blocking::Body::from(Vec::new()),
+                );
+                match r {
+                    Err(e)
+                        if e.to_string().contains("Code: 289")
+                            && std::time::Instant::now() < until =>
+                    {
+                        std::thread::sleep(Duration::from_millis(200))
+                    }
+                    r => return r,
+                }
+            }
+        }
         post(
             &self.http,
             &self.cfg,
@@ -106,7 +155,11 @@ pub(super) fn post(
         let text = resp.text().unwrap_or_default();
         return Err(Error::new(
             ErrorKind::Database,
-            format!("ClickHouse error (HTTP {status}): {}", error_text(&text)),
+            format!(
+                "ClickHouse error (HTTP {status}): {}{}",
+                error_text(&text),
+                cluster_hint(&text)
+            ),
         ));
     }
     Ok(resp)
@@ -130,4 +183,20 @@ pub(super) fn reply(mut resp: reqwest::blocking::Response) -> Result<Vec<u8>> {
         }
     }
     Ok(v)
+}
+
+/// What a cluster's error means for the user, where it is known.
+fn cluster_hint(text: &str) -> &'static str {
+    if text.contains("Coordination::Exception") || text.contains("readonly mode") {
+        " (the cluster's ZooKeeper is unreachable, or this node lost its session with it: nothing more was acknowledged and the cursor did not move; apply again once ZooKeeper answers)"
+    } else if text.contains("Code: 285,")
+        || text.contains("Code: 285.")
+        || text.contains("Code: 286,")
+        || text.contains("Code: 319,")
+        || text.contains("Code: 319.")
+    {
+        " (fewer replicas of a shard answered than the insert quorum needs: a replica is down or lagging; the cursor did not move; apply again once it is back, or lower insert_quorum)"
+    } else {
+        ""
+    }
 }

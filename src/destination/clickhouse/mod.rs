@@ -109,6 +109,16 @@ pub struct ClickHouse {
     pub(super) cursor_table: std::cell::Cell<bool>,
     /// The server's version (major, minor), for what its SQL can do.
     pub(super) version: (u32, u32),
+    /// A cluster target: the cluster and the quorum of each insert.
+    pub(super) cluster: Option<Cluster>,
+}
+
+/// A cluster target, read from the server's `system.clusters`.
+#[derive(Debug, Clone)]
+pub(super) struct Cluster {
+    pub(super) name: String,
+    /// Replicas of each shard acknowledging an insert.
+    pub(super) quorum: u64,
 }
 
 pub(super) enum Timeout {
@@ -136,6 +146,7 @@ impl ClickHouse {
             options: TargetOptions::default(),
             cursor_table: std::cell::Cell::new(false),
             version: (0, 0),
+            cluster: None,
         };
         // Reachable, and the credentials work.
         let v = ch.query("SELECT version()", None, Timeout::Connect)?;
@@ -143,7 +154,7 @@ impl ClickHouse {
         let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
         ch.version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
         let s = ch.query(
-            "SELECT name FROM system.settings WHERE name IN ('max_execution_time', 'wait_end_of_query', 'max_insert_block_size')",
+            "SELECT name FROM system.settings WHERE name IN ('max_execution_time', 'wait_end_of_query', 'max_insert_block_size', 'insert_quorum', 'insert_quorum_timeout', 'insert_distributed_sync', 'insert_distributed_timeout', 'select_sequential_consistency', 'distributed_ddl_task_timeout')",
             None,
             Timeout::Schema,
         )?;
@@ -151,7 +162,98 @@ impl ClickHouse {
             .lines()
             .map(str::to_string)
             .collect();
+        if let Some(name) = ch.cfg.cluster.clone() {
+            ch.cluster = Some(ch.cluster_of(&name)?);
+        }
         Ok(ch)
+    }
+
+    /// Check a cluster target: the cluster is defined on the server, the
+    /// server has the `shard` and `replica` macros the replicated tables
+    /// need and the settings that make writes durable; the quorum fits.
+    fn cluster_of(&self, name: &str) -> Result<Cluster> {
+        for needed in [
+            "insert_quorum",
+            "insert_distributed_sync",
+            "select_sequential_consistency",
+        ] {
+            if !self.settings.contains(needed) {
+                return Err(Error::state(format!(
+                    "the ClickHouse server at {} has no setting {needed}, which a cluster target needs",
+                    self.cfg.base
+                )));
+            }
+        }
+        let v = self.query(
+            &format!(
+                "SELECT shard_num, count() FROM system.clusters WHERE cluster = {} GROUP BY shard_num ORDER BY shard_num FORMAT TabSeparated",
+                sql_string(name)
+            ),
+            None,
+            Timeout::Schema,
+        )?;
+        let replicas: Vec<u64> = String::from_utf8_lossy(&v)
+            .lines()
+            .filter_map(|l| l.split_once('\t')?.1.parse().ok())
+            .collect();
+        if replicas.is_empty() {
+            let v = self.query(
+                "SELECT DISTINCT cluster FROM system.clusters ORDER BY cluster FORMAT TabSeparated",
+                None,
+                Timeout::Schema,
+            )?;
+            let known: Vec<String> = String::from_utf8_lossy(&v)
+                .lines()
+                .map(tsv_unescape)
+                .collect();
+            return Err(Error::usage(format!(
+                "ClickHouse cluster {name:?} is not defined on the server at {} (it knows {known:?}); define it under <remote_servers> in the server's configuration, or name one of those",
+                self.cfg.base
+            )));
+        }
+        let v = self.query(
+            "SELECT macro FROM system.macros WHERE macro IN ('shard', 'replica') FORMAT TabSeparated",
+            None,
+            Timeout::Schema,
+        )?;
+        let macros = String::from_utf8_lossy(&v);
+        for m in ["shard", "replica"] {
+            if !macros.lines().any(|l| l == m) {
+                return Err(Error::state(format!(
+                    "the ClickHouse server at {} has no {{{m}}} macro; a cluster target's replicated tables need <macros> with <shard> and <replica> on every node (docs/CLICKHOUSE.md, Cluster)",
+                    self.cfg.base
+                )));
+            }
+        }
+        let fewest = *replicas.iter().min().expect("not empty");
+        let quorum = self.cfg.insert_quorum.unwrap_or(fewest);
+        if quorum > fewest {
+            return Err(Error::usage(format!(
+                "insert_quorum={quorum}, but a shard of cluster {name:?} has {fewest} replica(s): no insert could be acknowledged"
+            )));
+        }
+        Ok(Cluster {
+            name: name.to_string(),
+            quorum,
+        })
+    }
+
+    /// ` ON CLUSTER name` for DDL on a cluster target; empty otherwise.
+    pub(super) fn on_cluster(&self) -> String {
+        match &self.cluster {
+            Some(c) => format!(" ON CLUSTER {}", qi(&c.name)),
+            None => String::new(),
+        }
+    }
+
+    /// The table that stores a target table's rows: `<table>_local` on a
+    /// cluster target (the target table is then the `Distributed` table
+    /// over them), the table itself otherwise.
+    pub(super) fn stored(&self, table: &str) -> String {
+        match self.cluster {
+            Some(_) => format!("{table}_local"),
+            None => table.to_string(),
+        }
     }
 
     /// How batches and snapshots are applied.
@@ -162,11 +264,32 @@ impl ClickHouse {
 
     /// Create `_mooncdc_cursor` before the first write.
     pub(super) fn prepare_writes(&mut self) -> Result<()> {
+        // Looked up before it is created: DDL on a cluster waits for every
+        // node, so none is sent when nothing needs making.
+        if !self.cursor_table.get() && !self.columns_of("_mooncdc_cursor")?.is_empty() {
+            self.cursor_table.set(true);
+        }
         if !self.cursor_table.get() {
+            let db = qi(&self.cfg.database);
+            // On a cluster the cursor is kept by every node (one replicated
+            // table whose replicas are all the cluster's nodes), so any node
+            // answers `apply cursor`.
+            let engine = match &self.cluster {
+                Some(_) => {
+                    format!(
+                        "ReplicatedMergeTree({}, '{{shard}}-{{replica}}')",
+                        sql_string(&format!(
+                            "{}/all/{}/_mooncdc_cursor",
+                            self.cfg.zookeeper_path, self.cfg.database
+                        ))
+                    )
+                }
+                None => "MergeTree".to_string(),
+            };
             self.query(
                 &format!(
-                    "CREATE TABLE IF NOT EXISTS {}.`_mooncdc_cursor` (source String, sequence String, seq_hi UInt64, seq_lo UInt64) ENGINE = MergeTree ORDER BY (source, seq_hi, seq_lo)",
-                    qi(&self.cfg.database)
+                    "CREATE TABLE IF NOT EXISTS {db}.`_mooncdc_cursor`{} (source String, sequence String, seq_hi UInt64, seq_lo UInt64) ENGINE = {engine} ORDER BY (source, seq_hi, seq_lo)",
+                    self.on_cluster()
                 ),
                 None,
                 Timeout::Ddl,

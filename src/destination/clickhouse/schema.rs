@@ -79,26 +79,66 @@ impl ClickHouse {
                 l.schema.table, l.name
             )));
         }
-        let have = self.columns_typed(&l.name)?;
+        let stored = self.stored(&l.name);
+        let on = self.on_cluster();
+        if self.cluster.is_some() && l.name.ends_with("_local") {
+            return Err(Error::data(format!(
+                "table {:?} maps to {}, a name a cluster target gives another table's replicated rows (<table>_local); rename the source table",
+                l.schema.table, l.name
+            )));
+        }
+        if self.cluster.is_some() {
+            if let Some(e) = self.engine_of(&l.name)? {
+                if e != "Distributed" {
+                    return Err(Error::state(format!(
+                        "ClickHouse table {} (engine {e}) was made for a single server, not for a cluster target; use another database for the cluster, or drop it",
+                        l.name
+                    )));
+                }
+            }
+        }
+        let have = self.columns_typed(&stored)?;
         let mut added = false;
         if have.is_empty() {
             let keys: Vec<String> = l.schema.key.iter().map(|k| qi(k)).collect();
+            // On a cluster: replicated, with the shard's ZooKeeper path.
+            let (replicated, zk) = match self.cluster {
+                Some(_) => (
+                    "Replicated",
+                    format!(
+                        "{}, '{{replica}}'",
+                        sql_string(&format!(
+                            "{}/{{shard}}/{}/{stored}",
+                            self.cfg.zookeeper_path, self.cfg.database
+                        ))
+                    ),
+                ),
+                None => ("", String::new()),
+            };
+            let sep = if zk.is_empty() { "" } else { ", " };
             let sql = match self.engine {
                 Engine::Replacing => format!(
-                    "CREATE TABLE IF NOT EXISTS {db}.{} ({}, `_etl_version` UInt64, `_etl_deleted` UInt8) ENGINE = ReplacingMergeTree(`_etl_version`) ORDER BY ({})",
-                    qi(&l.name),
+                    "CREATE TABLE IF NOT EXISTS {db}.{}{on} ({}, `_etl_version` UInt64, `_etl_deleted` UInt8) ENGINE = {replicated}ReplacingMergeTree({zk}{sep}`_etl_version`) ORDER BY ({})",
+                    qi(&stored),
                     l.column_defs().join(", "),
                     keys.join(", ")
                 ),
                 Engine::History => format!(
-                    "CREATE TABLE IF NOT EXISTS {db}.{} (`cdc_operation` String, `cdc_lsn` UInt64, `cdc_tx_ordinal` UInt64, {}) ENGINE = MergeTree ORDER BY (`cdc_lsn`, `cdc_tx_ordinal`)",
-                    qi(&l.name),
+                    "CREATE TABLE IF NOT EXISTS {db}.{}{on} (`cdc_operation` String, `cdc_lsn` UInt64, `cdc_tx_ordinal` UInt64, {}) ENGINE = {replicated}MergeTree({zk}) ORDER BY (`cdc_lsn`, `cdc_tx_ordinal`)",
+                    qi(&stored),
                     l.column_defs().join(", ")
                 ),
             };
             self.query(&sql, None, Timeout::Ddl)?;
         } else {
-            let engine = self.engine_of(&l.name)?.unwrap_or_default();
+            let engine = self.engine_of(&stored)?.unwrap_or_default();
+            let engine = match self.cluster {
+                Some(_) => engine
+                    .strip_prefix("Replicated")
+                    .unwrap_or("(not replicated)")
+                    .to_string(),
+                None => engine,
+            };
             let (expected_engine, meta): (&str, &[(&str, &str)]) = match self.engine {
                 Engine::Replacing => (
                     "ReplacingMergeTree",
@@ -119,7 +159,7 @@ impl ClickHouse {
             if engine != expected_engine || !meta_ok {
                 return Err(Error::state(format!(
                     "ClickHouse table {} (engine {engine}) was made with the other engine or not by MoonCDC, not for --engine {}; use the engine it was made with, or another table",
-                    l.name,
+                    stored,
                     match self.engine {
                         Engine::Replacing => "replacing",
                         Engine::History => "history",
@@ -153,7 +193,7 @@ impl ClickHouse {
             if !fits {
                 return Err(Error::state(format!(
                     "ClickHouse table {} has columns {:?}, but the stream's schema needs {:?} (names and types); the stream does not say how one became the other (a column renamed, dropped or moved while no capture was reading, say): change the table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
-                    l.name,
+                    stored,
                     data.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>(),
                     expected.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>()
                 )));
@@ -173,8 +213,8 @@ impl ClickHouse {
                 }
                 self.query(
                     &format!(
-                        "ALTER TABLE {db}.{} ADD COLUMN {} Nullable({})",
-                        qi(&l.name),
+                        "ALTER TABLE {db}.{}{on} ADD COLUMN {} Nullable({})",
+                        qi(&stored),
                         qi(&c.name),
                         l.types[i].sql()
                     ),
@@ -184,20 +224,26 @@ impl ClickHouse {
                 added = true;
             }
         }
+        if self.cluster.is_some() && self.distribute(l)? {
+            added = true;
+        }
         if self.engine == Engine::Replacing {
             let cols: Vec<String> = l.schema.columns.iter().map(|c| qi(&c.name)).collect();
             let view = format!("{}__current", l.name);
             if added {
                 // The view names its columns: recreate it with the new ones.
                 self.query(
-                    &format!("DROP TABLE IF EXISTS {db}.{}", qi(&view)),
+                    &format!("DROP TABLE IF EXISTS {db}.{}{on}", qi(&view)),
                     None,
                     Timeout::Ddl,
                 )?;
+            } else if self.engine_of(&view)?.is_some() {
+                // There already (DDL on a cluster waits for every node).
+                return Ok(());
             }
             self.query(
                 &format!(
-                    "CREATE VIEW IF NOT EXISTS {db}.{} AS SELECT {} FROM {db}.{} FINAL WHERE `_etl_deleted` = 0",
+                    "CREATE VIEW IF NOT EXISTS {db}.{}{on} AS SELECT {} FROM {db}.{} FINAL WHERE `_etl_deleted` = 0",
                     qi(&view),
                     cols.join(", "),
                     qi(&l.name)
@@ -207,5 +253,45 @@ impl ClickHouse {
             )?;
         }
         Ok(())
+    }
+
+    /// A cluster target's `Distributed` table over `<table>_local`, made or
+    /// made again (on every node) when its columns are not the local
+    /// table's: 18.16 cannot ALTER a Distributed table on a cluster whose
+    /// shards replicate, and inserts are synchronous, so it holds nothing
+    /// of its own. Sharded by a hash of the key, so that a key's rows are
+    /// always on one shard (`FINAL` per shard is exact). True when made.
+    fn distribute(&self, l: &Layout) -> Result<bool> {
+        let (db, on) = (qi(&self.cfg.database), self.on_cluster());
+        let stored = self.stored(&l.name);
+        let local = self.columns_typed(&stored)?;
+        if self.columns_typed(&l.name)? == local {
+            return Ok(false);
+        }
+        let keys: Vec<String> = if l.schema.key.is_empty() {
+            vec!["`cdc_lsn`".into(), "`cdc_tx_ordinal`".into()]
+        } else {
+            l.schema.key.iter().map(|k| qi(k)).collect()
+        };
+        let cluster = &self.cluster.as_ref().expect("a cluster target").name;
+        self.query(
+            &format!("DROP TABLE IF EXISTS {db}.{}{on}", qi(&l.name)),
+            None,
+            Timeout::Ddl,
+        )?;
+        self.query(
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {db}.{}{on} AS {db}.{} ENGINE = Distributed({}, {}, {}, cityHash64({}))",
+                qi(&l.name),
+                qi(&stored),
+                sql_string(cluster),
+                sql_string(&self.cfg.database),
+                sql_string(&stored),
+                keys.join(", ")
+            ),
+            None,
+            Timeout::Ddl,
+        )?;
+        Ok(true)
     }
 }

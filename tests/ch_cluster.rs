@@ -1,0 +1,470 @@
+//! A ClickHouse cluster as the target, end to end through the real
+//! binaries: a throwaway ZooKeeper and 2 shards × 2 replicas of Debian's
+//! `clickhouse-server` 18.16 (`tests/common/cluster.rs`). The tests run one
+//! at a time (some stop a replica or ZooKeeper).
+//!
+//! Covered: snapshot then batches from SQLite (with a column added and one
+//! dropped) and from PostgreSQL, audit equal through the `Distributed`
+//! table's `__current` view, every key on exactly one shard and on both of
+//! its replicas; SIGKILL of apply mid-stream, then a re-run; a replica
+//! stopped (apply fails naming the quorum, cursor unchanged; restarted,
+//! applied again, equal); ZooKeeper stopped (clear error, cursor unchanged;
+//! back, applied again, equal); URL errors.
+
+mod common;
+
+use common::cluster::{cluster, CLUSTER, SERIAL};
+use common::sqlite::{bin, exec, expect, pipeline, shell_quote, Dbs, APPLY, AUDIT};
+use std::collections::BTreeSet;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The target's stored cursor, as `apply cursor` prints it.
+fn cursor(url: &str) -> String {
+    let r = exec(APPLY, &["cursor", "--target", url], None);
+    expect(&r, 0, "apply cursor");
+    r.stdout_str()
+}
+
+#[track_caller]
+fn audit_equal(src: &str, url: &str) -> String {
+    let r = exec(AUDIT, &["--source", src, "--target", url], None);
+    expect(&r, 0, "audit");
+    assert!(r.stdout_str().contains("equal"), "{}", r.stdout_str());
+    r.stdout_str()
+}
+
+/// The distinct keys node `i` holds in `db.table_local`.
+fn keys_on(i: usize, db: &str, table: &str) -> BTreeSet<i64> {
+    cluster()
+        .query(
+            i,
+            &format!("SELECT DISTINCT id FROM {db}.{table}_local FORMAT TabSeparated"),
+        )
+        .lines()
+        .map(|l| l.parse().expect("an integer key"))
+        .collect()
+}
+
+/// Every key of the table is on exactly one shard, and on both of that
+/// shard's replicas; returns how many keys there are.
+#[track_caller]
+fn one_shard_per_key(db: &str, table: &str) -> usize {
+    let c = cluster();
+    let by_node: Vec<BTreeSet<i64>> = (0..c.nodes.len()).map(|i| keys_on(i, db, table)).collect();
+    // Nodes 0, 1: shard 1; nodes 2, 3: shard 2.
+    assert_eq!(by_node[0], by_node[1], "the replicas of shard 1 differ");
+    assert_eq!(by_node[2], by_node[3], "the replicas of shard 2 differ");
+    let both: Vec<&i64> = by_node[0].intersection(&by_node[2]).collect();
+    assert!(both.is_empty(), "keys on both shards: {both:?}");
+    assert!(
+        !by_node[0].is_empty() && !by_node[2].is_empty(),
+        "every key on one shard: the sharding does not spread ({} and {} keys)",
+        by_node[0].len(),
+        by_node[2].len()
+    );
+    by_node[0].len() + by_node[2].len()
+}
+
+/// A SQLite source with `items`, captured.
+fn source(rows: u32) -> Dbs {
+    let dbs = Dbs::new();
+    dbs.src_sql("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT, price REAL, data BLOB)");
+    dbs.init(&[]);
+    if rows == 0 {
+        return dbs;
+    }
+    dbs.src_sql(&format!(
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {rows})
+         INSERT INTO items SELECT x, 'item ' || x, x * 0.37, randomblob(x % 9) FROM c"
+    ));
+    dbs
+}
+
+fn catch_up(dbs: &Dbs, url: &str) -> common::Run {
+    pipeline(&format!(
+        "{{capture}} --source {src} --after \"$({{apply}} cursor --target {url})\" | {{compact}} | {{apply}} --target {url}",
+        src = shell_quote(&dbs.src_url()),
+        url = shell_quote(url)
+    ))
+}
+
+#[test]
+fn sqlite_snapshot_then_batches_land_once_per_key_and_audit_equal() {
+    let _g = serial();
+    let c = cluster();
+    let url = c.database("from_sqlite");
+    let dbs = source(2000);
+    let r = pipeline(&format!(
+        "{{snapshot}} --source {} | {{apply}} --target {}",
+        shell_quote(&dbs.src_url()),
+        shell_quote(&url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+    audit_equal(&dbs.src_url(), &url);
+    assert_eq!(one_shard_per_key("from_sqlite", "items"), 2000);
+    // The tables are what the docs say.
+    let engines = c.query(
+        3,
+        "SELECT name, engine FROM system.tables WHERE database = 'from_sqlite' ORDER BY name FORMAT TabSeparated",
+    );
+    assert_eq!(
+        engines,
+        "_mooncdc_cursor\tReplicatedMergeTree\nitems\tDistributed\nitems__current\tView\nitems_local\tReplicatedReplacingMergeTree\n"
+    );
+
+    dbs.src_sql(
+        "UPDATE items SET price = -price, name = name || ' ✓' WHERE id % 3 = 0;
+         DELETE FROM items WHERE id % 7 = 0;
+         UPDATE items SET id = id + 10000 WHERE id % 11 = 0;",
+    );
+    let r = catch_up(&dbs, &url);
+    expect(&r, 0, "capture | compact | apply");
+    audit_equal(&dbs.src_url(), &url);
+    one_shard_per_key("from_sqlite", "items");
+
+    // Schema changes reach every node: a column added, then one dropped.
+    let r = exec(
+        "mooncdc-capture",
+        &[
+            "migrate",
+            "--source",
+            &dbs.src_url(),
+            "--",
+            "ALTER TABLE items ADD COLUMN qty INTEGER",
+        ],
+        None,
+    );
+    expect(&r, 0, "migrate: add");
+    dbs.src_sql("UPDATE items SET qty = id * 2 WHERE id < 500; INSERT INTO items VALUES (-1, 'neg', 0.5, x'00', 7)");
+    expect(&catch_up(&dbs, &url), 0, "catch up after the added column");
+    audit_equal(&dbs.src_url(), &url);
+    let r = exec(
+        "mooncdc-capture",
+        &[
+            "migrate",
+            "--source",
+            &dbs.src_url(),
+            "--",
+            "ALTER TABLE items DROP COLUMN data",
+        ],
+        None,
+    );
+    expect(&r, 0, "migrate: drop");
+    dbs.src_sql("UPDATE items SET qty = 1 WHERE id < 50");
+    expect(
+        &catch_up(&dbs, &url),
+        0,
+        "catch up after the dropped column",
+    );
+    audit_equal(&dbs.src_url(), &url);
+    for i in 0..c.nodes.len() {
+        let cols = c.query(
+            i,
+            "SELECT name FROM system.columns WHERE database = 'from_sqlite' AND table = 'items__current' FORMAT TabSeparated",
+        );
+        assert_eq!(cols, "id\nname\nprice\nqty\n", "node {i}");
+    }
+    one_shard_per_key("from_sqlite", "items");
+    // Any node answers the cursor.
+    let through_3 = cursor(&c.url(3, "from_sqlite", ""));
+    assert_eq!(through_3, cursor(&url));
+}
+
+#[test]
+fn sigkill_of_apply_mid_stream_then_rerun_is_equal() {
+    let _g = serial();
+    let c = cluster();
+    let url = c.database("sigkill");
+    let dbs = source(0);
+    dbs.src_sql(
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 30000)
+         INSERT INTO items SELECT x, 'row ' || x, x * 0.37, NULL FROM c;
+         UPDATE items SET name = name || ' again' WHERE id % 2 = 0;
+         DELETE FROM items WHERE id % 5 = 0;",
+    );
+    let path = dbs.path("stream.jsonl");
+    let r = pipeline(&format!(
+        "{{capture}} --source {} | {{split}} --max-events 1000 > {}",
+        shell_quote(&dbs.src_url()),
+        shell_quote(&path.display().to_string())
+    ));
+    expect(&r, 0, "capture | split");
+    let mut child = Command::new(bin(APPLY))
+        .args([
+            "--target",
+            &c.url(0, "sigkill", "max_insert_bytes=4096"),
+            "-q",
+        ])
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start apply");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "apply ended before it could be killed"
+        );
+        let n: u64 = c
+            .try_query(0, "SELECT count() FROM sigkill.items")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        if n >= 5000 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "apply wrote nothing in 120 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    let st = child.wait().unwrap();
+    {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(st.signal(), Some(9), "apply should have been killed: {st}");
+    }
+    let held = cursor(&url);
+    eprintln!("killed with the cursor at {held}");
+    let r = exec(
+        APPLY,
+        &["--target", &url, &path.display().to_string()],
+        None,
+    );
+    expect(&r, 0, "apply again");
+    assert!(r.stderr.contains("skipped as already held"), "{}", r.stderr);
+    audit_equal(&dbs.src_url(), &url);
+    assert_eq!(one_shard_per_key("sigkill", "items"), 30000);
+}
+
+#[test]
+fn a_stopped_replica_fails_the_apply_without_moving_the_cursor() {
+    let _g = serial();
+    let c = cluster();
+    let url = c.database("replica_down");
+    let dbs = source(500);
+    let r = pipeline(&format!(
+        "{{snapshot}} --source {} | {{apply}} --target {}",
+        shell_quote(&dbs.src_url()),
+        shell_quote(&url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+    let before = cursor(&url);
+    // Every key changes, so both shards get rows.
+    dbs.src_sql("UPDATE items SET price = price + 1");
+    // Shard 1's second replica goes away.
+    c.stop_node(1);
+    let r = catch_up(&dbs, &url);
+    let stopped_run = r.code;
+    c.start_node(1);
+    assert_eq!(
+        stopped_run,
+        Some(1),
+        "apply with a replica down:\n{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("quorum"),
+        "the error should name the quorum:\n{}",
+        r.stderr
+    );
+    assert_eq!(
+        cursor(&url),
+        before,
+        "the cursor moved past rows no quorum holds"
+    );
+    // Back: the same batches apply, and both replicas of each shard agree.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = catch_up(&dbs, &url);
+        if r.code == Some(0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "apply still fails 60 s after the replica came back:\n{}",
+            r.stderr
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    audit_equal(&dbs.src_url(), &url);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while keys_on(0, "replica_down", "items") != keys_on(1, "replica_down", "items") {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted replica did not catch up"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(one_shard_per_key("replica_down", "items"), 500);
+}
+
+#[test]
+fn zookeeper_stopped_gives_a_clear_error_and_keeps_the_cursor() {
+    let _g = serial();
+    let c = cluster();
+    let url = c.database("zk_down");
+    let dbs = source(300);
+    let r = pipeline(&format!(
+        "{{snapshot}} --source {} | {{apply}} --target {}",
+        shell_quote(&dbs.src_url()),
+        shell_quote(&url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+    let before = cursor(&url);
+    dbs.src_sql("UPDATE items SET name = 'changed' WHERE id < 200");
+    let stream = dbs.path("changes.jsonl");
+    let r = pipeline(&format!(
+        "{{capture}} --source {} --after {} > {}",
+        shell_quote(&dbs.src_url()),
+        shell_quote(&before),
+        shell_quote(&stream.display().to_string())
+    ));
+    expect(&r, 0, "capture to a file");
+    c.stop_zookeeper();
+    let r = exec(
+        APPLY,
+        &[
+            "--target",
+            &c.url(0, "zk_down", "schema_timeout_ms=3000"),
+            &stream.display().to_string(),
+        ],
+        None,
+    );
+    c.start_zookeeper();
+    assert_eq!(r.code, Some(1), "apply with ZooKeeper down:\n{}", r.stderr);
+    assert!(
+        r.stderr.contains("ZooKeeper"),
+        "the error should say ZooKeeper is the trouble:\n{}",
+        r.stderr
+    );
+    // Back: the cursor is where it was, and the same stream applies.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let r = exec(APPLY, &["cursor", "--target", &url], None);
+        let last = if r.code == Some(0) {
+            assert_eq!(
+                r.stdout_str(),
+                before,
+                "the cursor moved while ZooKeeper was down"
+            );
+            let r = exec(
+                APPLY,
+                &["--target", &url, &stream.display().to_string()],
+                None,
+            );
+            if r.code == Some(0) {
+                break;
+            }
+            r.stderr
+        } else {
+            r.stderr
+        };
+        assert!(
+            Instant::now() < deadline,
+            "still failing 90 s after ZooKeeper came back:\n{last}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    audit_equal(&dbs.src_url(), &url);
+    one_shard_per_key("zk_down", "items");
+}
+
+#[test]
+fn postgres_snapshot_then_changes_reach_the_cluster() {
+    let _g = serial();
+    let c = cluster();
+    let url = c.database("from_postgres");
+    let pgdb = common::pg::db("to_ch_cluster");
+    let src = pgdb.url();
+    let s = pgdb.session();
+    s.exec("CREATE TABLE public.items (id bigint PRIMARY KEY, name text, price double precision, data bytea)");
+    s.exec(
+        "INSERT INTO public.items SELECT x, 'item ' || x, x * 0.37, '\\x00ff'::bytea FROM generate_series(1, 1500) x",
+    );
+    let slot = "s_to_ch_cluster";
+    let r = exec(
+        "mooncdc-capture",
+        &[
+            "init",
+            "--source",
+            &src,
+            "--slot",
+            slot,
+            "--table",
+            "public.items",
+        ],
+        None,
+    );
+    expect(&r, 0, "capture init");
+    let r = pipeline(&format!(
+        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {}",
+        shell_quote(&src),
+        shell_quote(&url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+    let audit = || {
+        let r = exec(
+            AUDIT,
+            &["--source", &src, "--slot", slot, "--target", &url],
+            None,
+        );
+        expect(&r, 0, "audit");
+        assert!(r.stdout_str().contains("equal"), "{}", r.stdout_str());
+    };
+    audit();
+    s.exec("BEGIN");
+    s.exec("UPDATE public.items SET price = -price WHERE id % 2 = 0");
+    s.exec("DELETE FROM public.items WHERE id % 9 = 0");
+    s.exec("UPDATE public.items SET id = id + 100000 WHERE id % 13 = 0");
+    s.exec("COMMIT");
+    s.exec("INSERT INTO public.items VALUES (-5, E'\\uFEFFé', '-0.0', '')");
+    let r = pipeline(&format!(
+        "{{capture}} --source {src} --slot {slot} --after \"$({{apply}} cursor --target {url})\" | {{apply}} --target {url}",
+        src = shell_quote(&src),
+        url = shell_quote(&url)
+    ));
+    expect(&r, 0, "capture | apply");
+    audit();
+    let n = one_shard_per_key("from_postgres", "public_items");
+    // Deleted keys stay as tombstones; a moved key leaves one behind (the
+    // rows deleted earlier in the transaction were not moved).
+    let moved = (1..=1500).filter(|x| x % 13 == 0 && x % 9 != 0).count();
+    assert_eq!(n, 1500 + 1 + moved, "keys, old ones as tombstones");
+}
+
+#[test]
+fn cluster_url_mistakes_are_named() {
+    let _g = serial();
+    let c = cluster();
+    c.database("url_errors");
+    let run = |url: &str| exec(APPLY, &["cursor", "--target", url], None);
+    let port = c.nodes[0].http_port;
+    let r = run(&format!(
+        "clickhouse://default@127.0.0.1:{port}/url_errors?cluster=nope"
+    ));
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("cluster \"nope\" is not defined") && r.stderr.contains(CLUSTER),
+        "{}",
+        r.stderr
+    );
+    let r = run(&c.url(0, "url_errors", "insert_quorum=3"));
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("has 2 replica(s)"), "{}", r.stderr);
+    let r = run(&format!(
+        "clickhouse://default@127.0.0.1:{port}/url_errors?insert_quorum=2"
+    ));
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("add cluster=NAME"), "{}", r.stderr);
+    // A quorum of one is allowed (faster, less safe): the URL is accepted,
+    // and the empty database holds no cursor yet.
+    let r = run(&c.url(0, "url_errors", "insert_quorum=1"));
+    expect(&r, 1, "cursor with insert_quorum=1");
+    assert!(r.stderr.contains("holds no cursor"), "{}", r.stderr);
+}
