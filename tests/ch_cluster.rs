@@ -8,7 +8,7 @@
 //! table's `__current` view, every key on exactly one shard and on both of
 //! its replicas; SIGKILL of apply mid-stream, then a re-run; a replica
 //! stopped (apply fails naming the quorum, cursor unchanged; restarted,
-//! applied again, equal); ZooKeeper stopped (clear error, cursor unchanged;
+//! applied again, equal), then a whole shard; ZooKeeper stopped (clear error, cursor unchanged;
 //! back, applied again, equal); URL errors.
 
 mod common;
@@ -302,6 +302,31 @@ fn a_stopped_replica_fails_the_apply_without_moving_the_cursor() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(one_shard_per_key("replica_down", "items"), 500);
+
+    // A whole shard away: the same, no replica of it answers.
+    let before = cursor(&url);
+    dbs.src_sql("UPDATE items SET name = name || '!'");
+    c.stop_node(2);
+    c.stop_node(3);
+    let r = catch_up(&dbs, &url);
+    c.start_node(2);
+    c.start_node(3);
+    assert_eq!(r.code, Some(1), "apply with a shard down:\n{}", r.stderr);
+    assert!(
+        r.stderr.contains("a shard of the cluster is down"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(cursor(&url), before, "the cursor moved with a shard down");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while catch_up(&dbs, &url).code != Some(0) {
+        assert!(
+            Instant::now() < deadline,
+            "apply still fails 60 s after the shard came back"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    audit_equal(&dbs.src_url(), &url);
 }
 
 #[test]

@@ -196,6 +196,8 @@ fn cluster_hint(text: &str) -> &'static str {
         || text.contains("Code: 319.")
     {
         " (fewer replicas of a shard answered than the insert quorum needs: a replica is down or lagging; the cursor did not move; apply again once it is back, or lower insert_quorum)"
+    } else if text.contains("Code: 279,") || text.contains("Code: 279.") {
+        " (no replica of a shard answered: a shard of the cluster is down; the cursor did not move; apply again once it is back)"
     } else {
         ""
     }

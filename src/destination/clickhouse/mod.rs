@@ -24,6 +24,12 @@
 //!   the cursor lives in `_mooncdc_cursor`, written after them. ClickHouse has
 //!   no transactions: a crash between inserts leaves rows without the cursor,
 //!   and the replay rewrites them with the same versions.
+//! - A cluster target (`cluster=NAME`, docs/CLICKHOUSE.md "Cluster"): the
+//!   rows live in `<table>_local` (Replicated engines, made `ON CLUSTER`)
+//!   behind a `Distributed` table named as the table, sharded by a hash of
+//!   the key; inserts are synchronous and acknowledged by `insert_quorum`
+//!   replicas of each shard; reads ask for sequential consistency; the
+//!   cursor table is replicated on every node.
 
 mod apply;
 mod config;
