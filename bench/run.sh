@@ -30,9 +30,9 @@ cd "$(dirname "$0")/.."
 
 section=${1:-all}
 case $section in
-  stream | sqlite | postgres | clickhouse | all) ;;
+  stream | sqlite | postgres | clickhouse | cluster | all) ;;
   *)
-    echo "usage: bench/run.sh [stream|sqlite|postgres|clickhouse|all]" >&2
+    echo "usage: bench/run.sh [stream|sqlite|postgres|clickhouse|cluster|all]" >&2
     exit 2
     ;;
 esac
@@ -49,6 +49,7 @@ PG_SNAP_ROWS=${BENCH_PG_SNAPSHOT_ROWS:-1000000}
 PG_BIN=${BENCH_PG_BIN:-/usr/lib/postgresql/15/bin}
 CH_ROWS=${BENCH_CH_ROWS:-1000000}
 CH_CHANGES=${BENCH_CH_CHANGES:-300000}
+CLU_ROWS=${BENCH_CLUSTER_ROWS:-300000}
 # Goals (the fast-path issue raised the stream, apply and snapshot ones).
 GOAL_JQ_RATIO=15 GOAL_RSS_MB=32 GOAL_INSERT=2 GOAL_UPDATE=2.5 GOAL_APPLY=0.6
 GOAL_PG_RECV=1.5 GOAL_PG_PEEK=0.8 GOAL_PG_SNAP=0.8 GOAL_CH_APPLY=0.7
@@ -374,7 +375,23 @@ ch_stop() {
   fi
   if [ -n "$CH_DIR" ]; then rm -rf "$CH_DIR"; CH_DIR=""; fi
 }
-cleanup() { pg_stop; ch_stop; }
+# The cluster section's processes (ZooKeeper and four servers), by pid.
+CLU_PIDS=()
+clu_stop() {
+  local p i
+  for p in "${CLU_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${CLU_PIDS[@]}"; do
+    for ((i = 0; i < 150; i++)); do
+      kill -0 "$p" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$p" 2>/dev/null && kill -9 "$p" 2>/dev/null
+    wait "$p" 2>/dev/null || true
+  done
+  CLU_PIDS=()
+  if [ -n "${CLU_DIR:-}" ]; then rm -rf "$CLU_DIR"; CLU_DIR=""; fi
+}
+cleanup() { pg_stop; ch_stop; clu_stop; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -785,6 +802,163 @@ XML
   echo
 }
 
+# A ClickHouse cluster on loopback: one ZooKeeper, 2 shards x 2 replicas
+# (the layout of tests/common/cluster.rs). The same snapshot applied into one
+# node as a single server, into the cluster, and clickhouse-client inserting
+# the same RowBinary into a Distributed table with the same durability
+# settings (synchronous, quorum 2).
+cluster_section() {
+  local need=()
+  command -v clickhouse-server >/dev/null 2>&1 || need+=(clickhouse-server)
+  command -v clickhouse-client >/dev/null 2>&1 || need+=(clickhouse-client)
+  [ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+  command -v curl >/dev/null 2>&1 || need+=(curl)
+  if [ ${#need[@]} -gt 0 ]; then
+    log "installing ${need[*]} from Debian's packages"
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+  CLU_DIR=$PWD/$W/cluster
+  rm -rf "$CLU_DIR"
+  mkdir -p "$CLU_DIR/zk/data"
+  local zk http=() tcp=() inter=() i s r
+  zk=$(free_port)
+  for i in 0 1 2 3; do
+    http+=("$(free_port)")
+    tcp+=("$(free_port)")
+    inter+=("$(free_port)")
+  done
+  printf 'tickTime=500\ninitLimit=10\nsyncLimit=5\ndataDir=%s\nclientPort=%s\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=srvr\n' \
+    "$CLU_DIR/zk/data" "$zk" >"$CLU_DIR/zk/zoo.cfg"
+  java -Xmx256m -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.server.quorum.QuorumPeerMain "$CLU_DIR/zk/zoo.cfg" \
+    >"$CLU_DIR/zk/out.log" 2>&1 &
+  CLU_PIDS+=($!)
+  for ((i = 0; i < 600; i++)); do
+    python3 -c "import socket,sys; c=socket.create_connection(('127.0.0.1',$zk),1); c.sendall(b'srvr'); sys.exit(0 if b'Mode: standalone' in c.recv(4096) else 1)" 2>/dev/null && break
+    sleep 0.1
+  done
+  cat >"$CLU_DIR/users.xml" <<XML
+<yandex><profiles><default></default></profiles><users><default><password></password><networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota></default></users><quotas><default></default></quotas></yandex>
+XML
+  local remote="<remote_servers><bench>"
+  for s in 0 1; do
+    remote+="<shard><internal_replication>true</internal_replication>"
+    for r in 0 1; do remote+="<replica><host>127.0.0.1</host><port>${tcp[$((s * 2 + r))]}</port></replica>"; done
+    remote+="</shard>"
+  done
+  remote+="</bench></remote_servers>"
+  for i in 0 1 2 3; do
+    local n=$CLU_DIR/node$i
+    mkdir -p "$n"/{data,tmp,log}
+    cat >"$n/config.xml" <<XML
+<yandex>
+<logger><level>warning</level><log>$n/log/server.log</log><errorlog>$n/log/err.log</errorlog><console>0</console></logger>
+<http_port>${http[$i]}</http_port><tcp_port>${tcp[$i]}</tcp_port>
+<interserver_http_port>${inter[$i]}</interserver_http_port><interserver_http_host>127.0.0.1</interserver_http_host>
+<listen_host>127.0.0.1</listen_host>
+<path>$n/data/</path><tmp_path>$n/tmp/</tmp_path>
+<users_config>$CLU_DIR/users.xml</users_config>
+<default_profile>default</default_profile><default_database>default</default_database>
+<mark_cache_size>5368709</mark_cache_size>
+$remote
+<zookeeper><node><host>127.0.0.1</host><port>$zk</port></node></zookeeper>
+<macros><shard>0$((i / 2 + 1))</shard><replica>r$((i % 2 + 1))</replica></macros>
+<distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>
+</yandex>
+XML
+    (cd "$n" && exec clickhouse-server --config-file="$n/config.xml" >"$n/log/stdout.log" 2>&1) &
+    CLU_PIDS+=($!)
+  done
+  for i in 0 1 2 3; do
+    local k
+    for ((k = 0; k < 600; k++)); do
+      [ "$(curl -s "http://127.0.0.1:${http[$i]}/ping" 2>/dev/null)" = "Ok." ] && break
+      sleep 0.1
+    done
+  done
+  cq() { clickhouse-client --port "${tcp[0]}" --query "$1"; }
+  local version
+  version=$(cq "SELECT version()")
+  log "cluster: $version, 2 shards x 2 replicas, ZooKeeper on $zk"
+  local CH="clickhouse://default@127.0.0.1:${http[0]}"
+
+  log "cluster: $CLU_ROWS-row SQLite source and its snapshot"
+  local src=$W/clu-src.db snapfile=$W/clu-snap.jsonl
+  rm -f "$src"*
+  $E/bench_sqlite source "$src" "$CLU_ROWS" after
+  $B/mooncdc-snapshot --quiet --source "sqlite:$src" >"$snapfile"
+  # A new database for every run (dropped ones leave ZooKeeper paths behind
+  # for a while).
+  CLU_RUN=0
+  fresh_cluster() { CLU_RUN=$((CLU_RUN + 1)); echo "$CLU_RUN" >"$W/clu-run"; cq "CREATE DATABASE c$CLU_RUN ON CLUSTER bench" >/dev/null; }
+  fresh_single() { CLU_RUN=$((CLU_RUN + 1)); echo "$CLU_RUN" >"$W/clu-run"; cq "CREATE DATABASE s$CLU_RUN"; }
+  log "cluster: mooncdc-apply into one node as a single server"
+  measure /dev/null fresh_single sh -c "$B/mooncdc-apply --quiet --target \"$CH/s\$(cat $W/clu-run)\" '$snapfile'"
+  local t_single=$T m_single=$M
+  log "cluster: mooncdc-apply into the cluster"
+  measure /dev/null fresh_cluster sh -c "$B/mooncdc-apply --quiet --target \"$CH/c\$(cat $W/clu-run)?cluster=bench\" '$snapfile'"
+  local t_clu=$T m_clu=$M c=$CLU_RUN held
+  # What making the tables costs (ON CLUSTER statements wait for every node):
+  # a one-row snapshot into a new database.
+  log "cluster: a one-row snapshot into a new cluster database (the tables' setup)"
+  local tiny=$W/clu-tiny.db
+  rm -f "$tiny"*
+  $E/bench_sqlite source "$tiny" 1 after
+  $B/mooncdc-snapshot --quiet --source "sqlite:$tiny" >"$W/clu-tiny.jsonl"
+  measure /dev/null fresh_cluster sh -c "$B/mooncdc-apply --quiet --target \"$CH/c\$(cat $W/clu-run)?cluster=bench\" '$W/clu-tiny.jsonl'"
+  local t_setup=$T
+  rm -f "$tiny"* "$W/clu-tiny.jsonl"
+  held=$(cq "SELECT count() FROM c$c.items")
+  if [ "$held" != "$CLU_ROWS" ]; then
+    log "the cluster holds $held rows, expected $CLU_ROWS"
+    exit 1
+  fi
+  cq "SELECT * FROM c$c.items FORMAT RowBinary" >"$W/clu-items.bin"
+  fresh_dist() {
+    CLU_RUN=$((CLU_RUN + 1))
+    cq "CREATE DATABASE b$CLU_RUN ON CLUSTER bench" >/dev/null
+    cq "CREATE TABLE b$CLU_RUN.items_local ON CLUSTER bench AS c$c.items_local ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/b$CLU_RUN/items_local', '{replica}', _etl_version) ORDER BY id" >/dev/null
+    cq "CREATE TABLE b$CLU_RUN.items ON CLUSTER bench AS b$CLU_RUN.items_local ENGINE = Distributed(bench, b$CLU_RUN, items_local, cityHash64(id))" >/dev/null
+    echo "$CLU_RUN" >"$W/clu-run"
+  }
+  log "cluster: clickhouse-client RowBinary into the Distributed table (synchronous, quorum 2)"
+  measure /dev/null fresh_dist sh -c "clickhouse-client --port ${tcp[0]} --insert_distributed_sync=1 --insert_quorum=2 --query \"INSERT INTO b\$(cat $W/clu-run).items FORMAT RowBinary\" <'$W/clu-items.bin'"
+  local t_bin=$T
+  held=$(cq "SELECT count() FROM b$CLU_RUN.items")
+  if [ "$held" != "$CLU_ROWS" ]; then
+    log "the RowBinary baseline inserted $held rows, expected $CLU_ROWS"
+    exit 1
+  fi
+  local size
+  size=$(mb "$snapfile")
+  rm -f "$W/clu-items.bin" "$W/clu-run" "$snapfile" "$src"*
+  clu_stop
+
+  echo "## ClickHouse cluster target"
+  echo
+  echo "ClickHouse $version (Debian's) as a cluster on loopback: one ZooKeeper, 2 shards × 2"
+  echo "replicas, all on this machine's 2 cores. A snapshot of $CLU_ROWS rows ($size MB of"
+  echo "JSONL, the five-column table of the sections above) applied into one node used as a"
+  echo "single server, into the cluster (\`?cluster=bench\`: replicated tables, a Distributed"
+  echo "table, synchronous quorum inserts), and the same rows as RowBinary inserted by"
+  echo "\`clickhouse-client\` into an identical Distributed table with the same settings. No goal"
+  echo "was set; in the cluster each row is written by two replicas and every insert waits for ZooKeeper."
+  echo
+  echo "| loader | wall s | rows/s | vs clickhouse-client into the cluster | peak RSS MB |"
+  echo "| --- | ---: | ---: | ---: | ---: |"
+  echo "| \`mooncdc-apply --target clickhouse://node1/db SNAPSHOT\` (one node, no cluster) | $t_single | $(calc '%.0f' "$CLU_ROWS / $t_single") | | $m_single |"
+  echo "| baseline: \`clickhouse-client --insert_distributed_sync=1 --insert_quorum=2 --query \"INSERT INTO dist FORMAT RowBinary\" < FILE\` | $t_bin | $(calc '%.0f' "$CLU_ROWS / $t_bin") | 1.00× | |"
+  echo "| \`mooncdc-apply --target 'clickhouse://node1/db?cluster=bench' SNAPSHOT\` | $t_clu | $(calc '%.0f' "$CLU_ROWS / $t_clu") | $(calc '%.2f' "$t_bin / $t_clu")× | $m_clu |"
+  echo "| the same, a one-row snapshot (making the tables and the cursor table on every node) | $t_setup | | | |"
+  echo
+  echo "The baseline's tables exist before it is timed; mooncdc-apply's figures include making"
+  echo "them (the last row: \`ON CLUSTER\` statements wait for every node). Without that, the"
+  echo "cluster load takes $(calc '%.2f' "$t_clu - $t_setup") s, $(calc '%.2f' "$t_bin / ($t_clu - $t_setup)")× clickhouse-client."
+  echo
+}
+
 # A compiler that started during the run makes the figures noisy: say so.
 check_idle() {
   if busy; then
@@ -807,6 +981,10 @@ if [ "$section" = all ] || [ "$section" = postgres ]; then
 fi
 if [ "$section" = all ] || [ "$section" = clickhouse ]; then
   clickhouse_section
+  check_idle
+fi
+if [ "$section" = all ] || [ "$section" = cluster ]; then
+  cluster_section
   check_idle
 fi
 log "done"

@@ -118,7 +118,10 @@ impl ClickHouse {
             bounds.push(total);
         }
         held.since = 0;
-        let parts = inserts(&bounds, self.cfg.max_insert_bytes as u64);
+        // A cluster sends one insert at a time (below): there, each may be
+        // as large as allowed, since every one waits for its quorum.
+        let senders = if self.cluster.is_some() { 1 } else { 2 };
+        let parts = inserts(&bounds, self.cfg.max_insert_bytes as u64, senders);
         // Each insert's body streams from the spool (an insert is never held
         // in memory whole), and two are sent at once: the server takes them
         // in parallel, while this process has nothing else to do. The first
@@ -562,11 +565,11 @@ impl ClickHouse {
 
 /// The inserts to send: `bounds` are row boundaries (every 8 MiB at most,
 /// and the end); consecutive pieces are joined into inserts of at most
-/// `max` bytes, and of about half the total when that is smaller, so that
-/// two senders share the work.
-fn inserts(bounds: &[u64], max: u64) -> Vec<(u64, u64)> {
+/// `max` bytes, and of about the total divided by the `senders` when that
+/// is smaller, so that they share the work.
+fn inserts(bounds: &[u64], max: u64, senders: u64) -> Vec<(u64, u64)> {
     let total = bounds.last().copied().unwrap_or(0);
-    let target = max.min(total.div_ceil(2)).max(1);
+    let target = max.min(total.div_ceil(senders.max(1))).max(1);
     let mut parts = Vec::new();
     let mut start = 0u64;
     let mut prev = 0u64;
@@ -593,7 +596,7 @@ mod insert_tests {
         // 75 MiB held in pieces of 8 MiB, inserts of at most 64 MiB: two
         // senders get about half each, never over the size.
         let bounds: Vec<u64> = (1..=9).map(|i| i * 8 * mb).chain([75 * mb]).collect();
-        let parts = inserts(&bounds, 64 * mb);
+        let parts = inserts(&bounds, 64 * mb, 2);
         assert_eq!(parts.iter().map(|p| p.1).sum::<u64>(), 75 * mb);
         assert!(parts.iter().all(|p| p.1 <= 64 * mb), "{parts:?}");
         assert!(parts.iter().all(|p| p.1 <= 40 * mb), "{parts:?}");
@@ -604,9 +607,15 @@ mod insert_tests {
         // Tiny inserts (max_insert_bytes=64): one per piece, as before.
         let bounds = [70u64, 140, 210, 230];
         assert_eq!(
-            inserts(&bounds, 64),
+            inserts(&bounds, 64, 2),
             vec![(0, 70), (70, 70), (140, 70), (210, 20)]
         );
-        assert_eq!(inserts(&[100], 64), vec![(0, 100)]);
+        assert_eq!(inserts(&[100], 64, 2), vec![(0, 100)]);
+        // One sender (a cluster): inserts as large as allowed.
+        let bounds: Vec<u64> = (1..=9).map(|i| i * 8 * mb).chain([75 * mb]).collect();
+        assert_eq!(
+            inserts(&bounds, 64 * mb, 1),
+            vec![(0, 64 * mb), (64 * mb, 11 * mb)]
+        );
     }
 }
