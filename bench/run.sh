@@ -18,11 +18,13 @@
 #   BENCH_PG_SNAPSHOT_ROWS=1000000           postgres: rows of the snapshot table
 #   BENCH_CH_ROWS=1000000                    clickhouse: rows of the applied snapshot
 #   BENCH_CH_CHANGES=300000                  clickhouse: changes captured from SQLite end to end
+#   BENCH_CLUSTER_ROWS=300000                cluster: snapshot rows applied into the 2 x 2 ClickHouse cluster
 # Needs jq, GNU time (/usr/bin/time), sqlite3 and sqldiff; installs the missing
 # ones from Debian's packages (as root, or through sudo). The postgres section
 # needs Debian's postgresql-15 and postgresql-15-wal2json (run as root: the
 # throwaway cluster runs as the postgres user), the clickhouse section Debian's
-# clickhouse-server and clickhouse-client; both need curl and python3 (to find
+# clickhouse-server and clickhouse-client (the cluster section also zookeeper);
+# all need curl and python3 (to find
 # free ports). Each starts its own server in bench/work and stops it by pid at
 # the end, whatever way the run ends.
 set -euo pipefail
