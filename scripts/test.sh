@@ -54,6 +54,15 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
     echo "test.sh: systemd did not install; the unit test will skip"
 fi
 
+# A modern ClickHouse engine for the dialect checks (tests/clickhouse.rs and
+# tests/ch_cluster.rs replay or parse what the tools sent 18.16): PyPI's chdb,
+# pinned. Optional: where it does not install, those two checks say SKIPPED.
+if ! python3 -c 'import chdb' >/dev/null 2>&1; then
+  echo "test.sh: installing chdb from PyPI (a modern ClickHouse engine, for the dialect checks)"
+  python3 -m pip install -q --disable-pip-version-check chdb==4.4.0 >/dev/null 2>&1 ||
+    echo "test.sh: chdb did not install; the modern-engine checks will skip"
+fi
+
 # The example application writes the sample databases some tests use.
 cargo build --quiet --example sample_app
 status=0

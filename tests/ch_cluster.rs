@@ -9,7 +9,8 @@
 //! its replicas; SIGKILL of apply mid-stream, then a re-run; a replica
 //! stopped (apply fails naming the quorum, cursor unchanged; restarted,
 //! applied again, equal), then a whole shard; ZooKeeper stopped (clear error, cursor unchanged;
-//! back, applied again, equal); URL errors.
+//! back, applied again, equal); URL errors; and, where PyPI's `chdb` is
+//! installed, every statement the tools sent parsed by a modern engine.
 
 mod common;
 
@@ -492,4 +493,119 @@ fn cluster_url_mistakes_are_named() {
     let r = run(&c.url(0, "url_errors", "insert_quorum=1"));
     expect(&r, 1, "cursor with insert_quorum=1");
     assert!(r.stderr.contains("holds no cursor"), "{}", r.stderr);
+}
+
+/// Parses each statement with a modern ClickHouse (PyPI's `chdb`, run by
+/// python3): `formatQuery` fails on anything its parser refuses. chdb is one
+/// embedded server, with no ZooKeeper and no `remote_servers`, so cluster
+/// statements can be parsed there, not run.
+const CHDB_PARSE: &str = r#"
+import json, sys
+import chdb
+errors = []
+for sql in json.load(open(sys.argv[1])):
+    try:
+        chdb.query("SELECT formatQuery('" + sql.replace("\\", "\\\\").replace("'", "\\'") + "')", "TSV")
+    except Exception as e:
+        errors.append({"sql": sql, "error": str(e)[:1000]})
+names = ["insert_quorum", "insert_quorum_timeout", "insert_distributed_sync", "insert_distributed_timeout",
+         "select_sequential_consistency", "distributed_ddl_task_timeout"]
+known = chdb.query("SELECT name FROM system.settings WHERE name IN (%s)" % ", ".join("'%s'" % n for n in names), "TSV").bytes().decode().split()
+for n in names:
+    if n not in known:
+        errors.append({"setting": n, "error": "unknown to the modern engine"})
+print(json.dumps(errors))
+"#;
+
+#[test]
+fn cluster_statements_parse_on_a_modern_engine() {
+    let ok = Command::new("python3")
+        .args(["-c", "import chdb"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!(
+            "SKIPPED cluster_statements_parse_on_a_modern_engine: python3 cannot import chdb \
+             (pip install chdb) — the cluster statements were not checked on a modern engine"
+        );
+        return;
+    }
+    let _g = serial();
+    let c = cluster();
+    let url = c.database("modern");
+    let dbs = source(50);
+    let r = pipeline(&format!(
+        "{{snapshot}} --source {} | {{apply}} --target {}",
+        shell_quote(&dbs.src_url()),
+        shell_quote(&url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+    dbs.src_sql("UPDATE items SET price = 1 WHERE id < 10; DELETE FROM items WHERE id = 20");
+    let r = exec(
+        "mooncdc-capture",
+        &[
+            "migrate",
+            "--source",
+            &dbs.src_url(),
+            "--",
+            "ALTER TABLE items ADD COLUMN qty INTEGER",
+        ],
+        None,
+    );
+    expect(&r, 0, "migrate");
+    dbs.src_sql("UPDATE items SET qty = 3 WHERE id < 5");
+    expect(&catch_up(&dbs, &url), 0, "catch up");
+    audit_equal(&dbs.src_url(), &url);
+    // What the tools sent node 0 over HTTP, as its query log has it.
+    c.query(0, "SYSTEM FLUSH LOGS");
+    let log = c.query(
+        0,
+        "SELECT query FROM system.query_log WHERE type = 2 AND is_initial_query = 1 AND interface = 2 \
+         AND query LIKE '%modern%' AND query NOT LIKE '%query_log%' AND query NOT LIKE 'CREATE DATABASE%' \
+         ORDER BY event_time, query_start_time FORMAT JSONEachRow",
+    );
+    let sent: Vec<String> = log
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a query log row");
+            v["query"].as_str().expect("query").to_string()
+        })
+        .collect();
+    for needed in [
+        "ON CLUSTER",
+        "ReplicatedReplacingMergeTree",
+        "Distributed(",
+        "ADD COLUMN",
+        "INSERT INTO",
+        "FINAL",
+    ] {
+        assert!(
+            sent.iter().any(|q| q.contains(needed)),
+            "no statement with {needed:?} in the query log: {sent:#?}"
+        );
+    }
+    let work = tempfile::tempdir().unwrap();
+    let list = work.path().join("statements.json");
+    std::fs::write(&list, serde_json::to_string(&sent).unwrap()).unwrap();
+    let out = Command::new("python3")
+        .args(["-c", CHDB_PARSE])
+        .arg(&list)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the chdb check failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let errors = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        errors.trim(),
+        "[]",
+        "statements of the cluster target a modern engine refuses ({} checked)",
+        sent.len()
+    );
+    eprintln!("{} statements parsed by a modern engine", sent.len());
 }

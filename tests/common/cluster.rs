@@ -154,7 +154,7 @@ impl Cluster {
         .unwrap();
         std::fs::write(
             dir.join("users.xml"),
-            "<yandex><profiles><default></default></profiles><users><default><password></password>\
+            "<yandex><profiles><default><log_queries>1</log_queries></default></profiles><users><default><password></password>\
              <networks><ip>127.0.0.1</ip></networks><profile>default</profile><quota>default</quota>\
              </default></users><quotas><default></default></quotas></yandex>\n",
         )
@@ -200,6 +200,7 @@ impl Cluster {
                      <zookeeper><node><host>127.0.0.1</host><port>{zk_port}</port></node><session_timeout_ms>6000</session_timeout_ms></zookeeper>\n\
                      <macros><shard>0{}</shard><replica>r{}</replica></macros>\n\
                      <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>\n\
+                     <query_log><database>system</database><table>query_log</table><flush_interval_milliseconds>1000</flush_interval_milliseconds></query_log>\n\
                      </yandex>\n",
                     n.http_port,
                     n.tcp_port,
