@@ -3986,13 +3986,27 @@ fn binary_and_text_copy_give_the_same_values() {
         ));
     }
     s.exec(&sql);
+    // The statements the snapshots send, in the server's log: which form
+    // each COPY asked for.
+    pg::cluster().admin("ALTER DATABASE t_bincopy SET log_statement = 'all'");
     src.init(&["public.bc"]);
     let r = src.tool(SNAPSHOT, &[], &["-q"]);
     expect(&r, 0, "snapshot (binary COPY)");
+    let copies = |binary: bool| {
+        pg::cluster()
+            .log()
+            .lines()
+            .filter(|l| l.contains("COPY (SELECT") && l.contains("\"bc\""))
+            .filter(|l| l.contains("(FORMAT binary)") == binary)
+            .count()
+    };
+    assert_eq!(copies(true), 1, "one binary COPY of bc");
+    assert_eq!(copies(false), 0, "no text COPY of bc yet");
     let (_, binary) = parse_snapshot(&r.stdout);
     s.exec("ALTER TABLE bc ADD COLUMN n numeric");
     let r = src.tool(SNAPSHOT, &[], &["-q"]);
     expect(&r, 0, "snapshot (text COPY)");
+    assert_eq!(copies(false), 1, "the numeric column makes bc read as text");
     let (_, text) = parse_snapshot(&r.stdout);
     let binary = &binary["public.bc"];
     let text: Vec<Vec<Value>> = text["public.bc"]
@@ -4007,4 +4021,16 @@ fn binary_and_text_copy_give_the_same_values() {
             "binary {a:?}\ntext   {b:?}"
         );
     }
+    // An array of varchar is not text in binary form: its table reads text.
+    s.exec("CREATE TABLE va (id int8 PRIMARY KEY, a varchar(8)[])");
+    s.exec("INSERT INTO va VALUES (1, '{x,y}'), (2, NULL)");
+    s.exec("ALTER PUBLICATION mooncdc_main ADD TABLE va");
+    let r = src.tool(SNAPSHOT, &[], &["-q", "--table", "public.va"]);
+    expect(&r, 0, "snapshot of a varchar array");
+    let (_, va) = parse_snapshot(&r.stdout);
+    assert!(
+        va["public.va"][0][1].same(&Value::Text("{x,y}".into())),
+        "{:?}",
+        va["public.va"]
+    );
 }

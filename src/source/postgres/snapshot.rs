@@ -220,7 +220,14 @@ fn bin_of(decl: &str) -> Option<Bin> {
         "boolean" => Bin::Bool,
         "bytea" => Bin::Bytea,
         "text" => Bin::Text,
-        d if d == "character varying" || d.starts_with("character varying(") => Bin::Text,
+        // `character varying(20)[]` is an array: its binary form is not text.
+        d if d == "character varying"
+            || d.strip_prefix("character varying(")
+                .and_then(|r| r.strip_suffix(')'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit())) =>
+        {
+            Bin::Text
+        }
         _ => return None,
     })
 }
@@ -259,6 +266,80 @@ fn from_binary(b: Bin, v: &[u8]) -> std::result::Result<Value, String> {
         ),
         (b, n) => return Err(format!("binary COPY gave {n} bytes for a {b:?} value")),
     })
+}
+
+/// What the start of a binary COPY buffer holds.
+#[derive(Debug, PartialEq)]
+enum BinStep {
+    /// Not all of the next item yet.
+    More,
+    /// The header, of so many bytes.
+    Header(usize),
+    /// A row, of so many bytes.
+    Row(usize, Row),
+    /// The trailer (2 bytes).
+    Trailer(usize),
+}
+
+/// Read the next item of binary COPY at the start of `b`: the header first,
+/// then rows with one field per column (`kinds`), then the trailer.
+fn binary_step(b: &[u8], header_read: bool, kinds: &[Bin]) -> std::result::Result<BinStep, String> {
+    if !header_read {
+        const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
+        if b.len() < SIGNATURE.len() + 8 {
+            return Ok(BinStep::More);
+        }
+        if &b[..SIGNATURE.len()] != SIGNATURE {
+            return Err("has no signature".into());
+        }
+        let at = SIGNATURE.len();
+        let flags = u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        // Bits 16-31 are critical: a reader that does not know one must stop
+        // (bit 16: OIDs included).
+        if flags >> 16 != 0 {
+            return Err(format!(
+                "has header flags {flags:#x} this reader does not know"
+            ));
+        }
+        let ext = u32::from_be_bytes(b[at + 4..at + 8].try_into().expect("4 bytes")) as usize;
+        if b.len() < at + 8 + ext {
+            return Ok(BinStep::More);
+        }
+        return Ok(BinStep::Header(at + 8 + ext));
+    }
+    if b.len() < 2 {
+        return Ok(BinStep::More);
+    }
+    let n = i16::from_be_bytes([b[0], b[1]]);
+    if n == -1 {
+        return Ok(BinStep::Trailer(2));
+    }
+    if n < 0 || n as usize != kinds.len() {
+        return Err(format!("row has {n} fields, not {}", kinds.len()));
+    }
+    let mut at = 2;
+    let mut row = Vec::with_capacity(kinds.len());
+    for &k in kinds {
+        if b.len() < at + 4 {
+            return Ok(BinStep::More);
+        }
+        let len = i32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        at += 4;
+        if len == -1 {
+            row.push(Value::Null);
+            continue;
+        }
+        if len < 0 {
+            return Err(format!("gave a field of length {len}"));
+        }
+        let len = len as usize;
+        if b.len() < at + len {
+            return Ok(BinStep::More);
+        }
+        row.push(from_binary(k, &b[at..at + len])?);
+        at += len;
+    }
+    Ok(BinStep::Row(at, row))
 }
 
 /// `SELECT` of a table's columns in the key order of DESIGN §7: TEXT-mapped
@@ -330,61 +411,26 @@ impl CopyRows {
     /// The next row of binary COPY in `buf`, if it is all there:
     /// `Some(None)` at the trailer.
     fn binary_row(&mut self) -> Result<Option<Option<Row>>> {
-        let bad = |what: &str| Error::data(format!("table {:?}: binary COPY {what}", self.table));
-        let b = &self.buf[self.pos..];
-        let mut at = 0usize;
-        if !self.header_read {
-            const SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
-            if b.len() < SIGNATURE.len() + 8 {
-                return Ok(None);
-            }
-            if &b[..SIGNATURE.len()] != SIGNATURE {
-                return Err(bad("has no signature"));
-            }
-            at = SIGNATURE.len() + 4;
-            let ext = u32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes")) as usize;
-            at += 4;
-            if b.len() < at + ext {
-                return Ok(None);
-            }
-            at += ext;
-            self.header_read = true;
-            self.pos += at;
-            return self.binary_row();
-        }
-        if b.len() < 2 {
-            return Ok(None);
-        }
-        let n = i16::from_be_bytes([b[0], b[1]]);
-        if n == -1 {
-            self.pos += 2;
-            return Ok(Some(None));
-        }
         let kinds = self.binary.as_ref().expect("binary form");
-        if n as usize != kinds.len() {
-            return Err(bad(&format!("row has {n} fields")));
+        loop {
+            let step = binary_step(&self.buf[self.pos..], self.header_read, kinds)
+                .map_err(|e| Error::data(format!("table {:?}: binary COPY {e}", self.table)))?;
+            match step {
+                BinStep::More => return Ok(None),
+                BinStep::Header(n) => {
+                    self.pos += n;
+                    self.header_read = true;
+                }
+                BinStep::Row(n, row) => {
+                    self.pos += n;
+                    return Ok(Some(Some(row)));
+                }
+                BinStep::Trailer(n) => {
+                    self.pos += n;
+                    return Ok(Some(None));
+                }
+            }
         }
-        at += 2;
-        let mut row = Vec::with_capacity(kinds.len());
-        for &k in kinds {
-            if b.len() < at + 4 {
-                return Ok(None);
-            }
-            let len = i32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"));
-            at += 4;
-            if len < 0 {
-                row.push(Value::Null);
-                continue;
-            }
-            let len = len as usize;
-            if b.len() < at + len {
-                return Ok(None);
-            }
-            row.push(from_binary(k, &b[at..at + len]).map_err(|e| bad(&e))?);
-            at += len;
-        }
-        self.pos += at;
-        Ok(Some(Some(row)))
     }
 
     pub async fn next(&mut self) -> Result<Option<Row>> {
@@ -482,8 +528,106 @@ async fn row_estimate(c: &Client, tables: &[String]) -> u64 {
 
 #[cfg(test)]
 mod binary_tests {
-    use super::{bin_of, from_binary, Bin};
+    use super::{bin_of, binary_step, from_binary, Bin, BinStep};
     use crate::wire::Value;
+
+    /// A binary COPY stream: header (with an extension area), rows, trailer.
+    fn copy_bytes(rows: &[Vec<Option<Vec<u8>>>], flags: u32) -> Vec<u8> {
+        let mut b = b"PGCOPY\n\xff\r\n\0".to_vec();
+        b.extend(flags.to_be_bytes());
+        b.extend(3u32.to_be_bytes());
+        b.extend([9, 9, 9]);
+        for r in rows {
+            b.extend((r.len() as i16).to_be_bytes());
+            for f in r {
+                match f {
+                    None => b.extend((-1i32).to_be_bytes()),
+                    Some(v) => {
+                        b.extend((v.len() as i32).to_be_bytes());
+                        b.extend(v);
+                    }
+                }
+            }
+        }
+        b.extend((-1i16).to_be_bytes());
+        b
+    }
+
+    /// Read a stream that arrives `chunk` bytes at a time, as `CopyRows` does.
+    fn read_all(bytes: &[u8], kinds: &[Bin], chunk: usize) -> Result<Vec<Vec<Value>>, String> {
+        let (mut buf, mut fed, mut pos, mut header, mut rows) = (Vec::new(), 0, 0, false, vec![]);
+        loop {
+            match binary_step(&buf[pos..], header, kinds)? {
+                BinStep::More => {
+                    assert!(fed < bytes.len(), "more asked for at the end");
+                    let n = chunk.min(bytes.len() - fed);
+                    buf.extend_from_slice(&bytes[fed..fed + n]);
+                    fed += n;
+                }
+                BinStep::Header(n) => {
+                    pos += n;
+                    header = true;
+                }
+                BinStep::Row(n, r) => {
+                    pos += n;
+                    rows.push(r);
+                }
+                BinStep::Trailer(n) => {
+                    assert_eq!(pos + n, buf.len(), "the trailer ends what was fed");
+                    return Ok(rows);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn binary_copy_read_in_any_pieces() {
+        let kinds = [Bin::Int, Bin::Text, Bin::Float8, Bin::Bytea];
+        let rows = vec![
+            vec![
+                Some(7i64.to_be_bytes().to_vec()),
+                Some("é\u{1F600}".as_bytes().to_vec()),
+                Some(0.1f64.to_be_bytes().to_vec()),
+                Some(vec![]),
+            ],
+            vec![Some(i64::MIN.to_be_bytes().to_vec()), None, None, None],
+        ];
+        let bytes = copy_bytes(&rows, 0);
+        let want = vec![
+            vec![
+                Value::Integer(7),
+                Value::Text("é\u{1F600}".into()),
+                Value::Real(0.1),
+                Value::Blob(vec![]),
+            ],
+            vec![
+                Value::Integer(i64::MIN),
+                Value::Null,
+                Value::Null,
+                Value::Null,
+            ],
+        ];
+        for chunk in [1, 2, 3, 7, 19, bytes.len()] {
+            let got = read_all(&bytes, &kinds, chunk).unwrap();
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert!(g.iter().zip(w).all(|(a, b)| a.same(b)), "{g:?} {w:?}");
+            }
+        }
+        // Refused: OIDs (a critical header flag), a row of the wrong width, a
+        // negative length other than -1 (NULL).
+        let e = read_all(&copy_bytes(&rows, 1 << 16), &kinds, 5).unwrap_err();
+        assert!(e.contains("header flags"), "{e}");
+        let e = read_all(&copy_bytes(&rows[1..], 0), &kinds[..3], 5).unwrap_err();
+        assert!(e.contains("4 fields, not 3"), "{e}");
+        let mut bad = copy_bytes(&rows[1..], 0);
+        let at = 19 + 3 + 2 + 4 + 8;
+        bad[at..at + 4].copy_from_slice(&(-2i32).to_be_bytes());
+        let e = read_all(&bad, &kinds, 64).unwrap_err();
+        assert!(e.contains("length -2"), "{e}");
+        // Not a binary COPY at all.
+        assert!(binary_step(b"id\tname\n1\ta\n\\.\n........", false, &kinds).is_err());
+    }
 
     #[test]
     fn binary_values_read_as_the_text_form_gives_them() {
@@ -491,6 +635,10 @@ mod binary_tests {
         assert_eq!(bin_of("character varying(20)"), Some(Bin::Text));
         assert_eq!(bin_of("numeric(10,2)"), None);
         assert_eq!(bin_of("integer[]"), None);
+        assert_eq!(bin_of("character varying(20)[]"), None);
+        assert_eq!(bin_of("character varying[]"), None);
+        assert_eq!(bin_of("character varying"), Some(Bin::Text));
+        assert_eq!(bin_of("text[]"), None);
         assert_eq!(
             from_binary(Bin::Int, &(-2i16).to_be_bytes()),
             Ok(Value::Integer(-2))
