@@ -258,11 +258,13 @@ fn a_stopped_replica_fails_the_apply_without_moving_the_cursor() {
     let before = cursor(&url);
     // Every key changes, so both shards get rows.
     dbs.src_sql("UPDATE items SET price = price + 1");
-    // Shard 1's second replica goes away.
-    c.stop_node(1);
+    // Shard 2's second replica goes away.
+    // (Shard 2's: a shard the URL's node is not in, so the quorum is the one
+    // of the Distributed table's remote insert.)
+    c.stop_node(3);
     let r = catch_up(&dbs, &url);
     let stopped_run = r.code;
-    c.start_node(1);
+    c.start_node(3);
     assert_eq!(
         stopped_run,
         Some(1),
@@ -295,7 +297,7 @@ fn a_stopped_replica_fails_the_apply_without_moving_the_cursor() {
     }
     audit_equal(&dbs.src_url(), &url);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while keys_on(0, "replica_down", "items") != keys_on(1, "replica_down", "items") {
+    while keys_on(2, "replica_down", "items") != keys_on(3, "replica_down", "items") {
         assert!(
             Instant::now() < deadline,
             "the restarted replica did not catch up"
@@ -457,11 +459,33 @@ fn postgres_snapshot_then_changes_reach_the_cluster() {
     ));
     expect(&r, 0, "capture | apply");
     audit();
+    // TRUNCATE travels: every live key is marked deleted at its position,
+    // read and written through the Distributed table across both shards;
+    // the rows after it stay.
+    s.exec("BEGIN");
+    s.exec("TRUNCATE public.items");
+    s.exec("INSERT INTO public.items VALUES (7, 'after', 1.5, '\\x01'), (100007, 'after 2', 2.5, NULL)");
+    s.exec("COMMIT");
+    let r = pipeline(&format!(
+        "{{capture}} --source {src} --slot {slot} --after \"$({{apply}} cursor --target {url})\" | {{apply}} --target {url}",
+        src = shell_quote(&src),
+        url = shell_quote(&url)
+    ));
+    expect(&r, 0, "capture | apply of a TRUNCATE");
+    audit();
+    assert_eq!(
+        c.query(
+            2,
+            "SELECT count() FROM from_postgres.public_items__current FORMAT TabSeparated"
+        ),
+        "2\n"
+    );
     let n = one_shard_per_key("from_postgres", "public_items");
     // Deleted keys stay as tombstones; a moved key leaves one behind (the
-    // rows deleted earlier in the transaction were not moved).
+    // rows deleted earlier in the transaction were not moved); 100007 is
+    // new (7 was not moved).
     let moved = (1..=1500).filter(|x| x % 13 == 0 && x % 9 != 0).count();
-    assert_eq!(n, 1500 + 1 + moved, "keys, old ones as tombstones");
+    assert_eq!(n, 1500 + 1 + moved + 1, "keys, old ones as tombstones");
 }
 
 #[test]
@@ -488,9 +512,38 @@ fn cluster_url_mistakes_are_named() {
     ));
     assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert!(r.stderr.contains("add cluster=NAME"), "{}", r.stderr);
+    let r = run(&format!(
+        "clickhouse://default@127.0.0.1:{port}/a%7Bshard%7D?cluster={CLUSTER}"
+    ));
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("cannot hold { or }"), "{}", r.stderr);
+    // A database a single-server target wrote to (its cursor on one node
+    // only) is not taken over by a cluster target.
+    let dbs = source(3);
+    let single = format!("clickhouse://default@127.0.0.1:{port}/url_errors");
+    let r = pipeline(&format!(
+        "{{snapshot}} --source {} | {{apply}} --target {}",
+        shell_quote(&dbs.src_url()),
+        shell_quote(&single)
+    ));
+    expect(&r, 0, "snapshot into one node, no cluster");
+    dbs.src_sql("UPDATE items SET price = 0");
+    let r = pipeline(&format!(
+        "{{capture}} --source {} --after \"$({{apply}} cursor --target {single})\" | {{apply}} --target {}",
+        shell_quote(&dbs.src_url()),
+        shell_quote(&c.url(0, "url_errors", "")),
+        single = shell_quote(&single)
+    ));
+    expect(&r, 1, "apply with cluster= into a single-server database");
+    assert!(
+        r.stderr.contains("made for a single server"),
+        "{}",
+        r.stderr
+    );
     // A quorum of one is allowed (faster, less safe): the URL is accepted,
     // and the empty database holds no cursor yet.
-    let r = run(&c.url(0, "url_errors", "insert_quorum=1"));
+    c.database("url_quorum");
+    let r = run(&c.url(0, "url_quorum", "insert_quorum=1"));
     expect(&r, 1, "cursor with insert_quorum=1");
     assert!(r.stderr.contains("holds no cursor"), "{}", r.stderr);
 }

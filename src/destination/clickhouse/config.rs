@@ -25,7 +25,7 @@ pub struct ChConfig {
     /// `cluster=NAME`: a cluster target (docs/CLICKHOUSE.md, "Cluster").
     pub cluster: Option<String>,
     /// `insert_quorum=N`: replicas of a shard that acknowledge each insert
-    /// (default: all of them).
+    /// (default: the smallest shard's replica count).
     pub insert_quorum: Option<u64>,
     /// `zookeeper_path=/PREFIX`: where replicated tables keep their state.
     pub zookeeper_path: String,
@@ -166,6 +166,14 @@ impl ChConfig {
             return Err(Error::usage(
                 "ClickHouse URL options insert_quorum and zookeeper_path are for a cluster target: add cluster=NAME",
             ));
+        }
+        // Names become parts of ZooKeeper paths, where ClickHouse expands
+        // `{…}` as macros.
+        if c.cluster.is_some() && c.database.contains(['{', '}']) {
+            return Err(Error::usage(format!(
+                "database {:?}: a cluster target's database name cannot hold {{ or }} (ClickHouse would read them as macros in the ZooKeeper path)",
+                c.database
+            )));
         }
         Ok(c)
     }

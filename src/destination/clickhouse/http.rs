@@ -158,7 +158,11 @@ pub(super) fn post(
             format!(
                 "ClickHouse error (HTTP {status}): {}{}",
                 error_text(&text),
-                cluster_hint(&text)
+                if cfg.cluster.is_some() {
+                    cluster_hint(&text)
+                } else {
+                    ""
+                }
             ),
         ));
     }
@@ -187,16 +191,18 @@ pub(super) fn reply(mut resp: reqwest::blocking::Response) -> Result<Vec<u8>> {
 
 /// What a cluster's error means for the user, where it is known.
 fn cluster_hint(text: &str) -> &'static str {
-    if text.contains("Coordination::Exception") || text.contains("readonly mode") {
-        " (the cluster's ZooKeeper is unreachable, or this node lost its session with it: nothing more was acknowledged and the cursor did not move; apply again once ZooKeeper answers)"
-    } else if text.contains("Code: 285,")
-        || text.contains("Code: 285.")
-        || text.contains("Code: 286,")
-        || text.contains("Code: 319,")
-        || text.contains("Code: 319.")
+    let code =
+        |n: u32| text.contains(&format!("Code: {n},")) || text.contains(&format!("Code: {n}."));
+    if text.contains("Coordination::Exception")
+        || code(242)
+        || text.contains("Table is in readonly mode")
     {
+        " (the cluster's ZooKeeper is unreachable, or this node lost its session with it: nothing more was acknowledged and the cursor did not move; apply again once ZooKeeper answers)"
+    } else if code(285) || code(286) {
         " (fewer replicas of a shard answered than the insert quorum needs: a replica is down or lagging; the cursor did not move; apply again once it is back, or lower insert_quorum)"
-    } else if text.contains("Code: 279,") || text.contains("Code: 279.") {
+    } else if code(319) {
+        " (the server cannot tell whether the insert reached its quorum: apply again, which rewrites the batch idempotently, once every replica answers)"
+    } else if code(279) {
         " (no replica of a shard answered: a shard of the cluster is down; the cursor did not move; apply again once it is back)"
     } else {
         ""

@@ -81,6 +81,12 @@ impl ClickHouse {
         }
         let stored = self.stored(&l.name);
         let on = self.on_cluster();
+        if self.cluster.is_some() && l.name.contains(['{', '}']) {
+            return Err(Error::data(format!(
+                "table {:?}: a cluster target's table names cannot hold {{ or }} (ClickHouse would read them as macros in the ZooKeeper path); rename the source table",
+                l.schema.table
+            )));
+        }
         if self.cluster.is_some() && l.name.ends_with("_local") {
             return Err(Error::data(format!(
                 "table {:?} maps to {}, a name a cluster target gives another table's replicated rows (<table>_local); rename the source table",
