@@ -236,14 +236,17 @@ impl ClickHouse {
         if self.engine == Engine::Replacing {
             let cols: Vec<String> = l.schema.columns.iter().map(|c| qi(&c.name)).collect();
             let view = format!("{}__current", l.name);
-            if added {
-                // The view names its columns: recreate it with the new ones.
+            // The view names its columns: made again when they changed (here,
+            // or before a kill that came between a change and the view).
+            let now = self.columns_of(&view)?;
+            let want: Vec<String> = l.schema.columns.iter().map(|c| c.name.clone()).collect();
+            if added || (!now.is_empty() && now != want) {
                 self.query(
                     &format!("DROP TABLE IF EXISTS {db}.{}{on}", qi(&view)),
                     None,
                     Timeout::Ddl,
                 )?;
-            } else if self.engine_of(&view)?.is_some() {
+            } else if !now.is_empty() {
                 // There already (DDL on a cluster waits for every node).
                 return Ok(());
             }
