@@ -2,7 +2,7 @@
 # Every test, on a fresh Debian machine: installs what the tests need
 # (sqlite3, sqldiff, PostgreSQL 15 with wal2json, clickhouse-server and
 # zookeeper from Debian's packages; systemd for systemd-analyze where it installs; jq;
-# bash-completion, zsh and fish; openssl),
+# bash-completion, zsh and fish; openssl; strace),
 # then runs the whole suite. Server tests start and stop their own servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +16,8 @@ command -v jq >/dev/null 2>&1 || need+=(jq)
 command -v zsh >/dev/null 2>&1 || need+=(zsh)
 command -v fish >/dev/null 2>&1 || need+=(fish)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# A durability test watches the tools' fsync calls.
+command -v strace >/dev/null 2>&1 || need+=(strace)
 # PostgreSQL 15 with wal2json: the server tests start throwaway clusters.
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need+=(postgresql-15)
 [ -e /usr/lib/postgresql/15/lib/wal2json.so ] || need+=(postgresql-15-wal2json)

@@ -808,3 +808,87 @@ fn a_prefix_with_a_path_separator_is_a_usage_error() {
         );
     }
 }
+
+/// What a run of a tool under `strace` did to files: each traced call's
+/// line (`openat`, `fsync`, renames), in order.
+fn traced(tool: &str, args: &[&str], dir: &Path) -> Vec<String> {
+    let trace = dir.join("trace.txt");
+    let out = std::process::Command::new("strace")
+        .args([
+            "-f",
+            "-e",
+            "trace=openat,fsync,rename,renameat,renameat2",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(tool_path(tool))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run strace (Debian's strace; scripts/test.sh installs it)");
+    assert!(
+        out.status.success(),
+        "{tool} under strace: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether, after the last rename into `folder`, the folder itself was
+/// opened and synced: without that, a crash can lose the renamed files.
+fn folder_synced_after_renames(calls: &[String], folder: &str) -> bool {
+    let Some(last_rename) = calls
+        .iter()
+        .rposition(|l| l.contains("rename") && l.contains(&format!("\"{folder}/")))
+    else {
+        return false;
+    };
+    calls[last_rename..].iter().enumerate().any(|(i, l)| {
+        let opened = format!("openat(AT_FDCWD, \"{folder}\", O_RDONLY");
+        l.contains(&opened)
+            && l.rsplit("= ")
+                .next()
+                .and_then(|fd| fd.trim().parse::<u32>().ok())
+                .is_some_and(|fd| {
+                    calls[last_rename + i..]
+                        .iter()
+                        .any(|m| m.contains(&format!("fsync({fd})")) && m.ends_with("= 0"))
+                })
+    })
+}
+
+#[test]
+fn files_written_are_durable_before_the_tool_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.jsonl");
+    let batch = Spec::new(0, 3).schemas(vec![kv_schema("t")]).events(vec![
+        ins(1, "t", row(1, "a")),
+        ins(2, "t", row(2, "b")),
+        ins(3, "t", row(3, "c")),
+    ]);
+    std::fs::write(&input, batch.jsonl()).unwrap();
+    // split --output-dir: every piece synced, renamed, then the folder once.
+    let calls = traced(
+        "mooncdc-split",
+        &["--max-events", "1", "--output-dir", "out", "in.jsonl"],
+        dir.path(),
+    );
+    let renames = calls
+        .iter()
+        .filter(|l| l.contains("rename") && l.contains("\"out/"))
+        .count();
+    assert!(renames >= 2, "pieces renamed into place: {calls:#?}");
+    assert!(folder_synced_after_renames(&calls, "out"), "{calls:#?}");
+    // merge -o: the file, then its folder.
+    std::fs::create_dir(dir.path().join("m")).unwrap();
+    let calls = traced(
+        "mooncdc-merge",
+        &["-o", "m/merged.jsonl", "in.jsonl"],
+        dir.path(),
+    );
+    assert!(folder_synced_after_renames(&calls, "m"), "{calls:#?}");
+}

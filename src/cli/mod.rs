@@ -86,15 +86,39 @@ pub fn finish_output<W: Write>(mut w: W) -> Result<()> {
     w.flush().map_err(|e| Error::io("cannot write output", e))
 }
 
-/// Write a file atomically: a temporary file in the same folder, renamed into place.
+/// The folder a path's file is in (`.` for a bare name).
+fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// Make a folder's entries durable (a rename into it, a file made in it).
+pub fn sync_folder(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io("cannot sync the folder", e).in_file(&dir.display().to_string()))
+}
+
+/// Write a file atomically: a temporary file in the same folder, synced,
+/// renamed into place, and the folder synced, so that once this returns the
+/// file is there whole after a crash too.
 pub fn write_atomically(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> Result<()>,
 ) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    write_atomically_unsynced(path, write)?;
+    sync_folder(folder_of(path))
+}
+
+/// [`write_atomically`] but for the folder's sync, which the caller makes
+/// (once for many files) before it reports success.
+fn write_atomically_unsynced(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> Result<()>,
+) -> Result<()> {
+    let dir = folder_of(path);
     let name = path.display().to_string();
     // Created 0666 less the umask, as any other new file would be.
     let tmp = tempfile::Builder::new()
@@ -235,6 +259,14 @@ impl<'a, W: Write> DirSink<'a, W> {
             paths,
         })
     }
+
+    /// Make the pieces' names durable: the folder synced once, after the
+    /// last piece (each piece's data was synced before its rename), and the
+    /// folder's parent, which may have gained the folder.
+    pub fn finish(self) -> Result<()> {
+        sync_folder(&self.dir)?;
+        sync_folder(folder_of(&self.dir))
+    }
 }
 
 impl<W: Write> crate::ops::BatchSink for DirSink<'_, W> {
@@ -256,7 +288,7 @@ impl<W: Write> crate::ops::BatchSink for DirSink<'_, W> {
             commit.end.sequence()
         ));
         let format = self.format;
-        write_atomically(&path, |w| {
+        write_atomically_unsynced(&path, |w| {
             crate::ops::write_batch(w, format, header, events, commit)
                 .map_err(|e| Error::io("cannot write", e).in_file(&path.display().to_string()))
         })?;

@@ -29,6 +29,7 @@ pub fn run(a: SplitArgs) -> anyhow::Result<ExitCode> {
             Some(dir) => {
                 let mut sink = cli::DirSink::new(dir, &a.prefix, format, &mut out)?;
                 total.add(split(&mut input, opts, &mut sink)?);
+                sink.finish()?;
             }
         }
     }
