@@ -86,6 +86,28 @@ fn source(rows: u32) -> Dbs {
     dbs
 }
 
+/// `mooncdc-snapshot | mooncdc-apply` into the target.
+#[track_caller]
+fn snapshot_into(dbs: &Dbs, url: &str) {
+    let r = pipeline(&format!(
+        "{{snapshot}} --source {} | {{apply}} --target {}",
+        shell_quote(&dbs.src_url()),
+        shell_quote(url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+}
+
+/// A schema change of the SQLite source through `mooncdc-capture migrate`.
+#[track_caller]
+fn migrate(dbs: &Dbs, sql: &str) {
+    let r = exec(
+        "mooncdc-capture",
+        &["migrate", "--source", &dbs.src_url(), "--", sql],
+        None,
+    );
+    expect(&r, 0, "migrate");
+}
+
 fn catch_up(dbs: &Dbs, url: &str) -> common::Run {
     pipeline(&format!(
         "{{capture}} --source {src} --after \"$({{apply}} cursor --target {url})\" | {{compact}} | {{apply}} --target {url}",
@@ -100,12 +122,7 @@ fn sqlite_snapshot_then_batches_land_once_per_key_and_audit_equal() {
     let c = cluster();
     let url = c.database("from_sqlite");
     let dbs = source(2000);
-    let r = pipeline(&format!(
-        "{{snapshot}} --source {} | {{apply}} --target {}",
-        shell_quote(&dbs.src_url()),
-        shell_quote(&url)
-    ));
-    expect(&r, 0, "snapshot | apply");
+    snapshot_into(&dbs, &url);
     audit_equal(&dbs.src_url(), &url);
     assert_eq!(one_shard_per_key("from_sqlite", "items"), 2000);
     // The tables are what the docs say.
@@ -129,33 +146,11 @@ fn sqlite_snapshot_then_batches_land_once_per_key_and_audit_equal() {
     one_shard_per_key("from_sqlite", "items");
 
     // Schema changes reach every node: a column added, then one dropped.
-    let r = exec(
-        "mooncdc-capture",
-        &[
-            "migrate",
-            "--source",
-            &dbs.src_url(),
-            "--",
-            "ALTER TABLE items ADD COLUMN qty INTEGER",
-        ],
-        None,
-    );
-    expect(&r, 0, "migrate: add");
+    migrate(&dbs, "ALTER TABLE items ADD COLUMN qty INTEGER");
     dbs.src_sql("UPDATE items SET qty = id * 2 WHERE id < 500; INSERT INTO items VALUES (-1, 'neg', 0.5, x'00', 7)");
     expect(&catch_up(&dbs, &url), 0, "catch up after the added column");
     audit_equal(&dbs.src_url(), &url);
-    let r = exec(
-        "mooncdc-capture",
-        &[
-            "migrate",
-            "--source",
-            &dbs.src_url(),
-            "--",
-            "ALTER TABLE items DROP COLUMN data",
-        ],
-        None,
-    );
-    expect(&r, 0, "migrate: drop");
+    migrate(&dbs, "ALTER TABLE items DROP COLUMN data");
     dbs.src_sql("UPDATE items SET qty = 1 WHERE id < 50");
     expect(
         &catch_up(&dbs, &url),
@@ -249,12 +244,7 @@ fn a_stopped_replica_fails_the_apply_without_moving_the_cursor() {
     let c = cluster();
     let url = c.database("replica_down");
     let dbs = source(500);
-    let r = pipeline(&format!(
-        "{{snapshot}} --source {} | {{apply}} --target {}",
-        shell_quote(&dbs.src_url()),
-        shell_quote(&url)
-    ));
-    expect(&r, 0, "snapshot | apply");
+    snapshot_into(&dbs, &url);
     let before = cursor(&url);
     // Every key changes, so both shards get rows.
     dbs.src_sql("UPDATE items SET price = price + 1");
@@ -338,12 +328,7 @@ fn zookeeper_stopped_gives_a_clear_error_and_keeps_the_cursor() {
     let c = cluster();
     let url = c.database("zk_down");
     let dbs = source(300);
-    let r = pipeline(&format!(
-        "{{snapshot}} --source {} | {{apply}} --target {}",
-        shell_quote(&dbs.src_url()),
-        shell_quote(&url)
-    ));
-    expect(&r, 0, "snapshot | apply");
+    snapshot_into(&dbs, &url);
     let before = cursor(&url);
     dbs.src_sql("UPDATE items SET name = 'changed' WHERE id < 200");
     let stream = dbs.path("changes.jsonl");
@@ -572,43 +557,19 @@ print(json.dumps(errors))
 
 #[test]
 fn cluster_statements_parse_on_a_modern_engine() {
-    let ok = Command::new("python3")
-        .args(["-c", "import chdb"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!(
-            "SKIPPED cluster_statements_parse_on_a_modern_engine: python3 cannot import chdb \
-             (pip install chdb) — the cluster statements were not checked on a modern engine"
-        );
+    if !common::ch::chdb_or_skip(
+        "cluster_statements_parse_on_a_modern_engine",
+        "the cluster statements were",
+    ) {
         return;
     }
     let _g = serial();
     let c = cluster();
     let url = c.database("modern");
     let dbs = source(50);
-    let r = pipeline(&format!(
-        "{{snapshot}} --source {} | {{apply}} --target {}",
-        shell_quote(&dbs.src_url()),
-        shell_quote(&url)
-    ));
-    expect(&r, 0, "snapshot | apply");
+    snapshot_into(&dbs, &url);
     dbs.src_sql("UPDATE items SET price = 1 WHERE id < 10; DELETE FROM items WHERE id = 20");
-    let r = exec(
-        "mooncdc-capture",
-        &[
-            "migrate",
-            "--source",
-            &dbs.src_url(),
-            "--",
-            "ALTER TABLE items ADD COLUMN qty INTEGER",
-        ],
-        None,
-    );
-    expect(&r, 0, "migrate");
+    migrate(&dbs, "ALTER TABLE items ADD COLUMN qty INTEGER");
     dbs.src_sql("UPDATE items SET qty = 3 WHERE id < 5");
     expect(&catch_up(&dbs, &url), 0, "catch up");
     audit_equal(&dbs.src_url(), &url);

@@ -2067,18 +2067,10 @@ print(json.dumps(out))
 
 #[test]
 fn generated_sql_and_rowbinary_run_on_a_modern_engine() {
-    let ok = Command::new("python3")
-        .args(["-c", "import chdb"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!(
-            "SKIPPED generated_sql_and_rowbinary_run_on_a_modern_engine: python3 cannot import chdb \
-             (pip install chdb) — the statements were not checked on a modern engine"
-        );
+    if !ch::chdb_or_skip(
+        "generated_sql_and_rowbinary_run_on_a_modern_engine",
+        "the statements were",
+    ) {
         return;
     }
     let proxy = Proxy::start();

@@ -415,3 +415,21 @@ impl ChDb {
 pub fn server_dir() -> &'static Path {
     &server().dir
 }
+
+/// Whether python3 can import PyPI's `chdb` (a modern ClickHouse engine in
+/// one process); when not, says which check is skipped and why.
+pub fn chdb_or_skip(test: &str, what: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import chdb"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!(
+            "SKIPPED {test}: python3 cannot import chdb (pip install chdb) — {what} not checked on a modern engine"
+        );
+    }
+    ok
+}
