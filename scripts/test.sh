@@ -61,7 +61,7 @@ fi
 # pinned. Optional: where it does not install, those two checks say SKIPPED.
 if ! python3 -c 'import chdb' >/dev/null 2>&1; then
   echo "test.sh: installing chdb from PyPI (a modern ClickHouse engine, for the dialect checks)"
-  python3 -m pip install -q --disable-pip-version-check chdb==4.4.0 >/dev/null 2>&1 ||
+  timeout 600 python3 -m pip install -q --disable-pip-version-check chdb==4.4.0 >/dev/null 2>&1 ||
     echo "test.sh: chdb did not install; the modern-engine checks will skip"
 fi
 
