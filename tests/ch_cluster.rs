@@ -521,7 +521,24 @@ fn cluster_url_mistakes_are_named() {
     ));
     expect(&r, 1, "apply with cluster= into a single-server database");
     assert!(
-        r.stderr.contains("made for a single server"),
+        r.stderr
+            .contains("holds a cursor table (MergeTree) made for a single server"),
+        "{}",
+        r.stderr
+    );
+    // And the other way round: a cluster's cursor read without cluster=.
+    let clustered = c.database("url_clustered");
+    snapshot_into(&dbs, &clustered);
+    let r = run(&format!(
+        "clickhouse://default@127.0.0.1:{port}/url_clustered"
+    ));
+    expect(
+        &r,
+        1,
+        "apply cursor without cluster= on a cluster's database",
+    );
+    assert!(
+        r.stderr.contains("made for a cluster: add cluster=NAME"),
         "{}",
         r.stderr
     );

@@ -7,11 +7,8 @@ impl ClickHouse {
     pub fn cursor(&self) -> Result<Option<Cursor>> {
         // Looked up once: a follower reads the cursor every fraction of a
         // second, and the table, once there, stays.
-        if !self.cursor_table.get() {
-            if self.columns_of("_mooncdc_cursor")?.is_empty() {
-                return Ok(None);
-            }
-            self.cursor_table.set(true);
+        if !self.cursor_table.get() && !self.cursor_table_found()? {
+            return Ok(None);
         }
         let v = self.query(
             &format!(

@@ -268,23 +268,34 @@ impl ClickHouse {
         self
     }
 
+    /// Whether `_mooncdc_cursor` exists (then remembered), checked to be of
+    /// this target's kind: a cursor kept by one node only would be lost
+    /// with it, and one made for a cluster is not a single server's either.
+    pub(super) fn cursor_table_found(&self) -> Result<bool> {
+        let Some(engine) = self.engine_of("_mooncdc_cursor")? else {
+            return Ok(false);
+        };
+        if engine.starts_with("Replicated") != self.cluster.is_some() {
+            return Err(Error::state(format!(
+                "database {} holds a cursor table ({engine}) made for {}; use a database of its own for this target",
+                self.cfg.database,
+                if self.cluster.is_some() {
+                    "a single server, not a cluster"
+                } else {
+                    "a cluster: add cluster=NAME to the URL"
+                }
+            )));
+        }
+        self.cursor_table.set(true);
+        Ok(true)
+    }
+
     /// Create `_mooncdc_cursor` before the first write.
     pub(super) fn prepare_writes(&mut self) -> Result<()> {
         // Looked up before it is created: DDL on a cluster waits for every
         // node, so none is sent when nothing needs making.
-        if !self.cursor_table.get() {
-            if let Some(engine) = self.engine_of("_mooncdc_cursor")? {
-                // A cursor kept by one node only would be lost with it; one
-                // made for a cluster is not this single server's either.
-                if engine.starts_with("Replicated") != self.cluster.is_some() {
-                    return Err(Error::state(format!(
-                        "database {} holds a cursor table ({engine}) made for {}; use a database of its own for this target",
-                        self.cfg.database,
-                        if self.cluster.is_some() { "a single server, not a cluster" } else { "a cluster: add cluster=NAME to the URL" }
-                    )));
-                }
-                self.cursor_table.set(true);
-            }
+        if !self.cursor_table.get() && self.cursor_table_found()? {
+            return Ok(());
         }
         if !self.cursor_table.get() {
             let db = qi(&self.cfg.database);
