@@ -847,14 +847,19 @@ fn folder_synced_after_renames(calls: &[String], folder: &str) -> bool {
     else {
         return false;
     };
-    calls[last_rename..].iter().enumerate().any(|(i, l)| {
+    synced_from(calls, last_rename, folder)
+}
+
+/// Whether `folder` was opened and synced at or after call `from`.
+fn synced_from(calls: &[String], from: usize, folder: &str) -> bool {
+    calls[from..].iter().enumerate().any(|(i, l)| {
         let opened = format!("openat(AT_FDCWD, \"{folder}\", O_RDONLY");
         l.contains(&opened)
             && l.rsplit("= ")
                 .next()
                 .and_then(|fd| fd.trim().parse::<u32>().ok())
                 .is_some_and(|fd| {
-                    calls[last_rename + i..]
+                    calls[from + i..]
                         .iter()
                         .any(|m| m.contains(&format!("fsync({fd})")) && m.ends_with("= 0"))
                 })
@@ -863,6 +868,16 @@ fn folder_synced_after_renames(calls: &[String], folder: &str) -> bool {
 
 #[test]
 fn files_written_are_durable_before_the_tool_succeeds() {
+    let strace = std::process::Command::new("strace")
+        .args(["-o", "/dev/null", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !strace {
+        eprintln!(
+            "SKIPPED files_written_are_durable_before_the_tool_succeeds: strace is missing or cannot trace here (scripts/test.sh installs it)"
+        );
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.jsonl");
     let batch = Spec::new(0, 3).schemas(vec![kv_schema("t")]).events(vec![
@@ -883,6 +898,69 @@ fn files_written_are_durable_before_the_tool_succeeds() {
         .count();
     assert!(renames >= 2, "pieces renamed into place: {calls:#?}");
     assert!(folder_synced_after_renames(&calls, "out"), "{calls:#?}");
+    // Into new folders two levels deep: each new folder's parent is synced.
+    let calls = traced(
+        "mooncdc-split",
+        &[
+            "--max-events",
+            "1",
+            "--output-dir",
+            "new/deeper/out",
+            "in.jsonl",
+        ],
+        dir.path(),
+    );
+    assert!(
+        folder_synced_after_renames(&calls, "new/deeper/out"),
+        "{calls:#?}"
+    );
+    let last = calls.iter().rposition(|l| l.contains("rename")).unwrap();
+    for parent in ["new/deeper", "new", "."] {
+        assert!(
+            synced_from(&calls, last, parent),
+            "{parent} not synced: {calls:#?}"
+        );
+    }
+    // A split that fails midway (a bad second batch) still syncs the
+    // pieces it wrote.
+    let bad = dir.path().join("bad.jsonl");
+    let second = Spec::new(3, 5)
+        .schemas(vec![kv_schema("t")])
+        .events(vec![ins(4, "t", row(4, "d"))]);
+    // The second batch without its commit line: truncated.
+    let truncated: String = second
+        .jsonl()
+        .lines()
+        .filter(|l| !l.contains("\"commit\""))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&bad, format!("{}{truncated}", batch.jsonl())).unwrap();
+    let trace = dir.path().join("trace-bad.txt");
+    let out = std::process::Command::new("strace")
+        .args([
+            "-f",
+            "-e",
+            "trace=openat,fsync,rename,renameat,renameat2",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(tool_path("mooncdc-split"))
+        .args(["--max-events", "1", "--output-dir", "bad-out", "bad.jsonl"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls: Vec<String> = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert!(folder_synced_after_renames(&calls, "bad-out"), "{calls:#?}");
     // merge -o: the file, then its folder.
     std::fs::create_dir(dir.path().join("m")).unwrap();
     let calls = traced(

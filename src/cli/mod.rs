@@ -95,10 +95,31 @@ fn folder_of(path: &Path) -> &Path {
 }
 
 /// Make a folder's entries durable (a rename into it, a file made in it).
+/// A file system that cannot sync folders (some network and FUSE ones), or
+/// a folder that cannot be opened for reading, gets a warning: the files
+/// are in place, only their names' durability is not known.
 pub fn sync_folder(dir: &Path) -> Result<()> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io("cannot sync the folder", e).in_file(&dir.display().to_string()))
+    use std::io::ErrorKind as K;
+    match std::fs::File::open(dir).and_then(|d| d.sync_all()) {
+        Ok(()) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                K::Unsupported | K::PermissionDenied | K::InvalidInput
+            ) || e.raw_os_error() == Some(22) =>
+        {
+            crate::log::warn(
+                &format!(
+                    "cannot sync folder {} ({}): the files in it are whole, but a crash could lose their names",
+                    dir.display(),
+                    crate::error::root_cause(&e)
+                ),
+                &[],
+            );
+            Ok(())
+        }
+        Err(e) => Err(Error::io("cannot sync the folder", e).in_file(&dir.display().to_string())),
+    }
 }
 
 /// Write a file atomically: a temporary file in the same folder, synced,
@@ -242,6 +263,9 @@ pub fn limits(a: &args::LimitArgs) -> Result<Limits> {
 /// atomically, and prints each path written.
 pub struct DirSink<'a, W: Write> {
     dir: PathBuf,
+    /// Folders `new` made (the output folder and any new parents), whose
+    /// parents' entries must be synced too.
+    made: Vec<PathBuf>,
     prefix: String,
     format: OutputFormat,
     paths: &'a mut W,
@@ -249,11 +273,17 @@ pub struct DirSink<'a, W: Write> {
 
 impl<'a, W: Write> DirSink<'a, W> {
     pub fn new(dir: &Path, prefix: &str, format: OutputFormat, paths: &'a mut W) -> Result<Self> {
+        let made: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map(Path::to_path_buf)
+            .collect();
         std::fs::create_dir_all(dir).map_err(|e| {
             Error::io("cannot create the output folder", e).in_file(&dir.display().to_string())
         })?;
         Ok(DirSink {
             dir: dir.to_path_buf(),
+            made,
             prefix: prefix.to_string(),
             format,
             paths,
@@ -262,10 +292,14 @@ impl<'a, W: Write> DirSink<'a, W> {
 
     /// Make the pieces' names durable: the folder synced once, after the
     /// last piece (each piece's data was synced before its rename), and the
-    /// folder's parent, which may have gained the folder.
-    pub fn finish(self) -> Result<()> {
+    /// parent of each folder `new` made. Called also when the split failed,
+    /// for the pieces written before the failure.
+    pub fn finish(&self) -> Result<()> {
         sync_folder(&self.dir)?;
-        sync_folder(folder_of(&self.dir))
+        for d in &self.made {
+            sync_folder(folder_of(d))?;
+        }
+        Ok(())
     }
 }
 

@@ -28,8 +28,11 @@ pub fn run(a: SplitArgs) -> anyhow::Result<ExitCode> {
             }
             Some(dir) => {
                 let mut sink = cli::DirSink::new(dir, &a.prefix, format, &mut out)?;
-                total.add(split(&mut input, opts, &mut sink)?);
-                sink.finish()?;
+                // The pieces written before a failure are synced too.
+                let r = split(&mut input, opts, &mut sink);
+                let synced = sink.finish();
+                total.add(r?);
+                synced?;
             }
         }
     }
