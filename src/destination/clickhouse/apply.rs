@@ -284,12 +284,7 @@ impl ClickHouse {
                 Item::Schema(c) => pending.push(c),
                 Item::Event(e) => {
                     if gate.as_ref().expect("validated stream").holds(e.sequence) {
-                        for c in pending.drain(..) {
-                            match in_force.iter_mut().find(|s| s.table == c.schema.table) {
-                                Some(s) => *s = c.schema,
-                                None => in_force.push(c.schema),
-                            }
-                        }
+                        crate::destination::hold_schema_changes(&mut in_force, &mut pending);
                         stats.skipped += 1;
                         continue;
                     }

@@ -191,9 +191,18 @@ impl PgTarget {
         input: &mut BatchStreamReader<DynRead>,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
+        self.run_apply(|t, committed| t.apply_stream_in(input, progress, committed))
+    }
+
+    /// One apply: connected first; on failure the open transaction is rolled
+    /// back; what was committed is kept for the summary.
+    fn run_apply(
+        &mut self,
+        body: impl FnOnce(&Self, &mut ApplyStats) -> Result<ApplyStats>,
+    ) -> Result<ApplyStats> {
         self.client()?;
         let mut committed = ApplyStats::default();
-        let result = self.apply_stream_in(input, progress, &mut committed);
+        let result = body(self, &mut committed);
         if result.is_err() {
             if let Some(c) = &self.client {
                 let _ = self.rt.block_on(c.batch_execute("ROLLBACK"));
@@ -258,12 +267,7 @@ impl PgTarget {
                 Item::Schema(ch) => pending.push(ch),
                 Item::Event(e) => {
                     if gate.as_ref().expect("validated stream").holds(e.sequence) {
-                        for ch in pending.drain(..) {
-                            match in_force.iter_mut().find(|s| s.table == ch.schema.table) {
-                                Some(s) => *s = ch.schema,
-                                None => in_force.push(ch.schema),
-                            }
-                        }
+                        crate::destination::hold_schema_changes(&mut in_force, &mut pending);
                         stats.skipped += 1;
                         continue;
                     }
@@ -381,16 +385,7 @@ impl PgTarget {
         input: &mut SnapshotReader<DynRead>,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
-        self.client()?;
-        let mut committed = ApplyStats::default();
-        let result = self.apply_snapshot_in(input, progress, &mut committed);
-        if result.is_err() {
-            if let Some(c) = &self.client {
-                let _ = self.rt.block_on(c.batch_execute("ROLLBACK"));
-            }
-        }
-        self.committed = committed;
-        result
+        self.run_apply(|t, committed| t.apply_snapshot_in(input, progress, committed))
     }
 
     fn apply_snapshot_in(

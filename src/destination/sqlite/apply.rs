@@ -65,12 +65,7 @@ impl SqliteTarget {
                     Item::Event(e) => {
                         if gate.as_ref().expect("validated stream").holds(e.sequence) {
                             // Held, with the schema changes before it.
-                            for c in pending.drain(..) {
-                                match in_force.iter_mut().find(|s| s.table == c.schema.table) {
-                                    Some(s) => *s = c.schema,
-                                    None => in_force.push(c.schema),
-                                }
-                            }
+                            crate::destination::hold_schema_changes(&mut in_force, &mut pending);
                             stats.skipped += 1;
                             continue;
                         }
