@@ -287,9 +287,6 @@ impl PgSource {
                                     // before it, then the change.
                                     RelChange::New(s) if !replaying && ddl.before.contains_key(&s.table) => {
                                         let before = ddl.before.remove(&s.table).expect("checked");
-                                        let told = ddl.renamed.remove(&s.table).flatten();
-                                        let readded = ddl.readded_in(&s);
-                                        ddl.forget(&s.table);
                                         let old = Schema {
                                             table: s.table.clone(),
                                             columns: before,
@@ -297,20 +294,8 @@ impl PgSource {
                                         };
                                         old.check().map_err(Error::data)?;
                                         w.add_table(old.clone());
-                                        let old = if readded.is_empty() {
-                                            old
-                                        } else {
-                                            let mid = without(&old, &readded);
-                                            w.pending.push(SchemaChange {
-                                                schema: mid.clone(),
-                                                renamed: Vec::new(),
-                                            });
-                                            mid
-                                        };
-                                        let fix = "To carry such changes, install the DDL trigger before them (mooncdc-capture init --ddl)";
-                                        for change in crate::source::schema_change::classify(&old, &s, told.as_deref(), fix)? {
-                                            w.pending.push(change);
-                                        }
+                                        let changes = ddl.changes(old, &s)?;
+                                        w.pending.extend(changes);
                                     }
                                     // Catching up inside a batch already open (a
                                     // transaction sent again after a reconnect):
@@ -337,23 +322,8 @@ impl PgSource {
                                                 old.table, new.table
                                             )));
                                         }
-                                        let told = ddl.renamed.remove(&new.table).flatten();
-                                        let readded = ddl.readded_in(&new);
-                                        ddl.forget(&new.table);
-                                        let old = if readded.is_empty() {
-                                            old
-                                        } else {
-                                            let mid = without(&old, &readded);
-                                            w.pending.push(SchemaChange {
-                                                schema: mid.clone(),
-                                                renamed: Vec::new(),
-                                            });
-                                            mid
-                                        };
-                                        let fix = "To carry such changes, install the DDL trigger before them (mooncdc-capture init --ddl)";
-                                        for change in crate::source::schema_change::classify(&old, &new, told.as_deref(), fix)? {
-                                            w.pending.push(change);
-                                        }
+                                        let changes = ddl.changes(old, &new)?;
+                                        w.pending.extend(changes);
                                     }
                                 }
                             }
@@ -635,6 +605,34 @@ impl DdlState {
         self.before.remove(table);
         self.readded.remove(table);
         self.last.remove(table);
+    }
+
+    /// The schema records of `new`'s change from `old`, from what was said
+    /// of the table (then forgotten): columns dropped and added again leave
+    /// first (a schema without them), then the change as classified.
+    fn changes(&mut self, old: Schema, new: &Schema) -> Result<Vec<SchemaChange>> {
+        let told = self.renamed.remove(&new.table).flatten();
+        let readded = self.readded_in(new);
+        self.forget(&new.table);
+        let mut out = Vec::new();
+        let old = if readded.is_empty() {
+            old
+        } else {
+            let mid = without(&old, &readded);
+            out.push(SchemaChange {
+                schema: mid.clone(),
+                renamed: Vec::new(),
+            });
+            mid
+        };
+        let fix = "To carry such changes, install the DDL trigger before them (mooncdc-capture init --ddl)";
+        out.extend(crate::source::schema_change::classify(
+            &old,
+            new,
+            told.as_deref(),
+            fix,
+        )?);
+        Ok(out)
     }
 
     /// The columns of `s` that were dropped and added again.
