@@ -810,8 +810,8 @@ fn a_prefix_with_a_path_separator_is_a_usage_error() {
 }
 
 /// What a run of a tool under `strace` did to files: each traced call's
-/// line (`openat`, `fsync`, renames), in order.
-fn traced(tool: &str, args: &[&str], dir: &Path) -> Vec<String> {
+/// line (`openat`, `fsync`, renames), in order. The tool must exit `code`.
+fn traced(tool: &str, args: &[&str], dir: &Path, code: i32) -> Vec<String> {
     let trace = dir.join("trace.txt");
     let out = std::process::Command::new("strace")
         .args([
@@ -826,8 +826,9 @@ fn traced(tool: &str, args: &[&str], dir: &Path) -> Vec<String> {
         .current_dir(dir)
         .output()
         .expect("run strace (Debian's strace; scripts/test.sh installs it)");
-    assert!(
-        out.status.success(),
+    assert_eq!(
+        out.status.code(),
+        Some(code),
         "{tool} under strace: {}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -891,6 +892,7 @@ fn files_written_are_durable_before_the_tool_succeeds() {
         "mooncdc-split",
         &["--max-events", "1", "--output-dir", "out", "in.jsonl"],
         dir.path(),
+        0,
     );
     let renames = calls
         .iter()
@@ -909,6 +911,7 @@ fn files_written_are_durable_before_the_tool_succeeds() {
             "in.jsonl",
         ],
         dir.path(),
+        0,
     );
     assert!(
         folder_synced_after_renames(&calls, "new/deeper/out"),
@@ -935,31 +938,12 @@ fn files_written_are_durable_before_the_tool_succeeds() {
         .map(|l| format!("{l}\n"))
         .collect();
     std::fs::write(&bad, format!("{}{truncated}", batch.jsonl())).unwrap();
-    let trace = dir.path().join("trace-bad.txt");
-    let out = std::process::Command::new("strace")
-        .args([
-            "-f",
-            "-e",
-            "trace=openat,fsync,rename,renameat,renameat2",
-            "-o",
-        ])
-        .arg(&trace)
-        .arg(tool_path("mooncdc-split"))
-        .args(["--max-events", "1", "--output-dir", "bad-out", "bad.jsonl"])
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let calls = traced(
+        "mooncdc-split",
+        &["--max-events", "1", "--output-dir", "bad-out", "bad.jsonl"],
+        dir.path(),
+        1,
     );
-    let calls: Vec<String> = std::fs::read_to_string(&trace)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
     assert!(folder_synced_after_renames(&calls, "bad-out"), "{calls:#?}");
     // merge -o: the file, then its folder.
     std::fs::create_dir(dir.path().join("m")).unwrap();
@@ -967,6 +951,7 @@ fn files_written_are_durable_before_the_tool_succeeds() {
         "mooncdc-merge",
         &["-o", "m/merged.jsonl", "in.jsonl"],
         dir.path(),
+        0,
     );
     assert!(folder_synced_after_renames(&calls, "m"), "{calls:#?}");
 }

@@ -16,6 +16,7 @@
 //!
 //! Environment: `MOONCDC_CLICKHOUSE_SERVER` (default `/usr/sbin/clickhouse-server`).
 
+use super::shq;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -63,10 +64,6 @@ pub fn db(name: &str) -> ChDb {
     let name = format!("t_{name}");
     s.admin(&format!("CREATE DATABASE {}", quote_ident(&name)));
     ChDb { name }
-}
-
-fn shq(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// A free TCP port on 127.0.0.1 (bound to port 0, then released).
@@ -138,19 +135,7 @@ impl Server {
             status = shq(&d("data/status")),
             dir = shq(&dir.display().to_string()),
         );
-        {
-            use std::os::unix::process::CommandExt;
-            Command::new("sh")
-                .arg("-c")
-                .arg(&script)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                // Its own process group: a Ctrl-C to the test run does not reach it.
-                .process_group(0)
-                .spawn()
-                .expect("start the ClickHouse server's watchdog");
-        }
+        super::spawn_watchdog(&script, "the ClickHouse test server");
         for sub in ["data", "tmp", "user_files", "format_schemas", "log"] {
             std::fs::create_dir_all(dir.join(sub)).expect("create the server's folders");
         }

@@ -15,6 +15,7 @@
 //! `MOONCDC_ZOOKEEPER_JAR` (default `/usr/share/java/zookeeper.jar`).
 
 use super::ch::{free_port, server_bin};
+use super::shq;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -60,17 +61,12 @@ pub fn cluster() -> &'static Cluster {
     CLUSTER_.get_or_init(Cluster::start)
 }
 
-fn shq(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
 fn zk_jar() -> String {
     std::env::var("MOONCDC_ZOOKEEPER_JAR")
         .unwrap_or_else(|_| "/usr/share/java/zookeeper.jar".to_string())
 }
 
 impl Cluster {
-    #[allow(clippy::zombie_processes)]
     fn start() -> Cluster {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::Builder::new()
@@ -92,18 +88,7 @@ impl Cluster {
             testpid = std::process::id(),
             dir = shq(&dir.display().to_string()),
         );
-        {
-            use std::os::unix::process::CommandExt;
-            Command::new("sh")
-                .arg("-c")
-                .arg(&script)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .process_group(0)
-                .spawn()
-                .expect("start the cluster's watchdog");
-        }
+        super::spawn_watchdog(&script, "the ClickHouse cluster");
         let zk_port = free_port();
         let mut nodes = Vec::new();
         let mut used = vec![zk_port];

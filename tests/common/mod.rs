@@ -376,6 +376,32 @@ pub fn assert_text(expected: &str, got: &[u8]) {
     }
 }
 
+// ---------------------------------------------------------------- throwaway servers
+
+/// A word quoted for `sh`.
+pub fn shq(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Start a throwaway server's watchdog: `script` (run by `sh`) waits for
+/// this test process to be gone, then stops what it started. It runs in a
+/// process group of its own (a Ctrl-C to the test run does not reach it)
+/// and is never waited for: it outlives this process by design, then init
+/// reaps it.
+#[allow(clippy::zombie_processes)]
+pub fn spawn_watchdog(script: &str, what: &str) {
+    use std::os::unix::process::CommandExt;
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start the watchdog of {what}: {e}"));
+}
+
 // ---------------------------------------------------------------- running tools
 
 /// The real binary, built by cargo for this test run.

@@ -19,6 +19,7 @@
 //!
 //! Environment: `MOONCDC_PG_BIN` (default `/usr/lib/postgresql/15/bin`).
 
+use super::shq;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -85,10 +86,6 @@ fn run_checked(cmd: &mut Command, what: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn shq(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
 /// A free TCP port on 127.0.0.1 (bound to port 0, then released).
 fn free_port() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
@@ -134,22 +131,7 @@ impl Cluster {
             data = shq(&dir.join("data").display().to_string()),
             dir = shq(&dir.display().to_string()),
         );
-        {
-            use std::os::unix::process::CommandExt;
-            // Never waited for: it outlives this process by design (it acts
-            // once this process is gone, then init reaps it).
-            #[allow(clippy::zombie_processes)]
-            let _watchdog = Command::new("sh")
-                .arg("-c")
-                .arg(&script)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                // Its own process group: a Ctrl-C to the test run does not reach it.
-                .process_group(0)
-                .spawn()
-                .expect("start the cluster's watchdog");
-        }
+        super::spawn_watchdog(&script, "the PostgreSQL test cluster");
         if as_root {
             run_checked(
                 Command::new("chown").arg("postgres:postgres").arg(&dir),
