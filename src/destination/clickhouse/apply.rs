@@ -413,15 +413,8 @@ impl ClickHouse {
     ) -> Result<()> {
         for s in in_force.drain(..) {
             let l = Layout::new(&s, kind);
-            match self.ensure(&l) {
-                Ok(()) => {}
-                Err(e)
-                    if e.kind() == ErrorKind::State
-                        && e.message().contains("the stream's schema needs") =>
-                {
-                    deferred.insert(s.table.clone(), e);
-                }
-                Err(e) => return Err(e),
+            if let Some(mismatch) = self.ensure_or_mismatch(&l)? {
+                deferred.insert(s.table.clone(), mismatch);
             }
             layouts.insert(s.table.clone(), l);
         }

@@ -66,6 +66,17 @@ impl ClickHouse {
     /// has and the table lacks; refuse any other difference (names, types,
     /// engine), before anything is written.
     pub(super) fn ensure(&self, l: &Layout) -> Result<()> {
+        match self.ensure_or_mismatch(l)? {
+            None => Ok(()),
+            Some(mismatch) => Err(mismatch),
+        }
+    }
+
+    /// [`ClickHouse::ensure`], with a table whose columns the stream's
+    /// schema does not describe given back as `Some(error)`, nothing changed:
+    /// a replay that overlaps the cursor may bring a schema the table has
+    /// already moved past, and decides only at its first event not yet held.
+    pub(super) fn ensure_or_mismatch(&self, l: &Layout) -> Result<Option<Error>> {
         let db = qi(&self.cfg.database);
         if l.key.is_empty() && self.engine == Engine::Replacing {
             return Err(Error::data(format!(
@@ -197,12 +208,12 @@ impl ClickHouse {
                 }),
             };
             if !fits {
-                return Err(Error::state(format!(
+                return Ok(Some(Error::state(format!(
                     "ClickHouse table {} has columns {:?}, but the stream's schema needs {:?} (names and types); the stream does not say how one became the other (a column renamed, dropped or moved while no capture was reading, say): change the table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
                     stored,
                     data.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>(),
                     expected.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>()
-                )));
+                ))));
             }
             let missing: Vec<usize> = match self.engine {
                 Engine::Replacing => (data.len()..l.schema.columns.len()).collect(),
@@ -248,7 +259,7 @@ impl ClickHouse {
                 )?;
             } else if !now.is_empty() {
                 // There already (DDL on a cluster waits for every node).
-                return Ok(());
+                return Ok(None);
             }
             self.query(
                 &format!(
@@ -261,7 +272,7 @@ impl ClickHouse {
                 Timeout::Ddl,
             )?;
         }
-        Ok(())
+        Ok(None)
     }
 
     /// A cluster target's `Distributed` table over `<table>_local`, made or
