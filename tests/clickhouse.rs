@@ -1997,6 +1997,35 @@ fn modern_engine_batches() -> (String, String) {
     (pgb.jsonl(), sqb.jsonl())
 }
 
+/// A follower applies batch after batch of the same tables: the tables are
+/// checked against the server once per schema, not at every batch.
+#[test]
+fn tables_are_checked_once_per_schema_not_per_batch() {
+    let proxy = Proxy::start();
+    let batches = |n: u128| -> String {
+        let specs: Vec<Spec> = (0..n)
+            .map(|i| {
+                Spec::new(i, i + 1)
+                    .schemas(vec![kv_schema("t")])
+                    .events(vec![ins(i + 1, "t", vec![int(i as i64 + 1), text("v")])])
+            })
+            .collect();
+        common::stream(&specs)
+    };
+    let lookups = |db: &ChDb, input: &str| {
+        let before = proxy.requests().len();
+        apply_ok(&proxy.url(db), input.as_bytes(), &[]);
+        proxy.requests()[before..]
+            .iter()
+            .filter(|q| q.statement().0.contains("FROM system.columns"))
+            .count()
+    };
+    let one = lookups(&ch::db("checked_once_1"), &batches(1));
+    let many = lookups(&ch::db("checked_once_8"), &batches(8));
+    assert!(one > 0, "the table is checked at least once");
+    assert_eq!(many, one, "eight batches look the table up as often as one");
+}
+
 #[test]
 fn credentials_travel_only_in_headers() {
     let proxy = Proxy::start();

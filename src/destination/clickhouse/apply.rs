@@ -430,6 +430,11 @@ impl ClickHouse {
         if segs[k].held.spool.is_empty() && segs[k].held.truncates.is_empty() {
             return Ok(false);
         }
+        // Only a later change of the batch can have moved the table past
+        // these rows: without one (most batches) the server is not asked.
+        if segs[k + 1..].iter().all(|s| s.change.is_none()) {
+            return Ok(false);
+        }
         let have = self.columns_typed(&segs[k].layout.name)?;
         let off: Vec<String> = segs[k]
             .layout

@@ -129,6 +129,8 @@ impl ClickHouse {
         if dry {
             return Ok(());
         }
+        // The table changes: what `ensure` knew of it no longer holds.
+        self.ensured.borrow_mut().remove(table);
         for sql in &steps {
             self.query(sql, None, Timeout::Ddl)?;
         }

@@ -117,6 +117,8 @@ pub struct ClickHouse {
     pub(super) version: (u32, u32),
     /// A cluster target: the cluster and the quorum of each insert.
     pub(super) cluster: Option<Cluster>,
+    /// The schema each table was last made or checked for by `ensure`.
+    pub(super) ensured: std::cell::RefCell<HashMap<String, Schema>>,
 }
 
 /// A cluster target, read from the server's `system.clusters`.
@@ -153,6 +155,7 @@ impl ClickHouse {
             cursor_table: std::cell::Cell::new(false),
             version: (0, 0),
             cluster: None,
+            ensured: Default::default(),
         };
         // Reachable, and the credentials work.
         let v = ch.query("SELECT version()", None, Timeout::Connect)?;

@@ -77,6 +77,22 @@ impl ClickHouse {
     /// a replay that overlaps the cursor may bring a schema the table has
     /// already moved past, and decides only at its first event not yet held.
     pub(super) fn ensure_or_mismatch(&self, l: &Layout) -> Result<Option<Error>> {
+        // Made or checked for this very schema already by this process:
+        // nothing to ask the server again (a follower ensures its tables at
+        // every batch; on a cluster that is several requests each).
+        if self.ensured.borrow().get(&l.schema.table) == Some(&l.schema) {
+            return Ok(None);
+        }
+        let r = self.ensure_on_server(l)?;
+        if r.is_none() {
+            self.ensured
+                .borrow_mut()
+                .insert(l.schema.table.clone(), l.schema.clone());
+        }
+        Ok(r)
+    }
+
+    fn ensure_on_server(&self, l: &Layout) -> Result<Option<Error>> {
         let db = qi(&self.cfg.database);
         if l.key.is_empty() && self.engine == Engine::Replacing {
             return Err(Error::data(format!(
