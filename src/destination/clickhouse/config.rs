@@ -178,3 +178,62 @@ impl ChConfig {
         Ok(c)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ChConfig;
+    use crate::ErrorKind;
+
+    #[test]
+    fn cluster_options_are_checked() {
+        let c = ChConfig::parse(
+            "clickhouse://h/shop?cluster=an%20alytics&insert_quorum=2&zookeeper_path=/ch/t/",
+        )
+        .unwrap();
+        assert_eq!(c.cluster.as_deref(), Some("an alytics"));
+        assert_eq!(c.insert_quorum, Some(2));
+        assert_eq!(c.zookeeper_path, "/ch/t");
+        let c = ChConfig::parse("clickhouse://h/shop?cluster=c").unwrap();
+        assert_eq!(
+            (c.insert_quorum, c.zookeeper_path.as_str()),
+            (None, "/clickhouse/tables")
+        );
+        for (url, says) in [
+            ("clickhouse://h/shop?cluster=", "needs the cluster's name"),
+            (
+                "clickhouse://h/shop?cluster=c&insert_quorum=0",
+                "at least 1",
+            ),
+            (
+                "clickhouse://h/shop?cluster=c&insert_quorum=two",
+                "needs a number",
+            ),
+            (
+                "clickhouse://h/shop?cluster=c&zookeeper_path=ch/t",
+                "absolute ZooKeeper path",
+            ),
+            (
+                "clickhouse://h/shop?cluster=c&zookeeper_path=/a'b",
+                "absolute ZooKeeper path",
+            ),
+            (
+                "clickhouse://h/shop?cluster=c&zookeeper_path=/",
+                "absolute ZooKeeper path",
+            ),
+            ("clickhouse://h/shop?insert_quorum=2", "add cluster=NAME"),
+            ("clickhouse://h/shop?zookeeper_path=/x", "add cluster=NAME"),
+            (
+                "clickhouse://h/a%7Bshard%7D?cluster=c",
+                "cannot hold { or }",
+            ),
+        ] {
+            let e = ChConfig::parse(url)
+                .err()
+                .unwrap_or_else(|| panic!("{url} accepted"));
+            assert_eq!(e.kind(), ErrorKind::Usage, "{url}");
+            assert!(e.message().contains(says), "{url}: {}", e.message());
+        }
+        // Without cluster=, braces in a database name are fine (no ZooKeeper path).
+        assert!(ChConfig::parse("clickhouse://h/a%7Bb%7D").is_ok());
+    }
+}
