@@ -58,18 +58,22 @@ GOAL_PG_RECV=1.5 GOAL_PG_PEEK=0.8 GOAL_PG_SNAP=0.8 GOAL_CH_APPLY=0.7
 
 log() { printf 'bench: %s\n' "$*" >&2; }
 
+# install_missing PKG...: Debian's packages, as root or through sudo.
+install_missing() {
+  [ $# -gt 0 ] || return 0
+  log "installing $* from Debian's packages"
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
 need=()
 command -v jq >/dev/null 2>&1 || need+=(jq)
 [ -x /usr/bin/time ] || need+=(time)
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v sqldiff >/dev/null 2>&1 || need+=(sqlite3-tools)
-if [ ${#need[@]} -gt 0 ]; then
-  log "installing ${need[*]} from Debian's packages"
-  sudo=""
-  [ "$(id -u)" = 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+install_missing "${need[@]}"
 
 log "building (release)"
 cargo build --release --quiet --bins --examples
@@ -401,13 +405,7 @@ postgres_section() {
   local need=()
   [ -x "$PG_BIN/initdb" ] || need+=(postgresql-15)
   [ -f "$("$PG_BIN/pg_config" --pkglibdir 2>/dev/null)/wal2json.so" ] || need+=(postgresql-15-wal2json)
-  if [ ${#need[@]} -gt 0 ]; then
-    log "installing ${need[*]} from Debian's packages"
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-  fi
+  install_missing "${need[@]}"
   PG_DIR=$PWD/$W/pg
   rm -rf "$PG_DIR"
   mkdir -p "$PG_DIR"
@@ -671,13 +669,7 @@ clickhouse_section() {
   command -v clickhouse-server >/dev/null 2>&1 || need+=(clickhouse-server)
   command -v clickhouse-client >/dev/null 2>&1 || need+=(clickhouse-client)
   command -v curl >/dev/null 2>&1 || need+=(curl)
-  if [ ${#need[@]} -gt 0 ]; then
-    log "installing ${need[*]} from Debian's packages"
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-  fi
+  install_missing "${need[@]}"
   CH_DIR=$PWD/$W/ch
   rm -rf "$CH_DIR"
   mkdir -p "$CH_DIR"/{data,tmp,user_files,format_schemas,log}
@@ -815,13 +807,7 @@ cluster_section() {
   command -v clickhouse-client >/dev/null 2>&1 || need+=(clickhouse-client)
   [ -e /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
   command -v curl >/dev/null 2>&1 || need+=(curl)
-  if [ ${#need[@]} -gt 0 ]; then
-    log "installing ${need[*]} from Debian's packages"
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-  fi
+  install_missing "${need[@]}"
   CLU_DIR=$PWD/$W/cluster
   rm -rf "$CLU_DIR"
   mkdir -p "$CLU_DIR/zk/data"
