@@ -622,6 +622,8 @@ fn verbose_on_every_tool() {
     );
     assert_eq!(batch, quiet, "-v changes standard output");
     std::fs::write(f("b.jsonl"), &batch).unwrap();
+    // The same target twice: one for -v, one for -v -q.
+    std::fs::copy(f("p.db"), f("q.db")).unwrap();
     let (_, e) = run("mooncdc-split", &["-v", "--max-events", "1", &f("b.jsonl")]);
     assert!(
         e.contains("split 1 batch into 2 pieces, 2 events, in "),
@@ -660,6 +662,21 @@ fn verbose_on_every_tool() {
     assert!(e.contains("audited 2 tables, 2 rows compared, in "), "{e}");
     let (_, e) = run("mooncdc-merge", &["-v", "-q", &f("b.jsonl")]);
     assert!(e.is_empty(), "-q does not win over -v: {e}");
+    // apply keeps its summary under -q, but not the -v lines.
+    let (_, e) = run(
+        "mooncdc-apply",
+        &[
+            "-v",
+            "-q",
+            "--target",
+            &format!("sqlite:{}", f("q.db")),
+            &f("b.jsonl"),
+        ],
+    );
+    assert!(
+        !e.contains("batch committed through"),
+        "-q does not win over -v: {e}"
+    );
 }
 
 /// `mooncdc-capture` read in a terminal shows its place in the log against

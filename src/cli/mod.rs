@@ -106,7 +106,7 @@ pub fn sync_folder(dir: &Path) -> Result<()> {
             if matches!(
                 e.kind(),
                 K::Unsupported | K::PermissionDenied | K::InvalidInput
-            ) || e.raw_os_error() == Some(22) =>
+            ) =>
         {
             crate::log::warn(
                 &format!(
@@ -598,7 +598,17 @@ impl<W: Write> Write for Watch<W> {
             return self.inner.write(buf);
         }
         let n = self.inner.write(buf)?;
-        for &b in &buf[..n] {
+        let mut i = 0;
+        while i < n {
+            // Past what a line can tell, straight to the next line.
+            if !self.maybe {
+                match memchr::memchr(b'\n', &buf[i..n]) {
+                    Some(j) => i += j,
+                    None => break,
+                }
+            }
+            let b = buf[i];
+            i += 1;
             if b == b'\n' {
                 if self.maybe {
                     self.line_done();

@@ -63,7 +63,8 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
             let base = if is_snapshot { rows } else { total.applied };
             progress.relabel(if is_snapshot { "rows" } else { "events" });
             let base_batches = total.batches + snapshots;
-            let verbose = a.verbose;
+            // `-q` wins over `-v` (docs/TOOLS.md), as for every tool.
+            let verbose = a.verbose && !a.quiet;
             let (mut seen_batches, mut seen_applied, mut batch_began) =
                 (0u64, 0u64, std::time::Instant::now());
             let mut tick = |s: &ApplyStats| {
