@@ -215,28 +215,7 @@ pub fn run_with(
                 .chain()
                 .find_map(|e| e.downcast_ref::<Error>())
                 .is_some_and(|e| e.kind() == ErrorKind::Usage);
-            let mut msg = format!("{tool}: {err}");
-            let mut source = err.source();
-            // anyhow's chain() includes the error itself first; print the causes.
-            while let Some(s) = source {
-                // In plain words: no ` (os error 2)` after the system's text.
-                msg.push_str(&format!(
-                    ": {}",
-                    crate::error::strip_os_error(&s.to_string())
-                ));
-                source = s.source();
-            }
-            let kind = err
-                .chain()
-                .find_map(|e| e.downcast_ref::<Error>())
-                .map_or("other".to_string(), |e| {
-                    format!("{:?}", e.kind()).to_lowercase()
-                });
-            crate::log::write(
-                "error",
-                msg.strip_prefix(&format!("{tool}: ")).unwrap_or(&msg),
-                &[("kind", kind.into())],
-            );
+            report_error(&err);
             if usage {
                 ExitCode::from(2)
             } else {
@@ -244,6 +223,28 @@ pub fn run_with(
             }
         }
     }
+}
+
+/// Write an error once, with its causes in plain words (no ` (os error N)`)
+/// and its kind as a field, in the tools' one style.
+pub fn report_error(err: &anyhow::Error) {
+    let mut msg = err.to_string();
+    let mut source = err.source();
+    // anyhow's chain() includes the error itself first; print the causes.
+    while let Some(s) = source {
+        msg.push_str(&format!(
+            ": {}",
+            crate::error::strip_os_error(&s.to_string())
+        ));
+        source = s.source();
+    }
+    let kind = err
+        .chain()
+        .find_map(|e| e.downcast_ref::<Error>())
+        .map_or("other".to_string(), |e| {
+            format!("{:?}", e.kind()).to_lowercase()
+        });
+    crate::log::write("error", &msg, &[("kind", kind.into())]);
 }
 
 fn is_broken_pipe(err: &anyhow::Error) -> bool {

@@ -49,13 +49,7 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
             let drift = match open(&source, &pg).and_then(|s| Ok(s.verify()?)) {
                 Ok(d) => d,
                 Err(e) => {
-                    let kind = e
-                        .chain()
-                        .find_map(|c| c.downcast_ref::<Error>())
-                        .map_or("other".to_string(), |c| {
-                            format!("{:?}", c.kind()).to_lowercase()
-                        });
-                    crate::log::write("error", &format!("{e:#}"), &[("kind", kind.into())]);
+                    cli::report_error(&e);
                     return Ok(ExitCode::from(2));
                 }
             };

@@ -96,7 +96,7 @@ pub fn merge<R: BufRead>(
                 None => match r.next_lean()? {
                     // An event on a canonical line is written through, never built.
                     Some(Lean::Event(_)) => {
-                        if !current_has_schemas {
+                        if !current_has_schemas && !uncovered.contains(r.lean_table()) {
                             uncovered.insert(r.lean_table().to_string());
                         }
                         line.clear();

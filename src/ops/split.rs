@@ -219,7 +219,7 @@ fn emit(
     sink: &mut dyn BatchSink,
     h: &Header,
     p: Piece<'_>,
-    events: &mut Box<dyn BufRead + '_>,
+    events: &mut dyn BufRead,
     end: &Cursor,
 ) -> Result<()> {
     let header = Header {
@@ -229,7 +229,7 @@ fn emit(
         compacted: h.compacted,
     };
     let count = p.count;
-    let mut piece = events.by_ref().take(p.bytes);
+    let mut piece = (&mut *events).take(p.bytes);
     sink.batch(
         &header,
         &mut piece,

@@ -60,13 +60,8 @@ impl Spool {
     }
 
     /// Everything pushed so far, from the start; the spool is left empty.
-    pub fn drain(&mut self) -> Result<Box<dyn BufRead + '_>> {
-        Ok(self.drain_owned()?)
-    }
-
-    /// [`Spool::drain`], as a reader that owns what it reads (it can be
-    /// handed to another thread, or to an HTTP body).
-    pub fn drain_owned(&mut self) -> Result<Box<dyn BufRead + Send>> {
+    /// The reader owns what it reads.
+    pub fn drain(&mut self) -> Result<Box<dyn BufRead + Send>> {
         self.len = 0;
         match self.file.take() {
             None => {
