@@ -36,21 +36,7 @@ pub struct PgNames {
 /// A libpq `key=value` connection string (with or without `dbname=`): no
 /// scheme, and its first word one of libpq's keys.
 fn is_key_values(s: &str) -> bool {
-    const KEYS: &[&str] = &[
-        "host",
-        "hostaddr",
-        "port",
-        "user",
-        "password",
-        "dbname",
-        "service",
-        "sslmode",
-        "sslrootcert",
-        "connect_timeout",
-        "application_name",
-        "keepalives_idle",
-        "options",
-    ];
+    use crate::source::postgres::conn::KEYS;
     !s.contains("://")
         && s.split_whitespace()
             .next()
@@ -220,6 +206,16 @@ mod tests {
             parse("host=db user=app").unwrap(),
             Endpoint::Postgres(_)
         ));
+        // Any key the connection parser takes may come first.
+        for first in ["schema=app", "keepalives=1", "target_session_attrs=any"] {
+            assert!(
+                matches!(
+                    parse(&format!("{first} host=db")).unwrap(),
+                    Endpoint::Postgres(_)
+                ),
+                "{first}"
+            );
+        }
         assert!(matches!(
             parse("service=shop").unwrap_err().kind(),
             crate::ErrorKind::Usage

@@ -151,6 +151,35 @@ fn ssl_mode_named(v: &str) -> Option<SslMode> {
     }
 }
 
+/// Every connection option a URL's query or a `key=value` string may hold
+/// (those MoonCDC ignores included): what `PgConn::parse` takes, and what
+/// makes a `key=value` string a PostgreSQL endpoint.
+pub const KEYS: &[&str] = &[
+    "host",
+    "hostaddr",
+    "port",
+    "user",
+    "password",
+    "dbname",
+    "sslmode",
+    "sslrootcert",
+    "connect_timeout",
+    "keepalives_idle",
+    "application_name",
+    "schema",
+    "service",
+    "keepalives",
+    "keepalives_interval",
+    "keepalives_count",
+    "options",
+    "target_session_attrs",
+    "sslcompression",
+    "gssencmode",
+    "channel_binding",
+    "replication",
+    "client_encoding",
+];
+
 impl PgConn {
     /// Parse a libpq URL (`postgres://user:pass@host:port/db?sslmode=…`) or a
     /// `key=value` string, with the process environment filling what it leaves out.
@@ -426,6 +455,29 @@ mod tests {
 
     fn parse(s: &str) -> Result<PgConn> {
         parse_in(s, &[])
+    }
+
+    #[test]
+    fn every_listed_key_is_taken() {
+        for k in KEYS {
+            let v = match *k {
+                "port" | "connect_timeout" | "keepalives_idle" => "5",
+                "sslmode" => "disable",
+                "service" => continue, // needs a service file: tested below
+                _ => "x",
+            };
+            if let Err(e) = parse(&format!("{k}={v} dbname=d")) {
+                assert!(
+                    !e.message().contains("unknown PostgreSQL connection option"),
+                    "{k}: {}",
+                    e.message()
+                );
+            }
+        }
+        assert!(parse("colour=blue dbname=d")
+            .unwrap_err()
+            .message()
+            .contains("unknown PostgreSQL connection option"));
     }
 
     #[test]
