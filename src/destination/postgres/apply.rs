@@ -246,10 +246,7 @@ impl PgTarget {
                     drop(busy.replace(crate::util::stop::Busy::new()));
                     rt.block_on(begin_with_cursor_table(c))
                         .map_err(pg_err("cannot begin a batch"))?;
-                    gate = Some(BatchGate::open(
-                        rt.block_on(stored_cursor(c))?.as_ref(),
-                        &h,
-                    )?);
+                    gate = Some(BatchGate::open(rt.block_on(read_cursor(c))?.as_ref(), &h)?);
                     kind = SourceKind::of_identity(&h.start.source);
                     tables.clear();
                     pending.clear();
@@ -356,11 +353,6 @@ impl PgTarget {
                             &[&cm.end.source, &seq],
                         ))
                         .map_err(pg_err("cannot store the cursor"))?;
-                        rt.block_on(c.execute(
-                            "DELETE FROM mooncdc.cursors WHERE source <> $1",
-                            &[&cm.end.source],
-                        ))
-                        .map_err(pg_err("cannot store the cursor"))?;
                         stats.cursor = Some(cm.end.clone());
                     }
                     rt.block_on(c.batch_execute("COMMIT"))
@@ -409,7 +401,7 @@ impl PgTarget {
                 } => {
                     rt.block_on(begin_with_cursor_table(c))
                         .map_err(pg_err("cannot begin the snapshot"))?;
-                    crate::destination::snapshot_allowed(rt.block_on(stored_cursor(c))?.as_ref())?;
+                    crate::destination::snapshot_allowed(rt.block_on(read_cursor(c))?.as_ref())?;
                     let kind = SourceKind::of_identity(&cur.source);
                     for s in &schemas {
                         let t = rt.block_on(self.ensure(c, s, kind))?;

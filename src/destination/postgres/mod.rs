@@ -87,8 +87,29 @@ impl PgTarget {
     }
 
     /// A session for a read-only use (a new one: `&self`).
-    fn read_session(&self) -> Result<Client> {
-        self.rt.block_on(connect_client(&self.conn, "read"))
+    /// The session to read through: the open one (an audit's snapshot, or
+    /// an apply's), else one of its own for this read.
+    fn reader(&self) -> Result<Reader<'_>> {
+        Ok(match &self.client {
+            Some(c) => Reader::Open(c),
+            None => Reader::Own(self.rt.block_on(connect_client(&self.conn, "read"))?),
+        })
+    }
+}
+
+/// A session borrowed from the target, or opened for one read.
+enum Reader<'a> {
+    Open(&'a Client),
+    Own(Client),
+}
+
+impl std::ops::Deref for Reader<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        match self {
+            Reader::Open(c) => c,
+            Reader::Own(c) => c,
+        }
     }
 }
 
@@ -103,6 +124,11 @@ async fn stored_cursor(c: &Client) -> Result<Option<Cursor>> {
     if !exists {
         return Ok(None);
     }
+    read_cursor(c).await
+}
+
+/// The stored cursor, from a cursor table known to exist.
+async fn read_cursor(c: &Client) -> Result<Option<Cursor>> {
     let rows = c
         .query(
             "SELECT source, sequence FROM mooncdc.cursors ORDER BY source",
@@ -183,7 +209,7 @@ fn param(
 
 impl Target for PgTarget {
     fn cursor(&self) -> Result<Option<Cursor>> {
-        let c = self.read_session()?;
+        let c = self.reader()?;
         self.rt.block_on(stored_cursor(&c))
     }
 
@@ -220,15 +246,8 @@ impl Target for PgTarget {
     fn table_shape(&self, schema: &Schema) -> Result<Option<StoredShape>> {
         let kind = SourceKind::of_table_name(&schema.table);
         let (ns, name) = target_name(&schema.table, kind, &self.schema);
-        let fresh;
-        let c = match &self.client {
-            Some(c) => c,
-            None => {
-                fresh = self.read_session()?;
-                &fresh
-            }
-        };
-        let found = self.rt.block_on(read_columns(c, &ns, &name))?;
+        let c = self.reader()?;
+        let found = self.rt.block_on(read_columns(&c, &ns, &name))?;
         Ok(found.map(|(cols, key)| StoredShape {
             columns: cols.into_iter().map(|c| c.name).collect(),
             key: Some(key),
@@ -242,15 +261,8 @@ impl Target for PgTarget {
         f: &mut dyn FnMut(&mut PullRow<'_>) -> Result<()>,
     ) -> Result<()> {
         let (ns, name) = target_name(&schema.table, kind, &self.schema);
-        let fresh;
-        let c = match &self.client {
-            Some(c) => c,
-            None => {
-                fresh = self.read_session()?;
-                &fresh
-            }
-        };
-        let Some((cols, _)) = self.rt.block_on(read_columns(c, &ns, &name))? else {
+        let c = self.reader()?;
+        let Some((cols, _)) = self.rt.block_on(read_columns(&c, &ns, &name))? else {
             return f(&mut || Ok(None));
         };
         // The source's own order and text forms (DESIGN §7), as a
