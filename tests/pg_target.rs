@@ -593,3 +593,35 @@ fn integer_and_smallint_columns_load_straight_and_exactly() {
     assert_eq!(types, ["bigint", "integer", "smallint", "text"]);
     audit_equal(&src.url(), &url, &["--slot", slot]);
 }
+
+/// A follower applies batch after batch of the same table: its columns are
+/// read from the catalog once per schema, not at every batch (counted in
+/// the server's statement log of the test's own databases).
+#[test]
+fn tables_are_checked_once_per_schema_not_per_batch() {
+    use common::{ins, kv_schema, Spec};
+    let batches = |n: u128| -> String {
+        (0..n)
+            .map(|i| {
+                Spec::new(i, i + 1)
+                    .schemas(vec![kv_schema("t")])
+                    .events(vec![ins(i + 1, "t", common::row(i as i64 + 1, "v"))])
+                    .jsonl()
+            })
+            .collect()
+    };
+    let lookups = |name: &str, input: &str| {
+        let db = target(name);
+        db.cluster.admin(&format!(
+            "ALTER DATABASE {} SET log_statement = 'all'",
+            db.dbname
+        ));
+        let before = db.cluster.log().matches("format_type(a.atttypid").count();
+        apply_ok(&db.url(), input.as_bytes());
+        db.cluster.log().matches("format_type(a.atttypid").count() - before
+    };
+    let one = lookups("checked_once_1", &batches(1));
+    let many = lookups("checked_once_8", &batches(8));
+    assert!(one > 0, "the table is read at least once");
+    assert_eq!(many, one, "eight batches read the table as often as one");
+}

@@ -207,6 +207,7 @@ impl PgTarget {
             if let Some(c) = &self.client {
                 let _ = self.rt.block_on(c.batch_execute("ROLLBACK"));
             }
+            self.known.borrow_mut().clear();
         }
         self.committed = committed;
         result
@@ -488,8 +489,19 @@ impl PgTarget {
     ) -> Result<()> {
         for s in in_force.drain(..) {
             olds.insert(s.table.clone(), s.clone());
+            let known = self
+                .known
+                .borrow()
+                .get(&s.table)
+                .filter(|t| t.schema == s)
+                .cloned();
+            if let Some(t) = known {
+                tables.insert(s.table.clone(), t);
+                continue;
+            }
             match self.rt.block_on(self.ensure(c, &s, kind)) {
                 Ok(t) => {
+                    self.known.borrow_mut().insert(s.table.clone(), t.clone());
                     tables.insert(s.table.clone(), t);
                 }
                 Err(e) if e.kind() == crate::error::ErrorKind::State && deferred.is_some() => {
@@ -514,6 +526,8 @@ impl PgTarget {
         kind: SourceKind,
     ) -> Result<Table> {
         let new = &ch.schema;
+        // The table changes: what was known of it no longer holds.
+        self.known.borrow_mut().remove(&new.table);
         let Some(old) = old else {
             return self.ensure(c, new, kind).await;
         };

@@ -52,6 +52,11 @@ pub struct PgTarget {
     committed: ApplyStats,
     /// Where a SQLite source's tables land.
     schema: String,
+    /// Tables made or checked in this session, by stream table name, for
+    /// the schema each was checked for: a follower's next batch of the same
+    /// tables asks the catalog nothing. Forgotten when an apply fails (its
+    /// transaction may have made them).
+    known: std::cell::RefCell<HashMap<String, Table>>,
 }
 
 const CURSORS: &str = "mooncdc.cursors";
@@ -70,6 +75,7 @@ impl PgTarget {
             options: TargetOptions::default(),
             committed: ApplyStats::default(),
             schema,
+            known: Default::default(),
         })
     }
 

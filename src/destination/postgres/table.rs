@@ -39,6 +39,7 @@ pub(super) struct Col {
 }
 
 /// A target table and its statements.
+#[derive(Clone)]
 pub(super) struct Table {
     pub(super) schema: Schema,
     /// `"schema"."table"`.
