@@ -207,21 +207,6 @@ impl BatchGate {
     }
 }
 
-/// Schema records before an event the target already holds: the target
-/// made those changes when it applied them, so they only become the
-/// schemas in force for what follows.
-pub fn hold_schema_changes(
-    in_force: &mut Vec<Schema>,
-    pending: &mut Vec<crate::wire::SchemaChange>,
-) {
-    for ch in pending.drain(..) {
-        match in_force.iter_mut().find(|s| s.table == ch.schema.table) {
-            Some(s) => *s = ch.schema,
-            None => in_force.push(ch.schema),
-        }
-    }
-}
-
 /// A compacted batch (`"compacted":true` in its header) had events folded into
 /// later ones, so a target holding only part of its interval would miss the
 /// changes folded into events it already has (DESIGN §8). Such a target

@@ -18,7 +18,9 @@ pub mod value;
 pub use batch::{Batch, BatchDecoder, BatchStreamReader, Commit, Header, Item};
 pub use detect::{detect, InputFormat};
 pub use jsonl::Limits;
-pub use model::{Column, Cursor, Event, Operation, Rename, Row, Schema, SchemaChange, Sequence};
+pub use model::{
+    put_in_force, Column, Cursor, Event, Operation, Rename, Row, Schema, SchemaChange, Sequence,
+};
 pub use snapshot::{SnapItem, SnapshotReader};
 pub use value::Value;
 

@@ -358,6 +358,19 @@ impl<'de> Deserialize<'de> for Column {
     }
 }
 
+/// The schemas in force after schema records (drained from `records`):
+/// each replaces its table's schema, or adds the table. A target uses it
+/// for records before an event it already holds (it made those changes when
+/// it applied them); a source, for what its next header describes.
+pub fn put_in_force(in_force: &mut Vec<Schema>, records: &mut Vec<SchemaChange>) {
+    for ch in records.drain(..) {
+        match in_force.iter_mut().find(|s| s.table == ch.schema.table) {
+            Some(s) => *s = ch.schema,
+            None => in_force.push(ch.schema),
+        }
+    }
+}
+
 /// A table's shape: columns in row order and the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schema {

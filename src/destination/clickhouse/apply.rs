@@ -284,7 +284,7 @@ impl ClickHouse {
                 Item::Schema(c) => pending.push(c),
                 Item::Event(e) => {
                     if gate.as_ref().expect("validated stream").holds(e.sequence) {
-                        crate::destination::hold_schema_changes(&mut in_force, &mut pending);
+                        crate::wire::put_in_force(&mut in_force, &mut pending);
                         stats.skipped += 1;
                         continue;
                     }

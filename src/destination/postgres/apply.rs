@@ -265,7 +265,7 @@ impl PgTarget {
                 Item::Schema(ch) => pending.push(ch),
                 Item::Event(e) => {
                     if gate.as_ref().expect("validated stream").holds(e.sequence) {
-                        crate::destination::hold_schema_changes(&mut in_force, &mut pending);
+                        crate::wire::put_in_force(&mut in_force, &mut pending);
                         stats.skipped += 1;
                         continue;
                     }

@@ -65,7 +65,7 @@ impl SqliteTarget {
                     Item::Event(e) => {
                         if gate.as_ref().expect("validated stream").holds(e.sequence) {
                             // Held, with the schema changes before it.
-                            crate::destination::hold_schema_changes(&mut in_force, &mut pending);
+                            crate::wire::put_in_force(&mut in_force, &mut pending);
                             stats.skipped += 1;
                             continue;
                         }

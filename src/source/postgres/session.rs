@@ -19,26 +19,33 @@ pub async fn connect_client(conn: &PgConn, role: &str) -> Result<Client> {
             }
         })
     };
-    let (client, connection) = match tokio::time::timeout(conn.connect_timeout, connecting).await {
-        Ok(r) => r?,
-        Err(_) => {
-            return Err(Error::new(
-                ErrorKind::Database,
-                format!("cannot connect to {}", conn.display()),
-            )
-            .with_source(Cause {
-                text: format!(
-                    "no answer within {} s (connect_timeout); is this a PostgreSQL server?",
-                    conn.connect_timeout.as_secs()
-                ),
-                inner: std::io::Error::from(std::io::ErrorKind::TimedOut),
-            }))
-        }
-    };
+    let (client, connection) = within_connect_timeout(conn, connecting).await?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
     Ok(client)
+}
+
+/// One phase of connecting within `connect_timeout`, or an error that says
+/// the peer did not answer.
+async fn within_connect_timeout<T>(
+    conn: &PgConn,
+    phase: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(conn.connect_timeout, phase).await {
+        Ok(r) => r,
+        Err(_) => Err(Error::new(
+            ErrorKind::Database,
+            format!("cannot connect to {}", conn.display()),
+        )
+        .with_source(Cause {
+            text: format!(
+                "no answer within {} s (connect_timeout); is this a PostgreSQL server?",
+                conn.connect_timeout.as_secs()
+            ),
+            inner: std::io::Error::from(std::io::ErrorKind::TimedOut),
+        })),
+    }
 }
 
 impl PgSource {
@@ -51,20 +58,7 @@ impl PgSource {
         &self,
         phase: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
-        match tokio::time::timeout(self.conn.connect_timeout, phase).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::new(
-                ErrorKind::Database,
-                format!("cannot connect to {}", self.conn.display()),
-            )
-            .with_source(Cause {
-                text: format!(
-                    "no answer within {} s (connect_timeout); is this a PostgreSQL server?",
-                    self.conn.connect_timeout.as_secs()
-                ),
-                inner: std::io::Error::from(std::io::ErrorKind::TimedOut),
-            })),
-        }
+        within_connect_timeout(&self.conn, phase).await
     }
 
     pub(super) async fn client(&self, role: &str) -> Result<Client> {

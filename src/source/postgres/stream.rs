@@ -754,13 +754,10 @@ impl<'a> BatchOut<'a> {
     fn write_pending(&mut self) -> Result<()> {
         if !self.pending.is_empty() {
             let mut rec = Vec::new();
-            for c in self.pending.drain(..) {
-                write_schema_line(&mut rec, &c);
-                match self.schemas.iter_mut().find(|x| x.table == c.schema.table) {
-                    Some(x) => *x = c.schema,
-                    None => self.schemas.push(c.schema),
-                }
+            for c in &self.pending {
+                write_schema_line(&mut rec, c);
             }
+            crate::wire::put_in_force(&mut self.schemas, &mut self.pending);
             self.out.write_all(&rec).map_err(io_out)?;
         }
         Ok(())
