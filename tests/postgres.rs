@@ -482,6 +482,18 @@ fn init_creates_publication_slot_and_full_identity_then_verify_and_status() {
     // at -1, so nothing bounds the slot's WAL.
     assert_eq!(st["wal_status"], "reserved", "{st:?}");
     assert!(st["safe_wal_size"].starts_with("unlimited"), "{st:?}");
+    // The same figures typed for programs.
+    let r = src.cmd("status", &["--output-format", "json"]);
+    expect(&r, 0, "status as JSON");
+    let j: serde_json::Value = serde_json::from_str(r.stdout_str().trim()).unwrap();
+    assert_eq!(j["acknowledged"]["source"], serde_json::json!(id), "{j}");
+    assert_eq!(j["slot_active"], serde_json::json!(false), "{j}");
+    assert!(
+        j["wal_retained_bytes"].is_u64() && j["lag_bytes"].is_u64(),
+        "{j}"
+    );
+    assert!(j["safe_wal_size"].is_null(), "{j}");
+    assert_eq!(j["wal_status"], serde_json::json!("reserved"), "{j}");
     for k in [
         "restart_lsn",
         "wal_flush_lsn",

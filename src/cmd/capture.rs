@@ -116,27 +116,18 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
             let st = open(&source, &pg)?.status()?;
             let mut out = cli::stdout();
             if output_format == TextOrJson::Json {
-                // Counts and positions that are numbers are JSON numbers
-                // (sequences beyond 2^53 stay strings, as in the format).
+                // Each figure as the source typed it (counts as numbers below
+                // 2^53, a cursor as an object, flags as booleans).
                 let mut o = serde_json::Map::new();
                 o.insert("identity".into(), st.identity.clone().into());
-                for (k, v) in &st.fields {
-                    // `backlog: 12 changes` is the number 12 here.
-                    let num = v
-                        .strip_suffix(" changes")
-                        .or(v.strip_suffix(" change"))
-                        .unwrap_or(v);
-                    let n = num.parse::<u64>().ok().filter(|n| *n < 1 << 53);
-                    o.insert(
-                        k.replace(' ', "_"),
-                        n.map_or_else(|| v.clone().into(), serde_json::Value::from),
-                    );
+                for f in &st.fields {
+                    o.insert(f.name.replace(' ', "_"), f.value.clone());
                 }
                 writeln!(out, "{}", serde_json::Value::Object(o))?;
             } else {
                 writeln!(out, "identity: {}", st.identity)?;
-                for (k, v) in &st.fields {
-                    writeln!(out, "{k}: {v}")?;
+                for f in &st.fields {
+                    writeln!(out, "{}: {}", f.name, f.text)?;
                 }
             }
             cli::finish_output(out)?;

@@ -38,12 +38,49 @@ impl SourceKind {
     }
 }
 
-/// What `status` reports: the identity, then the source's own figures as
-/// labelled lines, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What `status` reports: the identity, then the source's own figures, in
+/// order.
+#[derive(Debug, Clone, PartialEq)]
 pub struct SourceStatus {
     pub identity: String,
-    pub fields: Vec<(&'static str, String)>,
+    pub fields: Vec<StatusField>,
+}
+
+/// One figure of `status`: its value for programs (`--output-format json`)
+/// and its text for people.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusField {
+    pub name: &'static str,
+    pub value: serde_json::Value,
+    pub text: String,
+}
+
+impl StatusField {
+    /// A figure whose text is its value (a string as it is).
+    pub fn new(name: &'static str, value: impl Into<serde_json::Value>) -> Self {
+        let value = value.into();
+        let text = match &value {
+            serde_json::Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        StatusField { name, value, text }
+    }
+
+    /// A count or position: a JSON number below 2^53 (beyond, a string, as
+    /// sequences are in the format).
+    pub fn count(name: &'static str, n: u128) -> Self {
+        if n < 1 << 53 {
+            Self::new(name, n as u64)
+        } else {
+            Self::new(name, n.to_string())
+        }
+    }
+
+    /// The same value, said otherwise to people (`2 changes`).
+    pub fn with_text(mut self, text: impl Into<String>) -> Self {
+        self.text = text.into();
+        self
+    }
 }
 
 /// What `snapshot` is asked for.

@@ -2,6 +2,7 @@
 //! identity, slot; status.
 
 use super::*;
+use crate::source::StatusField;
 
 impl PgSource {
     /// Install capture for `tables` (`schema.table`; default: every table with a
@@ -194,20 +195,30 @@ impl PgSource {
             let safe: Option<i64> = r.get(5);
             Ok(SourceStatus {
                 identity: id.clone(),
-                fields: vec![
-                    ("acknowledged", Cursor::new(id, sequence(s.confirmed, 0)).to_json()),
-                    ("confirmed_flush_lsn", lsn_text(s.confirmed)),
-                    ("restart_lsn", lsn_text(s.restart)),
-                    ("wal_flush_lsn", wal),
-                    ("wal_retained_bytes", retained.unwrap_or(0).to_string()),
-                    ("lag_bytes", lag.unwrap_or(0).to_string()),
-                    ("slot_active", active.to_string()),
-                    ("wal_status", wal_status),
-                    (
-                        "safe_wal_size",
-                        safe.map_or("unlimited (max_slot_wal_keep_size = -1)".into(), |b| b.to_string()),
-                    ),
-                ],
+                fields: {
+                    let acked = Cursor::new(id, sequence(s.confirmed, 0)).to_json();
+                    let bytes = |name, n: Option<i64>| StatusField::count(name, n.unwrap_or(0).max(0) as u128);
+                    vec![
+                        StatusField::new(
+                            "acknowledged",
+                            serde_json::from_str::<serde_json::Value>(&acked).expect("a cursor is JSON"),
+                        )
+                        .with_text(acked),
+                        StatusField::new("confirmed_flush_lsn", lsn_text(s.confirmed)),
+                        StatusField::new("restart_lsn", lsn_text(s.restart)),
+                        StatusField::new("wal_flush_lsn", wal),
+                        bytes("wal_retained_bytes", retained),
+                        bytes("lag_bytes", lag),
+                        StatusField::new("slot_active", active),
+                        StatusField::new("wal_status", wal_status),
+                        // JSON null when nothing bounds the slot's WAL.
+                        match safe {
+                            Some(b) => bytes("safe_wal_size", Some(b)),
+                            None => StatusField::new("safe_wal_size", serde_json::Value::Null)
+                                .with_text("unlimited (max_slot_wal_keep_size = -1)"),
+                        },
+                    ]
+                },
             })
         })
     }

@@ -272,14 +272,16 @@ impl crate::source::Source for SqliteSource {
         upgrade(&self.path)
     }
     fn status(&self) -> Result<crate::source::SourceStatus> {
+        use crate::source::StatusField;
         let st = status(&self.path)?;
         Ok(crate::source::SourceStatus {
             identity: st.identity,
             fields: vec![
-                ("acknowledged", st.acknowledged.to_string()),
-                ("high water", st.high_water.to_string()),
-                ("backlog", format!("{} changes", st.backlog)),
-                ("tables", st.tables.join(", ")),
+                StatusField::count("acknowledged", st.acknowledged),
+                StatusField::count("high water", st.high_water),
+                StatusField::count("backlog", st.backlog.into())
+                    .with_text(crate::log::count(st.backlog, "change", "changes")),
+                StatusField::new("tables", st.tables.clone()).with_text(st.tables.join(", ")),
             ],
         })
     }
