@@ -232,7 +232,7 @@ pub fn audit(
     let mut findings = Findings { out, format };
     let mut seen = 0u64;
     for (i, s) in src.schemas().into_iter().enumerate() {
-        if let Some(msg) = schema_difference(&*target, &s)? {
+        if let Some(msg) = schema_difference(&*target, &s, kind)? {
             findings.schema(&s.table, &msg)?;
             report.tables.push(TableAudit {
                 table: s.table.clone(),
@@ -260,9 +260,13 @@ pub fn audit(
 }
 
 /// How the target's table differs in shape from the source's, if it does.
-fn schema_difference(target: &dyn Target, s: &Schema) -> Result<Option<String>> {
+fn schema_difference(
+    target: &dyn Target,
+    s: &Schema,
+    kind: crate::source::SourceKind,
+) -> Result<Option<String>> {
     let want: Vec<String> = s.columns.iter().map(|c| c.name.clone()).collect();
-    let Some(have) = target.table_shape(s)? else {
+    let Some(have) = target.table_shape(s, kind)? else {
         return Ok(None);
     };
     if have.columns != want || have.key.as_ref().is_some_and(|k| *k != s.key) {

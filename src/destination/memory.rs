@@ -278,7 +278,7 @@ impl Target for MemoryTarget {
         self.committed.clone()
     }
 
-    fn table_shape(&self, schema: &Schema) -> Result<Option<StoredShape>> {
+    fn table_shape(&self, schema: &Schema, _kind: SourceKind) -> Result<Option<StoredShape>> {
         Ok(self.schemas.get(&schema.table).map(|s| StoredShape {
             columns: s.columns.iter().map(|c| c.name.clone()).collect(),
             key: Some(s.key.clone()),

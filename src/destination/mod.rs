@@ -98,7 +98,7 @@ pub trait Target {
         Ok(())
     }
     /// The shape of the table `schema` maps to; `None` when it is missing.
-    fn table_shape(&self, schema: &Schema) -> Result<Option<StoredShape>>;
+    fn table_shape(&self, schema: &Schema, kind: SourceKind) -> Result<Option<StoredShape>>;
     /// Call `f` with a puller of the rows of the table `schema` maps to, in
     /// key order (DESIGN §7); a missing table has no rows. `kind` says how
     /// the schema's declared types read.

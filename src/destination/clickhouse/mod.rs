@@ -352,7 +352,11 @@ impl super::Target for ClickHouse {
     fn committed(&self) -> ApplyStats {
         self.committed.clone()
     }
-    fn table_shape(&self, schema: &Schema) -> Result<Option<super::StoredShape>> {
+    fn table_shape(
+        &self,
+        schema: &Schema,
+        _kind: SourceKind,
+    ) -> Result<Option<super::StoredShape>> {
         Ok(self
             .table_columns(schema)?
             .map(|columns| super::StoredShape { columns, key: None }))

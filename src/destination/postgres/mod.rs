@@ -249,8 +249,7 @@ impl Target for PgTarget {
             .map_err(pg_err("cannot begin the audit transaction"))
     }
 
-    fn table_shape(&self, schema: &Schema) -> Result<Option<StoredShape>> {
-        let kind = SourceKind::of_table_name(&schema.table);
+    fn table_shape(&self, schema: &Schema, kind: SourceKind) -> Result<Option<StoredShape>> {
         let (ns, name) = target_name(&schema.table, kind, &self.schema);
         let c = self.reader()?;
         let found = self.rt.block_on(read_columns(&c, &ns, &name))?;
@@ -288,17 +287,5 @@ impl Target for PgTarget {
             crate::source::postgres::CopyRows::new(Box::pin(stream), classes, local.table.clone());
         let rt = &self.rt;
         f(&mut || rt.block_on(rows.next()))
-    }
-}
-
-impl SourceKind {
-    /// A stream's table name says which kind of source it came from only
-    /// loosely; for reading a target the audit passes the kind itself.
-    fn of_table_name(table: &str) -> SourceKind {
-        if table.contains('.') {
-            SourceKind::Postgres
-        } else {
-            SourceKind::Sqlite
-        }
     }
 }

@@ -254,7 +254,11 @@ impl super::Target for SqliteTarget {
     fn begin_audit(&mut self) -> Result<()> {
         self.begin_read()
     }
-    fn table_shape(&self, schema: &Schema) -> Result<Option<super::StoredShape>> {
+    fn table_shape(
+        &self,
+        schema: &Schema,
+        _kind: crate::source::SourceKind,
+    ) -> Result<Option<super::StoredShape>> {
         let Some(c) = &self.conn else { return Ok(None) };
         if !table_exists(c, &schema.table)? {
             return Ok(None);
