@@ -13,7 +13,7 @@
 use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
 use super::BatchSink;
 use crate::error::{Error, Result};
-use crate::wire::batch::{write_event_line, write_schema_line, Lean};
+use crate::wire::batch::{write_schema_line, Lean};
 use crate::wire::{BatchStreamReader, Commit, Header, Item, Schema};
 use std::collections::{BTreeSet, HashMap};
 use std::io::BufRead;
@@ -100,8 +100,7 @@ pub fn merge<R: BufRead>(
                             uncovered.insert(r.lean_table().to_string());
                         }
                         line.clear();
-                        line.extend_from_slice(r.canonical_line().expect("a lean event's line"));
-                        line.push(b'\n');
+                        r.push_event_line(&mut line, None);
                         spool.push(&line)?;
                         stats.events += 1;
                         continue;
@@ -144,13 +143,7 @@ pub fn merge<R: BufRead>(
                     }
                     line.clear();
                     // A canonical line is written through; others are encoded.
-                    match r.canonical_line() {
-                        Some(l) => {
-                            line.extend_from_slice(l);
-                            line.push(b'\n');
-                        }
-                        None => write_event_line(&mut line, &e),
-                    }
+                    r.push_event_line(&mut line, Some(&e));
                     spool.push(&line)?;
                     stats.events += 1;
                 }

@@ -15,9 +15,7 @@
 use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
 use super::BatchSink;
 use crate::error::{Error, Result};
-use crate::wire::batch::{
-    write_commit_line, write_event_line, write_header_line, write_schema_line, Lean,
-};
+use crate::wire::batch::{write_commit_line, write_header_line, write_schema_line, Lean};
 use crate::wire::{
     BatchStreamReader, Commit, Cursor, Header, Item, Schema, SchemaChange, Sequence,
 };
@@ -97,14 +95,7 @@ pub fn split<R: BufRead>(
             let h = header.as_ref().expect("validated stream");
             line.clear();
             line.extend_from_slice(&pending_lines);
-            match (input.canonical_line(), &built) {
-                (Some(l), _) => {
-                    line.extend_from_slice(l);
-                    line.push(b'\n');
-                }
-                (None, Some(e)) => write_event_line(&mut line, e),
-                (None, None) => unreachable!("a lean event has its canonical line"),
-            }
+            input.push_event_line(&mut line, built.as_ref());
             let len = line.len() as u64;
             if count > 0 {
                 let over_events = opts.max_events.is_some_and(|n| count + 1 > n);

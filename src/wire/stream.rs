@@ -165,6 +165,20 @@ impl<R: BufRead> BatchStreamReader<R> {
         self.canonical.then_some(&self.buf[..])
     }
 
+    /// Append the last event's line to `out`, newline included: its own
+    /// bytes when they are canonical, else `built` encoded. A lean event
+    /// (not built) always has a canonical line.
+    pub fn push_event_line(&self, out: &mut Vec<u8>, built: Option<&crate::wire::Event>) {
+        match (self.canonical_line(), built) {
+            (Some(l), _) => {
+                out.extend_from_slice(l);
+                out.push(b'\n');
+            }
+            (None, Some(e)) => super::batch::write_event_line(out, e),
+            (None, None) => unreachable!("a lean event has its canonical line"),
+        }
+    }
+
     /// The next validated item, or `None` at a clean end of input.
     pub fn next_item(&mut self) -> Result<Option<Item>> {
         Ok(self.next(false)?.map(|lean| match lean {
