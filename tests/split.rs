@@ -832,11 +832,23 @@ fn traced(tool: &str, args: &[&str], dir: &Path, code: i32) -> Vec<String> {
         "{tool} under strace: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    std::fs::read_to_string(&trace)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    // A call that another thread's event interrupted is written in two
+    // parts (`fsync(4 <unfinished ...>`, then `<... fsync resumed>) = 0`):
+    // joined again, in the place where it finished.
+    let mut open: std::collections::HashMap<String, String> = Default::default();
+    let mut calls = Vec::new();
+    for l in std::fs::read_to_string(&trace).unwrap().lines() {
+        let pid = l.split_whitespace().next().unwrap_or_default().to_string();
+        if let Some(start) = l.strip_suffix(" <unfinished ...>") {
+            open.insert(pid, start.to_string());
+        } else if let Some(at) = l.find(" resumed>") {
+            let start = open.remove(&pid).unwrap_or_default();
+            calls.push(format!("{start}{}", &l[at + " resumed>".len()..]));
+        } else {
+            calls.push(l.to_string());
+        }
+    }
+    calls
 }
 
 /// Whether, after the last rename into `folder`, the folder itself was

@@ -17,7 +17,9 @@ pub fn run(a: CompactArgs) -> anyhow::Result<ExitCode> {
     let (mut batches, mut events_in, mut events_out) = (0u64, 0u64, 0u64);
     let mut out = cli::stdout();
     for path in cli::input_paths(&a.files) {
-        let mut input = cli::open_batches(path, limits, "mooncdc-compact")?;
+        // Lines are scanned and checked on a thread of their own while
+        // this one writes.
+        let mut input = cli::open_batches(path, limits, "mooncdc-compact")?.read_ahead()?;
         let s = compact(
             &mut input,
             &extra,

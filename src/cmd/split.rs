@@ -17,7 +17,9 @@ pub fn run(a: SplitArgs) -> anyhow::Result<ExitCode> {
     let mut total = crate::ops::split::SplitStats::default();
     let mut out = cli::stdout();
     for path in cli::input_paths(&a.files) {
-        let mut input = cli::open_batches(path, limits, "mooncdc-split")?;
+        // Lines are scanned and checked on a thread of their own while
+        // this one writes.
+        let mut input = cli::open_batches(path, limits, "mooncdc-split")?.read_ahead_lean()?;
         match &a.output_dir {
             None => {
                 let mut sink = WriteSink {

@@ -25,7 +25,7 @@ pub struct MergeStats {
 }
 
 /// Merge every batch of every input into one batch for `sink`.
-pub fn merge<R: BufRead>(
+pub fn merge<R: BufRead + Send + 'static>(
     inputs: Vec<BatchStreamReader<R>>,
     sink: &mut dyn BatchSink,
 ) -> Result<MergeStats> {
@@ -61,7 +61,10 @@ pub fn merge<R: BufRead>(
     let mut end: Option<Commit> = None;
     let mut line = Vec::with_capacity(1024);
 
-    for (h, next, _, mut r) in opened {
+    for (h, next, _, r) in opened {
+        // Read ahead only the input being merged: one thread at a time, so
+        // memory does not grow with the number of inputs.
+        let mut r = r.read_ahead_lean()?;
         let name = r.name().to_string();
         if let Some(prev) = &end {
             let (p, s) = (&prev.end, &h.start);

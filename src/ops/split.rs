@@ -87,7 +87,7 @@ pub fn split<R: BufRead>(
     while let Some(lean) = input.next_lean()? {
         // An event on a canonical line is written through, never built.
         let (item, event) = match lean {
-            Lean::Event(seq) => (None, Some((seq, None))),
+            Lean::Event(m) => (None, Some((m.sequence, None))),
             Lean::Item(Item::Event(e)) => (None, Some((e.sequence, Some(e)))),
             Lean::Item(i) => (Some(i), None),
         };

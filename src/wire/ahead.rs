@@ -1,11 +1,16 @@
 //! Read-ahead: a reader's items decoded on a thread of their own, handed
 //! over in chunks through a bounded channel, so that decoding overlaps the
-//! consumer's work (a target's writes). Items, errors and their places are
-//! the same as without. At most four chunks are in memory at once: two in
-//! the channel, the one being filled and the one being consumed.
+//! consumer's work (a target's writes, a stream tool's output). Items,
+//! errors and their places are the same as without. At most four chunks are
+//! in memory at once: two in the channel, the one being filled and the one
+//! being consumed. A chunk may carry bytes beside its items (the lines a
+//! stream tool writes through); the consumer hands each emptied chunk back
+//! for reuse, so a long input does not fault in fresh memory chunk by chunk.
 
 use crate::error::{Error, Result};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 
 /// Items a chunk holds at most, and input bytes.
 const CHUNK_ITEMS: usize = 1024;
@@ -21,8 +26,24 @@ pub(super) struct Step<T> {
     pub flush: bool,
 }
 
+/// A chunk: its items with their lines (in reverse order once received, so
+/// that they are taken with `pop`), and the bytes they refer to.
+struct Chunk<T> {
+    items: Vec<(T, u64)>,
+    data: Vec<u8>,
+}
+
+impl<T> Chunk<T> {
+    fn with_capacity() -> Self {
+        Chunk {
+            items: Vec::with_capacity(256),
+            data: Vec::new(),
+        }
+    }
+}
+
 enum Msg<T> {
-    Items(Vec<(T, u64)>),
+    Items(Chunk<T>),
     End,
     Failed(Error),
 }
@@ -30,7 +51,11 @@ enum Msg<T> {
 pub(super) struct Ahead<T> {
     name: String,
     rx: Receiver<Msg<T>>,
-    chunk: std::vec::IntoIter<(T, u64)>,
+    /// Emptied chunks going back to the producer.
+    spare: SyncSender<Chunk<T>>,
+    /// Chunks sent and not yet taken by the consumer.
+    queued: Arc<AtomicUsize>,
+    chunk: Chunk<T>,
     /// The line of the last item handed out.
     pub line: u64,
     ended: bool,
@@ -40,49 +65,77 @@ pub(super) struct Ahead<T> {
 }
 
 impl<T: Send + 'static> Ahead<T> {
-    /// Run `next` on a thread of its own until it ends or fails.
+    /// Run `next` on a thread of its own until it ends or fails. `next` may
+    /// append bytes to the chunk's data (its argument) for its item to refer
+    /// to; [`Ahead::data`] gives them back beside the item.
     pub fn spawn(
         name: String,
-        mut next: impl FnMut() -> Result<Option<Step<T>>> + Send + 'static,
+        next: impl FnMut(&mut Vec<u8>) -> Result<Option<Step<T>>> + Send + 'static,
+    ) -> Result<Self> {
+        Self::spawn_with(name, next, |_, _, _| {})
+    }
+
+    /// [`Ahead::spawn`], with `ready` called on each full chunk before it is
+    /// handed over: its items, its data, and whether the consumer has
+    /// nothing else waiting (it is idle, or busy with its last chunk), so
+    /// that work the consumer could do itself is better left to it.
+    pub fn spawn_with(
+        name: String,
+        mut next: impl FnMut(&mut Vec<u8>) -> Result<Option<Step<T>>> + Send + 'static,
+        mut ready: impl FnMut(&mut [(T, u64)], &[u8], bool) + Send + 'static,
     ) -> Result<Self> {
         let (tx, rx) = sync_channel(2);
+        let (spare, spares) = sync_channel::<Chunk<T>>(2);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let sent = queued.clone();
         std::thread::Builder::new()
             .name("read-ahead".into())
             .spawn(move || {
-                let mut chunk = Vec::with_capacity(256);
+                let mut chunk = Chunk::with_capacity();
                 let mut bytes = 0;
-                loop {
-                    match next() {
+                // Hand a chunk over; false when the consumer is gone (it
+                // stopped or failed).
+                let mut send = |mut chunk: Chunk<T>| {
+                    let idle = sent.load(Ordering::Acquire) == 0;
+                    ready(&mut chunk.items, &chunk.data, idle);
+                    sent.fetch_add(1, Ordering::AcqRel);
+                    tx.send(Msg::Items(chunk)).is_ok()
+                };
+                let end = loop {
+                    match next(&mut chunk.data) {
                         Ok(Some(step)) => {
                             bytes += step.bytes;
-                            chunk.push((step.item, step.line));
-                            if step.flush || chunk.len() >= CHUNK_ITEMS || bytes >= CHUNK_BYTES {
+                            chunk.items.push((step.item, step.line));
+                            if step.flush
+                                || chunk.items.len() >= CHUNK_ITEMS
+                                || bytes >= CHUNK_BYTES
+                            {
                                 bytes = 0;
-                                let full = std::mem::replace(&mut chunk, Vec::with_capacity(256));
-                                // The consumer is gone (it stopped or failed).
-                                if tx.send(Msg::Items(full)).is_err() {
+                                let fresh =
+                                    spares.try_recv().unwrap_or_else(|_| Chunk::with_capacity());
+                                if !send(std::mem::replace(&mut chunk, fresh)) {
                                     return;
                                 }
                             }
                         }
-                        Ok(None) => {
-                            let _ = tx.send(Msg::Items(chunk));
-                            let _ = tx.send(Msg::End);
-                            return;
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Msg::Items(chunk));
-                            let _ = tx.send(Msg::Failed(e));
-                            return;
-                        }
+                        Ok(None) => break Msg::End,
+                        Err(e) => break Msg::Failed(e),
                     }
+                };
+                if send(chunk) {
+                    let _ = tx.send(end);
                 }
             })
             .map_err(|e| Error::io("cannot start the read-ahead thread", e))?;
         Ok(Ahead {
             name,
             rx,
-            chunk: Vec::new().into_iter(),
+            spare,
+            queued,
+            chunk: Chunk {
+                items: Vec::new(),
+                data: Vec::new(),
+            },
             line: 0,
             ended: false,
             failed: false,
@@ -93,10 +146,15 @@ impl<T: Send + 'static> Ahead<T> {
         &self.name
     }
 
+    /// The bytes the producer stored beside the current chunk's items.
+    pub fn data(&self) -> &[u8] {
+        &self.chunk.data
+    }
+
     /// The next item, `None` at the end, or the error that stopped the reader.
     pub fn next(&mut self) -> Result<Option<T>> {
         loop {
-            if let Some((item, line)) = self.chunk.next() {
+            if let Some((item, line)) = self.chunk.items.pop() {
                 self.line = line;
                 return Ok(Some(item));
             }
@@ -111,7 +169,14 @@ impl<T: Send + 'static> Ahead<T> {
                 return Ok(None);
             }
             match self.rx.recv() {
-                Ok(Msg::Items(v)) => self.chunk = v.into_iter(),
+                Ok(Msg::Items(mut c)) => {
+                    self.queued.fetch_sub(1, Ordering::AcqRel);
+                    c.items.reverse();
+                    let mut done = std::mem::replace(&mut self.chunk, c);
+                    done.data.clear();
+                    // A full return channel or a finished producer: dropped.
+                    let _ = self.spare.try_send(done);
+                }
                 Ok(Msg::End) => self.ended = true,
                 Ok(Msg::Failed(e)) => {
                     self.failed = true;

@@ -104,6 +104,13 @@ impl<R: BufRead> LineReader<R> {
     /// Read the next line into `buf` (without its `\n`). `Ok(false)` at the end.
     pub fn next_line(&mut self, buf: &mut Vec<u8>) -> Result<bool> {
         buf.clear();
+        self.append_line(buf)
+    }
+
+    /// Append the next line to `buf` (without its `\n`); `buf` keeps what
+    /// it held. `Ok(false)` at the end.
+    pub fn append_line(&mut self, buf: &mut Vec<u8>) -> Result<bool> {
+        let start = buf.len();
         if self.at_eof {
             return Ok(false);
         }
@@ -128,7 +135,7 @@ impl<R: BufRead> LineReader<R> {
                 None => (chunk.len(), false),
             };
             let content = if found { take - 1 } else { take };
-            if (buf.len() + content) as u64 > cap {
+            if (buf.len() - start + content) as u64 > cap {
                 self.line += 1;
                 return Err(Error::limit(format!(
                     "line is longer than the line limit of {cap} bytes (--max-line-bytes)"
@@ -153,7 +160,7 @@ impl<R: BufRead> LineReader<R> {
                 break;
             }
         }
-        if !terminated && buf.is_empty() {
+        if !terminated && buf.len() == start {
             return Ok(false);
         }
         self.line += 1;

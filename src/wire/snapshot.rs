@@ -332,7 +332,7 @@ impl<R: BufRead> SnapshotReader<R> {
         }
         let name = self.name().to_string();
         let mut inner = self;
-        let ahead = super::ahead::Ahead::spawn(name, move || {
+        let ahead = super::ahead::Ahead::spawn(name, move |_| {
             Ok(inner.next_item()?.map(|item| super::ahead::Step {
                 line: match &inner.src {
                     SnapSrc::Lines(l) => l.line_number(),

@@ -19,24 +19,100 @@ pub struct BatchStreamReader<R> {
     buf: Vec<u8>,
     /// Whether the last item was an event read from a canonical line.
     canonical: bool,
-    /// The byte range of the table name of the last lean event in `buf`.
+    /// Where that line is: `buf`, or when reading ahead this range of the
+    /// chunk's data.
+    line_at: Option<(usize, usize)>,
+    /// The byte range of the table name of the last lean event in its line.
     table: (usize, usize),
     /// Commits handed out, when reading ahead.
     batches: u64,
 }
 
+/// Which event lines the lean read-ahead thread leaves for the consumer to
+/// scan.
+#[derive(Clone, Copy)]
+enum Share {
+    /// Those of a chunk finished while the consumer has nothing waiting.
+    WhenBusy,
+    /// None (for tests: every line scanned on the reading thread).
+    #[cfg(test)]
+    Never,
+    /// All (for tests: every line scanned on the consumer's thread).
+    #[cfg(test)]
+    Always,
+}
+
+/// What the read-ahead thread hands over.
+enum AheadItem {
+    /// An item read and checked there ([`BatchStreamReader::read_ahead`]).
+    Item(Item),
+    /// A line ([`BatchStreamReader::read_ahead_lean`]): its range in the
+    /// chunk's data and, when that thread had the time, what it is (checked
+    /// against the stream's rules by the consumer, in order).
+    Line {
+        at: (usize, usize),
+        scanned: Option<Result<Classified>>,
+    },
+    /// The end of the input, after this many lines.
+    End(u64),
+}
+
+/// A line read as a record, before the stream's rules are checked: the
+/// item, and whether the line is canonical (written through as it is).
+type Classified = (Lean, bool);
+
+/// The fixed start of a canonical event line: such lines are the bulk of a
+/// stream, and may be scanned on whichever thread has the time.
+const EVENT_LINE_START: &[u8] = b"{\"kind\":\"event\",\"event\":{\"sequence\":";
+
+/// Read one line as a record: a canonical event line scanned (checked, not
+/// built, when `lean`), any other line decoded by the strict decoder.
+fn classify(line: &[u8], lean: bool) -> Result<Classified> {
+    if lean {
+        if let Some(m) = super::fast::event_meta(line) {
+            return Ok((Lean::Event(m), true));
+        }
+    }
+    if let Some(e) = super::fast::event_line(line) {
+        return Ok((Lean::Item(Item::Event(e)), true));
+    }
+    let item = parse_record(line).and_then(batch_item)?;
+    Ok((Lean::Item(item), false))
+}
+
+/// Check a classified line against the stream's rules, in stream order.
+fn check(validator: &mut Validator, item: &Lean, line: &[u8]) -> Result<()> {
+    match item {
+        Lean::Event(m) => {
+            // The scan checked the line's UTF-8 and the name has no escapes.
+            let table = std::str::from_utf8(&line[m.table.0..m.table.1])
+                .map_err(|_| Error::data("line is not valid UTF-8"))?;
+            validator.event_parts(m.sequence, table, m.before, m.after)
+        }
+        Lean::Item(Item::Header(h)) => validator.header(h),
+        Lean::Item(Item::Event(e)) => validator.event(e),
+        Lean::Item(Item::Schema(c)) => validator.schema_change(c),
+        Lean::Item(Item::Commit(c)) => validator.commit(c),
+    }
+}
+
 /// An item as [`BatchStreamReader::next_lean`] gives it.
 #[derive(Debug)]
 pub enum Lean {
-    /// An event on a canonical line, checked, not built: its sequence.
-    Event(crate::wire::Sequence),
+    /// An event on a canonical line, checked, not built: its sequence,
+    /// table and images' places in the line.
+    Event(super::fast::EventMeta),
     Item(Item),
 }
 
 enum Src<R> {
     Lines(LineReader<R>),
-    /// Lines read and decoded ahead on a thread of their own.
-    Ahead(super::ahead::Ahead<Item>),
+    /// Lines read and decoded ahead on a thread of their own; lean when
+    /// made by [`BatchStreamReader::read_ahead_lean`].
+    Ahead {
+        ahead: super::ahead::Ahead<AheadItem>,
+        lean: bool,
+    },
     Docs {
         name: String,
         docs: std::vec::IntoIter<RawBatchDoc>,
@@ -54,6 +130,7 @@ impl<R: BufRead> BatchStreamReader<R> {
             validator: Validator::new(),
             buf: Vec::new(),
             canonical: false,
+            line_at: None,
             table: (0, 0),
             batches: 0,
         }
@@ -81,6 +158,7 @@ impl<R: BufRead> BatchStreamReader<R> {
             validator: Validator::new(),
             buf: Vec::new(),
             canonical: false,
+            line_at: None,
             table: (0, 0),
             batches: 0,
         })
@@ -91,7 +169,7 @@ impl<R: BufRead> BatchStreamReader<R> {
         match &self.src {
             Src::Lines(l) => l.name(),
             Src::Docs { name, .. } => name,
-            Src::Ahead(a) => a.name(),
+            Src::Ahead { ahead, .. } => ahead.name(),
         }
     }
 
@@ -99,7 +177,7 @@ impl<R: BufRead> BatchStreamReader<R> {
     pub fn locate(&self, e: Error) -> Error {
         match &self.src {
             Src::Lines(l) => l.error(e),
-            Src::Ahead(a) => a.locate(e),
+            Src::Ahead { ahead, .. } => ahead.locate(e),
             Src::Docs {
                 name,
                 doc_no,
@@ -116,7 +194,7 @@ impl<R: BufRead> BatchStreamReader<R> {
     /// Batches fully read so far.
     pub fn batches(&self) -> u64 {
         match &self.src {
-            Src::Ahead(_) => self.batches,
+            Src::Ahead { lean: false, .. } => self.batches,
             _ => self.validator.batches(),
         }
     }
@@ -132,27 +210,140 @@ impl<R: BufRead> BatchStreamReader<R> {
     where
         R: Send + 'static,
     {
-        if !matches!(self.src, Src::Lines(_)) {
-            return Ok(self);
-        }
+        self.ahead(false, Share::WhenBusy)
+    }
+
+    /// [`BatchStreamReader::read_ahead`] for a tool that reads with
+    /// [`BatchStreamReader::next_lean`] and writes lines through: the
+    /// scanning and checking of lines overlaps the tool's writing, and each
+    /// canonical line comes across with its item.
+    pub fn read_ahead_lean(self) -> Result<Self>
+    where
+        R: Send + 'static,
+    {
+        self.ahead(true, Share::WhenBusy)
+    }
+
+    fn ahead(self, lean: bool, share: Share) -> Result<Self>
+    where
+        R: Send + 'static,
+    {
         let name = self.name().to_string();
-        let mut inner = self;
-        let ahead = super::ahead::Ahead::spawn(name, move || {
-            Ok(inner.next_item()?.map(|item| super::ahead::Step {
-                line: match &inner.src {
-                    Src::Lines(l) => l.line_number(),
-                    _ => 0,
-                },
-                bytes: inner.buf.len() + 1,
-                flush: matches!(item, Item::Commit(_)),
-                item,
-            }))
-        })?;
+        if !lean {
+            if !matches!(self.src, Src::Lines(_)) {
+                return Ok(self);
+            }
+            // Read and checked there: only built items come across.
+            let mut inner = self;
+            let ahead = super::ahead::Ahead::spawn(name, move |_| {
+                let Some(Lean::Item(item)) = inner.next(false)? else {
+                    return Ok(None);
+                };
+                Ok(Some(super::ahead::Step {
+                    line: match &inner.src {
+                        Src::Lines(l) => l.line_number(),
+                        _ => 0,
+                    },
+                    bytes: inner.buf.len() + 1,
+                    flush: matches!(item, Item::Commit(_)),
+                    item: AheadItem::Item(item),
+                }))
+            })?;
+            return Ok(BatchStreamReader {
+                src: Src::Ahead { ahead, lean },
+                validator: Validator::new(),
+                buf: Vec::new(),
+                canonical: false,
+                line_at: None,
+                table: (0, 0),
+                batches: 0,
+            });
+        }
+        // Lean: that thread reads lines and, when this one is busy, scans
+        // them; this one checks the rules in order (so it keeps what was
+        // read here already, a merge's first header say) and writes.
+        let BatchStreamReader { src, validator, .. } = self;
+        let mut lines = match src {
+            Src::Lines(l) => l,
+            other => {
+                return Ok(BatchStreamReader {
+                    src: other,
+                    validator,
+                    buf: Vec::new(),
+                    canonical: false,
+                    line_at: None,
+                    table: (0, 0),
+                    batches: 0,
+                })
+            }
+        };
+        let mut ended = false;
+        let ahead = super::ahead::Ahead::spawn_with(
+            name,
+            move |data| {
+                let start = data.len();
+                if !lines.append_line(data)? {
+                    if std::mem::replace(&mut ended, true) {
+                        return Ok(None);
+                    }
+                    let n = lines.line_number();
+                    return Ok(Some(super::ahead::Step {
+                        item: AheadItem::End(n),
+                        line: n,
+                        bytes: 0,
+                        flush: true,
+                    }));
+                }
+                let line = &data[start..];
+                // Any other line is read here at once, so that a commit is
+                // handed over without waiting for more input.
+                let (scanned, flush) = if line.starts_with(EVENT_LINE_START) {
+                    (None, false)
+                } else {
+                    let r = classify(line, true);
+                    let commit = matches!(r, Ok((Lean::Item(Item::Commit(_)), _)));
+                    (Some(r), commit)
+                };
+                Ok(Some(super::ahead::Step {
+                    item: AheadItem::Line {
+                        at: (start, data.len()),
+                        scanned,
+                    },
+                    line: lines.line_number(),
+                    bytes: data.len() - start + 1,
+                    flush,
+                }))
+            },
+            move |items, data, idle| {
+                // An idle consumer scans the chunk itself, so both threads
+                // scan while there is input.
+                let leave = match share {
+                    Share::WhenBusy => idle,
+                    #[cfg(test)]
+                    Share::Never => false,
+                    #[cfg(test)]
+                    Share::Always => true,
+                };
+                if leave {
+                    return;
+                }
+                for (item, _) in items {
+                    if let AheadItem::Line {
+                        at,
+                        scanned: s @ None,
+                    } = item
+                    {
+                        *s = Some(classify(&data[at.0..at.1], true));
+                    }
+                }
+            },
+        )?;
         Ok(BatchStreamReader {
-            src: Src::Ahead(ahead),
-            validator: Validator::new(),
+            src: Src::Ahead { ahead, lean },
+            validator,
             buf: Vec::new(),
             canonical: false,
+            line_at: None,
             table: (0, 0),
             batches: 0,
         })
@@ -162,7 +353,13 @@ impl<R: BufRead> BatchStreamReader<R> {
     /// already canonical (what `write_event_line` would write, without the
     /// newline): a writer can copy it instead of encoding the event again.
     pub fn canonical_line(&self) -> Option<&[u8]> {
-        self.canonical.then_some(&self.buf[..])
+        if !self.canonical {
+            return None;
+        }
+        match (&self.src, self.line_at) {
+            (Src::Ahead { ahead, .. }, Some((a, b))) => Some(&ahead.data()[a..b]),
+            _ => Some(&self.buf[..]),
+        }
     }
 
     /// Append the last event's line to `out`, newline included: its own
@@ -199,19 +396,49 @@ impl<R: BufRead> BatchStreamReader<R> {
     /// The table of the event [`BatchStreamReader::next_lean`] returned last
     /// as [`Lean::Event`].
     pub fn lean_table(&self) -> &str {
-        std::str::from_utf8(&self.buf[self.table.0..self.table.1]).unwrap_or_default()
+        let line = self.canonical_line().unwrap_or_default();
+        line.get(self.table.0..self.table.1)
+            .and_then(|t| std::str::from_utf8(t).ok())
+            .unwrap_or_default()
     }
 
     fn next(&mut self, lean: bool) -> Result<Option<Lean>> {
         self.canonical = false;
         match &mut self.src {
-            Src::Ahead(a) => {
-                let item = a.next()?;
-                if matches!(item, Some(Item::Commit(_))) {
-                    self.batches += 1;
+            Src::Ahead { ahead, .. } => match ahead.next()? {
+                None => Ok(None),
+                Some(AheadItem::Item(item)) => {
+                    if matches!(item, Item::Commit(_)) {
+                        self.batches += 1;
+                    }
+                    Ok(Some(Lean::Item(item)))
                 }
-                Ok(item.map(Lean::Item))
-            }
+                Some(AheadItem::End(n)) => self
+                    .validator
+                    .finish()
+                    .map(|_| None)
+                    .map_err(|e| e.in_file(ahead.name()).at_line(n + 1)),
+                Some(AheadItem::Line { at, scanned }) => {
+                    let line = &ahead.data()[at.0..at.1];
+                    let (mut item, canonical) = scanned
+                        .unwrap_or_else(|| classify(line, true))
+                        .map_err(|e| ahead.locate(e))?;
+                    check(&mut self.validator, &item, line).map_err(|e| ahead.locate(e))?;
+                    if let Lean::Event(m) = &item {
+                        self.table = m.table;
+                        if !lean {
+                            // Asked for built items: build it.
+                            let e = super::fast::event_line(line).ok_or_else(|| {
+                                ahead.locate(Error::data("a canonical event line did not build"))
+                            })?;
+                            item = Lean::Item(Item::Event(e));
+                        }
+                    }
+                    self.canonical = canonical;
+                    self.line_at = Some(at);
+                    Ok(Some(item))
+                }
+            },
             Src::Lines(lines) => {
                 if !lines.next_line(&mut self.buf)? {
                     // Name the line where the missing record should have been.
@@ -222,36 +449,13 @@ impl<R: BufRead> BatchStreamReader<R> {
                         .map(|_| None)
                         .map_err(|e| e.in_file(lines.name()).at_line(at));
                 }
-                if lean {
-                    if let Some(m) = super::fast::event_meta(&self.buf) {
-                        let table = std::str::from_utf8(&self.buf[m.table.0..m.table.1])
-                            .map_err(|_| lines.error(Error::data("line is not valid UTF-8")))?;
-                        self.validator
-                            .event_parts(m.sequence, table, m.before, m.after)
-                            .map_err(|err| lines.error(err))?;
-                        self.canonical = true;
-                        self.table = m.table;
-                        return Ok(Some(Lean::Event(m.sequence)));
-                    }
+                let (item, canonical) = classify(&self.buf, lean).map_err(|e| lines.error(e))?;
+                check(&mut self.validator, &item, &self.buf).map_err(|e| lines.error(e))?;
+                if let Lean::Event(m) = &item {
+                    self.table = m.table;
                 }
-                if let Some(e) = super::fast::event_line(&self.buf) {
-                    self.validator.event(&e).map_err(|err| lines.error(err))?;
-                    self.canonical = true;
-                    return Ok(Some(Lean::Item(Item::Event(e))));
-                }
-                let item = parse_record(&self.buf)
-                    .and_then(batch_item)
-                    .and_then(|item| {
-                        match &item {
-                            Item::Header(h) => self.validator.header(h)?,
-                            Item::Event(e) => self.validator.event(e)?,
-                            Item::Schema(c) => self.validator.schema_change(c)?,
-                            Item::Commit(c) => self.validator.commit(c)?,
-                        }
-                        Ok(item)
-                    })
-                    .map_err(|e| lines.error(e))?;
-                Ok(Some(Lean::Item(item)))
+                self.canonical = canonical;
+                Ok(Some(item))
             }
             Src::Docs {
                 name,
@@ -329,4 +533,86 @@ pub fn read_document<R: std::io::Read>(inner: R, name: &str, limits: Limits) -> 
         .in_file(name));
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Read = (Vec<String>, Option<String>, u64);
+
+    fn read(mut r: BatchStreamReader<std::io::Cursor<Vec<u8>>>) -> Read {
+        let mut items = Vec::new();
+        loop {
+            match r.next_lean() {
+                Ok(Some(l)) => {
+                    let table = match &l {
+                        Lean::Event(_) => r.lean_table().to_string(),
+                        _ => String::new(),
+                    };
+                    let line = r
+                        .canonical_line()
+                        .map(|l| String::from_utf8_lossy(l).into_owned());
+                    items.push(format!("{l:?} {table:?} {line:?}"));
+                }
+                Ok(None) => return (items, None, r.batches()),
+                Err(e) => return (items, Some(e.to_string()), r.batches()),
+            }
+        }
+    }
+
+    fn open(text: &str, limits: Limits) -> BatchStreamReader<std::io::Cursor<Vec<u8>>> {
+        BatchStreamReader::jsonl(std::io::Cursor::new(text.as_bytes().to_vec()), "s", limits)
+    }
+
+    /// Lean reading ahead gives the same items, lines, tables and errors
+    /// (at the same lines) as reading in place, whichever thread scans.
+    #[test]
+    fn lean_read_ahead_reads_the_same_whoever_scans() {
+        let header = r#"{"kind":"header","format":"mooncdc.jsonl.v1","start":{"source":"s","sequence":"0"},"high_water":"9000"}"#;
+        let ev = |n: u32, t: &str| {
+            format!(
+                r#"{{"kind":"event","event":{{"sequence":"{n}","table":"{t}","operation":"insert","after":[["integer","{n}"],["text","x\ny"]]}}}}"#
+            )
+        };
+        let commit = |n: u32| {
+            format!(r#"{{"kind":"commit","end":{{"source":"s","sequence":"{n}"}},"count":"{n}"}}"#)
+        };
+        let mut good = vec![header.to_string()];
+        good.extend((1..=2500).map(|n| ev(n, if n % 3 == 0 { "a\\u0001" } else { "t" })));
+        good.push(commit(2500));
+        let good = good.join("\n") + "\n";
+        let mut cases = vec![good.clone(), good.trim_end().to_string()];
+        // An event line broken, out of order, a spelling the fast path
+        // declines, a bad commit, a missing commit, a line too long.
+        for (at, with) in [
+            (1500, r#"{"kind":"event","event":{"sequence":"1501","table":"t","operation":"insert","after":[["integer","01"]]}}"#.to_string()),
+            (1200, ev(7, "t")),
+            (900, r#"{"kind":"event","event":{"sequence":"901", "table":"t","operation":"insert","after":[["integer","1"],["null"]]}}"#.to_string()),
+            (2501, commit(2499)),
+            (2501, String::new()),
+            (10, ev(11, &"x".repeat(5000))),
+        ] {
+            let mut lines: Vec<String> = good.lines().map(str::to_string).collect();
+            lines[at] = with;
+            cases.push(lines.join("\n") + "\n");
+        }
+        let limits = Limits::new(Some(4096), None).expect("limits");
+        for (i, text) in cases.iter().enumerate() {
+            let here = read(open(text, limits));
+            for share in [Share::WhenBusy, Share::Never, Share::Always] {
+                let ahead = read(open(text, limits).ahead(true, share).expect("spawn"));
+                assert_eq!(here.0.len(), ahead.0.len(), "case {i}");
+                assert!(here.0 == ahead.0, "case {i}: items differ");
+                assert_eq!(here.1, ahead.1, "case {i}");
+                assert_eq!(here.2, ahead.2, "case {i}");
+            }
+            if i == 0 {
+                assert_eq!(here.1, None);
+                assert_eq!(here.2, 1);
+            } else if i > 1 {
+                assert!(here.1.is_some(), "case {i} is refused");
+            }
+        }
+    }
 }
