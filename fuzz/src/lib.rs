@@ -79,6 +79,17 @@ fn read_lean(data: &[u8]) -> Result<Vec<u8>, String> {
     }
 }
 
+/// Compact a JSONL batch stream as `mooncdc-compact` does (lean events).
+fn compact_stream(data: &[u8]) -> Result<Vec<u8>, String> {
+    let mut r = BatchStreamReader::jsonl(Cursor::new(data), "fuzz", Limits::default());
+    let mut sink = mooncdc::ops::WriteSink {
+        out: Vec::new(),
+        format: mooncdc::ops::OutputFormat::Jsonl,
+    };
+    mooncdc::ops::compact::compact(&mut r, &[], &mut sink).map_err(|e| e.to_string())?;
+    Ok(sink.out)
+}
+
 fn encode_batch_stream(items: &[Item]) -> Vec<u8> {
     let mut out = Vec::new();
     for item in items {
@@ -130,16 +141,47 @@ pub fn batch_jsonl(data: &[u8]) {
         }
         if let Some(m) = mooncdc::wire::fast::event_meta(line) {
             let e = strict.expect("checking-only path accepted what the strict decoder refuses");
+            // The images' places hold their canonical encodings.
+            let image = |at: Option<(usize, usize)>| at.map(|(a, b)| line[a..b].to_vec());
+            let (before, after) = (image(m.before_at), image(m.after_at));
+            let encoded = |r: &Option<Vec<Value>>| {
+                r.as_ref().map(|r| {
+                    let mut v = Vec::new();
+                    write_row(&mut v, r);
+                    v
+                })
+            };
             assert_eq!(
                 (
                     e.sequence,
+                    e.operation,
                     e.table.as_bytes(),
-                    e.before.map(|r| r.len()),
-                    e.after.map(|r| r.len())
+                    e.before.as_ref().map(|r| r.len()),
+                    e.after.as_ref().map(|r| r.len()),
+                    encoded(&e.before),
+                    encoded(&e.after),
                 ),
-                (m.sequence, &line[m.table.0..m.table.1], m.before, m.after),
+                (
+                    m.sequence,
+                    m.operation,
+                    &line[m.table.0..m.table.1],
+                    m.before,
+                    m.after,
+                    before,
+                    after,
+                ),
                 "checking-only path and strict decoder differ"
             );
+        }
+    }
+
+    // Compaction of an accepted stream never panics; what it writes is
+    // accepted, and compacting that again changes nothing.
+    if stream.is_ok() {
+        if let Ok(once) = compact_stream(data) {
+            let twice = compact_stream(&once)
+                .unwrap_or_else(|e| panic!("compacted output is refused: {e}"));
+            assert_eq!(twice, once, "compaction is not idempotent");
         }
     }
     let lean = read_lean(data);

@@ -19,7 +19,7 @@ pub fn run(a: CompactArgs) -> anyhow::Result<ExitCode> {
     for path in cli::input_paths(&a.files) {
         // Lines are scanned and checked on a thread of their own while
         // this one writes.
-        let mut input = cli::open_batches(path, limits, "mooncdc-compact")?.read_ahead()?;
+        let mut input = cli::open_batches(path, limits, "mooncdc-compact")?.read_ahead_lean()?;
         let s = compact(
             &mut input,
             &extra,

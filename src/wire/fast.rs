@@ -25,11 +25,20 @@ use super::value::{parse_integer, parse_real_pair, real_to_pair, Value};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventMeta {
     pub sequence: Sequence,
-    /// The table name's byte range in the line (a name without escapes).
+    pub operation: Operation,
+    /// The table name's byte range in the line (a name without escapes;
+    /// empty for a name with escapes, which only [`event_spans`] accepts).
     pub table: (usize, usize),
+    /// The table name's JSON string in the line, quotes included: in the
+    /// canonical spelling, equal names are equal strings.
+    pub table_json: (usize, usize),
     /// Values in the before and after images.
     pub before: Option<usize>,
     pub after: Option<usize>,
+    /// The images' byte ranges in the line (their JSON arrays): in the
+    /// canonical spelling, equal images are equal bytes.
+    pub before_at: Option<(usize, usize)>,
+    pub after_at: Option<(usize, usize)>,
 }
 
 struct Scan<'a> {
@@ -259,23 +268,25 @@ type Scanned = (
     Option<String>,
 );
 
-/// The common part of [`event_line`] and [`event_meta`]. A table name with
-/// escapes is returned decoded when building, and declined otherwise.
-fn scan_event(line: &[u8], build: bool) -> Option<Scanned> {
+/// The common part of [`event_line`], [`event_meta`] and [`event_spans`]. A
+/// table name with escapes is returned decoded when building, declined
+/// otherwise unless `escaped` (then only its JSON string's place is known).
+fn scan_event(line: &[u8], build: bool, escaped: bool) -> Option<Scanned> {
     let s = simdutf8::basic::from_utf8(line).ok()?;
     let mut sc = Scan { s, i: 0 };
     sc.lit("{\"kind\":\"event\",\"event\":{\"sequence\":")?;
     let sequence = parse_sequence(sc.plain_str()?).ok()?;
     sc.lit(",\"table\":")?;
     let t0 = sc.i;
-    let (table, escaped) = match sc.plain_str() {
+    let (table, name) = match sc.plain_str() {
         Some(t) => ((t0 + 1, t0 + 1 + t.len()), None),
-        None if build => {
+        None if build || escaped => {
             sc.i = t0;
-            ((0, 0), sc.text(true)?)
+            ((t0, t0), sc.text(build)?)
         }
         None => return None,
     };
+    let table_json = (t0, sc.i);
     sc.lit(",\"operation\":")?;
     let operation = match sc.plain_str()? {
         "insert" => Operation::Insert,
@@ -283,16 +294,16 @@ fn scan_event(line: &[u8], build: bool) -> Option<Scanned> {
         "delete" => Operation::Delete,
         _ => return None,
     };
-    let before = if sc.lit(",\"before\":").is_some() {
-        Some(sc.row(build)?)
-    } else {
-        None
+    let image = |sc: &mut Scan, name: &str| {
+        if sc.lit(name).is_none() {
+            return Some(None);
+        }
+        let start = sc.i;
+        let (n, row) = sc.row(build)?;
+        Some(Some((n, row, (start, sc.i))))
     };
-    let after = if sc.lit(",\"after\":").is_some() {
-        Some(sc.row(build)?)
-    } else {
-        None
-    };
+    let before = image(&mut sc, ",\"before\":")?;
+    let after = image(&mut sc, ",\"after\":")?;
     sc.lit("}}")?;
     let images_fit = match operation {
         Operation::Insert => before.is_none() && after.is_some(),
@@ -304,23 +315,27 @@ fn scan_event(line: &[u8], build: bool) -> Option<Scanned> {
     }
     let meta = EventMeta {
         sequence,
+        operation,
         table,
+        table_json,
         before: before.as_ref().map(|r| r.0),
         after: after.as_ref().map(|r| r.0),
+        before_at: before.as_ref().map(|r| r.2),
+        after_at: after.as_ref().map(|r| r.2),
     };
     Some((
         meta,
         operation,
         before.and_then(|r| r.1),
         after.and_then(|r| r.1),
-        escaped,
+        name,
     ))
 }
 
 /// A canonical `{"kind":"event",…}` line (without its newline) as its event.
 pub fn event_line(line: &[u8]) -> Option<Event> {
-    let (meta, operation, before, after, escaped) = scan_event(line, true)?;
-    let table = match escaped {
+    let (meta, operation, before, after, name) = scan_event(line, true, false)?;
+    let table = match name {
         Some(t) => t,
         None => std::str::from_utf8(&line[meta.table.0..meta.table.1])
             .ok()?
@@ -339,7 +354,65 @@ pub fn event_line(line: &[u8]) -> Option<Event> {
 /// checked as [`event_line`] checks it, none built (a table name with
 /// escapes: `None`).
 pub fn event_meta(line: &[u8]) -> Option<EventMeta> {
-    scan_event(line, false).map(|(m, ..)| m)
+    scan_event(line, false, false).map(|(m, ..)| m)
+}
+
+/// [`event_meta`] for a line known canonical, a table name with escapes
+/// included (its `table` range is then empty; `table_json` holds it).
+pub fn event_spans(line: &[u8]) -> Option<EventMeta> {
+    scan_event(line, false, true).map(|(m, ..)| m)
+}
+
+/// The byte ranges of the values of a canonical row (an image's JSON array,
+/// as [`EventMeta::before_at`] gives it) into `out`, emptied first; `None`
+/// if the row is not in that spelling. In the canonical spelling equal
+/// values are equal bytes, so values are compared as bytes.
+pub fn value_spans(row: &[u8], out: &mut Vec<(usize, usize)>) -> Option<()> {
+    out.clear();
+    let at = |i: usize| row.get(i).copied();
+    if at(0)? != b'[' {
+        return None;
+    }
+    let mut i = 1;
+    if at(i)? == b']' {
+        return (i + 1 == row.len()).then_some(());
+    }
+    loop {
+        // A value: `[` then strings separated by commas, then `]`.
+        let start = i;
+        if at(i)? != b'[' {
+            return None;
+        }
+        i += 1;
+        loop {
+            if at(i)? != b'"' {
+                return None;
+            }
+            i += 1;
+            loop {
+                i += memchr::memchr2(b'"', b'\\', row.get(i..)?)?;
+                if row[i] == b'"' {
+                    i += 1;
+                    break;
+                }
+                i += 2;
+            }
+            match at(i)? {
+                b',' => i += 1,
+                b']' => {
+                    i += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+        out.push((start, i));
+        match at(i)? {
+            b',' => i += 1,
+            b']' => return (i + 1 == row.len()).then_some(()),
+            _ => return None,
+        }
+    }
 }
 
 /// A canonical `{"kind":"row",…}` snapshot line (without its newline) as its
