@@ -139,6 +139,16 @@ fn write_atomically_unsynced(
     path: &Path,
     write: impl FnOnce(&mut dyn Write) -> Result<()>,
 ) -> Result<()> {
+    let tmp = write_temporary(path, write)?;
+    sync_into_place(tmp, path)
+}
+
+/// A temporary file beside `path`, written by `write` and not yet synced
+/// (deleted if dropped).
+fn write_temporary(
+    path: &Path,
+    write: impl FnOnce(&mut dyn Write) -> Result<()>,
+) -> Result<tempfile::NamedTempFile> {
     let dir = folder_of(path);
     let name = path.display().to_string();
     // Created 0666 less the umask, as any other new file would be.
@@ -150,9 +160,14 @@ fn write_atomically_unsynced(
         .map_err(|e| Error::io("cannot create a temporary file", e).in_file(&name))?;
     let mut w = std::io::BufWriter::with_capacity(1 << 16, tmp);
     write(&mut w)?;
-    let tmp = w
-        .into_inner()
-        .map_err(|e| Error::io("cannot write", e.into_error()).in_file(&name))?;
+    w.into_inner()
+        .map_err(|e| Error::io("cannot write", e.into_error()).in_file(&name))
+}
+
+/// Sync a written temporary file and rename it to `path`: after a crash the
+/// file is there whole or not at all.
+fn sync_into_place(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
+    let name = path.display().to_string();
     tmp.as_file()
         .sync_all()
         .map_err(|e| Error::io("cannot sync", e).in_file(&name))?;
@@ -270,6 +285,47 @@ pub struct DirSink<'a, W: Write> {
     prefix: String,
     format: OutputFormat,
     paths: &'a mut W,
+    syncer: Syncer,
+}
+
+/// Pieces written, synced and renamed into place on a thread of their own,
+/// in order, so that one piece's sync overlaps the writing of the next. At
+/// most two wait. After a failure no later piece is renamed into place (its
+/// temporary file is deleted): the pieces in place are always the first
+/// ones, with no gap.
+struct Syncer {
+    tx: Option<std::sync::mpsc::SyncSender<(tempfile::NamedTempFile, PathBuf)>>,
+    /// Each piece in place, in order, or the failure that stopped them.
+    done: std::sync::mpsc::Receiver<Result<PathBuf>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Syncer {
+    fn start() -> Result<Syncer> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(tempfile::NamedTempFile, PathBuf)>(2);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("sync".into())
+            .spawn(move || {
+                let mut failed = false;
+                for (tmp, path) in rx {
+                    if failed {
+                        continue;
+                    }
+                    let r = sync_into_place(tmp, &path).map(|_| path);
+                    failed = r.is_err();
+                    if done_tx.send(r).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| Error::io("cannot start the sync thread", e))?;
+        Ok(Syncer {
+            tx: Some(tx),
+            done,
+            thread: Some(thread),
+        })
+    }
 }
 
 impl<'a, W: Write> DirSink<'a, W> {
@@ -288,19 +344,44 @@ impl<'a, W: Write> DirSink<'a, W> {
             prefix: prefix.to_string(),
             format,
             paths,
+            syncer: Syncer::start()?,
         })
     }
 
-    /// Make the pieces' names durable: the folder synced once, after the
-    /// last piece (each piece's data was synced before its rename), and the
-    /// parent of each folder `new` made. Called also when the split failed,
-    /// for the pieces written before the failure.
-    pub fn finish(&self) -> Result<()> {
+    /// Name the pieces now in place, in order (a piece's path is printed
+    /// only once it is there); the failure that stopped them, if any.
+    fn report(&mut self, wait: bool) -> Result<()> {
+        loop {
+            let next = if wait {
+                self.syncer.done.recv().ok()
+            } else {
+                self.syncer.done.try_recv().ok()
+            };
+            let Some(r) = next else {
+                return Ok(());
+            };
+            let path = r?;
+            writeln!(self.paths, "{}", path.display())
+                .map_err(|e| Error::io("cannot write output", e))?;
+        }
+    }
+
+    /// Wait for the pieces handed over to be in place, then make their
+    /// names durable: the folder synced once, after the last piece (each
+    /// piece's data was synced before its rename), and the parent of each
+    /// folder `new` made. Called also when the split failed, for the pieces
+    /// written before the failure.
+    pub fn finish(&mut self) -> Result<()> {
+        drop(self.syncer.tx.take());
+        if let Some(t) = self.syncer.thread.take() {
+            let _ = t.join();
+        }
+        let placed = self.report(true);
         sync_folder(&self.dir)?;
         for d in &self.made {
             sync_folder(folder_of(d))?;
         }
-        Ok(())
+        placed
     }
 }
 
@@ -323,11 +404,23 @@ impl<W: Write> crate::ops::BatchSink for DirSink<'_, W> {
             commit.end.sequence()
         ));
         let format = self.format;
-        write_atomically_unsynced(&path, |w| {
+        let tmp = write_temporary(&path, |w| {
             crate::ops::write_batch(w, format, header, events, commit)
                 .map_err(|e| Error::io("cannot write", e).in_file(&path.display().to_string()))
         })?;
-        writeln!(self.paths, "{}", path.display()).map_err(|e| Error::io("cannot write output", e))
+        let sent = match &self.syncer.tx {
+            Some(tx) => tx.send((tmp, path)).is_ok(),
+            None => false,
+        };
+        if !sent {
+            // The sync thread stopped: its failure, if it said one.
+            self.report(true)?;
+            return Err(Error::io(
+                "cannot sync",
+                std::io::Error::other("the sync thread stopped"),
+            ));
+        }
+        self.report(false)
     }
 
     fn takes_schema_records(&self) -> bool {
