@@ -165,19 +165,32 @@ fn compact_never_folds_across_a_schema_record() {
 
 #[test]
 fn json_output_of_a_batch_with_schema_records_is_refused() {
-    let input = changing();
-    for (tool, extra) in [
-        (MERGE, vec!["--output-format", "json"]),
-        (SPLIT, vec!["--output-format", "json", "--max-events", "2"]),
-        (COMPACT, vec!["--output-format", "json"]),
-    ] {
-        let r = run(tool, &extra, Some(&input.jsonl()));
-        r.expect_code(1).stdout_empty();
-        assert!(
-            r.stderr.contains("mooncdc.batch.v1 cannot hold")
-                && r.stderr.contains("--output-format jsonl"),
-            "{tool}: {}",
-            r.stderr
-        );
+    // A schema record deep in the batch, and one right after the header
+    // (merge reads that one before it starts reading ahead).
+    let first = Spec::new(0, 1).schemas(vec![s_kv()]).events(vec![
+        schema_rec(s_kx(), &[("v", "x")]),
+        ins(1, "t", row(1, "a")),
+    ]);
+    for input in [changing(), first] {
+        let text = input.jsonl();
+        let at = 1 + text
+            .lines()
+            .position(|l| l.contains(r#""kind":"schema""#))
+            .expect("a schema record");
+        for (tool, extra) in [
+            (MERGE, vec!["--output-format", "json"]),
+            (SPLIT, vec!["--output-format", "json", "--max-events", "2"]),
+            (COMPACT, vec!["--output-format", "json"]),
+        ] {
+            let r = run(tool, &extra, Some(&text));
+            r.expect_code(1).stdout_empty();
+            assert!(
+                r.stderr.contains("mooncdc.batch.v1 cannot hold")
+                    && r.stderr.contains("--output-format jsonl")
+                    && r.stderr.contains(&format!("<stdin>:{at}:")),
+                "{tool}, the record on line {at}: {}",
+                r.stderr
+            );
+        }
     }
 }

@@ -234,8 +234,12 @@ impl<R: BufRead> BatchStreamReader<R> {
                 return Ok(self);
             }
             // Read and checked there: only built items come across.
+            let at = match &self.src {
+                Src::Lines(l) => l.line_number(),
+                _ => 0,
+            };
             let mut inner = self;
-            let ahead = super::ahead::Ahead::spawn(name, move |_| {
+            let mut ahead = super::ahead::Ahead::spawn(name, move |_| {
                 let Some(Lean::Item(item)) = inner.next(false)? else {
                     return Ok(None);
                 };
@@ -249,6 +253,7 @@ impl<R: BufRead> BatchStreamReader<R> {
                     item: AheadItem::Item(item),
                 }))
             })?;
+            ahead.line = at;
             return Ok(BatchStreamReader {
                 src: Src::Ahead { ahead, lean },
                 validator: Validator::new(),
@@ -278,7 +283,9 @@ impl<R: BufRead> BatchStreamReader<R> {
             }
         };
         let mut ended = false;
-        let ahead = super::ahead::Ahead::spawn_with(
+        // Errors before the first item read ahead are at the line read last.
+        let at = lines.line_number();
+        let mut ahead = super::ahead::Ahead::spawn_with(
             name,
             move |data| {
                 let start = data.len();
@@ -338,6 +345,7 @@ impl<R: BufRead> BatchStreamReader<R> {
                 }
             },
         )?;
+        ahead.line = at;
         Ok(BatchStreamReader {
             src: Src::Ahead { ahead, lean },
             validator,
