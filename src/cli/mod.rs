@@ -373,10 +373,17 @@ impl<'a, W: Write> DirSink<'a, W> {
     /// written before the failure.
     pub fn finish(&mut self) -> Result<()> {
         drop(self.syncer.tx.take());
-        if let Some(t) = self.syncer.thread.take() {
-            let _ = t.join();
+        let stopped = match self.syncer.thread.take() {
+            Some(t) => t.join().is_err(),
+            None => false,
+        };
+        let mut placed = self.report(true);
+        if stopped && placed.is_ok() {
+            placed = Err(Error::io(
+                "cannot sync",
+                std::io::Error::other("the sync thread stopped"),
+            ));
         }
-        let placed = self.report(true);
         sync_folder(&self.dir)?;
         for d in &self.made {
             sync_folder(folder_of(d))?;

@@ -17,8 +17,8 @@ pub fn run(a: CompactArgs) -> anyhow::Result<ExitCode> {
     let (mut batches, mut events_in, mut events_out) = (0u64, 0u64, 0u64);
     let mut out = cli::stdout();
     for path in cli::input_paths(&a.files) {
-        // Lines are scanned and checked on a thread of their own while
-        // this one writes.
+        // Lines are read (and, while this thread is busy, scanned) on a
+        // thread of their own; this one checks them in order and compacts.
         let mut input = cli::open_batches(path, limits, "mooncdc-compact")?.read_ahead_lean()?;
         let s = compact(
             &mut input,

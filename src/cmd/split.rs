@@ -17,8 +17,8 @@ pub fn run(a: SplitArgs) -> anyhow::Result<ExitCode> {
     let mut total = crate::ops::split::SplitStats::default();
     let mut out = cli::stdout();
     for path in cli::input_paths(&a.files) {
-        // Lines are scanned and checked on a thread of their own while
-        // this one writes.
+        // Lines are read (and, while this thread is busy, scanned) on a
+        // thread of their own; this one checks them in order and writes.
         let mut input = cli::open_batches(path, limits, "mooncdc-split")?.read_ahead_lean()?;
         match &a.output_dir {
             None => {
@@ -30,11 +30,12 @@ pub fn run(a: SplitArgs) -> anyhow::Result<ExitCode> {
             }
             Some(dir) => {
                 let mut sink = cli::DirSink::new(dir, &a.prefix, format, &mut out)?;
-                // The pieces written before a failure are synced too.
+                // The pieces written before a failure are synced too. A
+                // piece that could not be synced or renamed is the first
+                // failure (the split may have gone on reading meanwhile).
                 let r = split(&mut input, opts, &mut sink);
-                let synced = sink.finish();
+                sink.finish()?;
                 total.add(r?);
-                synced?;
             }
         }
     }

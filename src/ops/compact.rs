@@ -28,8 +28,9 @@
 //! encoded first.
 //!
 //! Only a held-back stack of inserts (the rows that a later delete could still
-//! make vanish) is kept in memory, capped by [`HOLD_LIMIT_BYTES`]; beyond the cap
-//! the oldest is written out, which can leave a fold for a second pass.
+//! make vanish) is kept in memory, capped by [`HOLD_LIMIT_BYTES`] (counted as
+//! the held lines' bytes, 64 more each); beyond the cap the oldest is written
+//! out, which can leave a fold for a second pass.
 
 use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
 use super::BatchSink;
@@ -378,12 +379,15 @@ fn raw(line: &[u8]) -> Option<RawEvent<'_>> {
     event_spans(line).map(|meta| RawEvent { line, meta })
 }
 
-/// A built event (not a truncate) encoded into `buf` as a raw event.
-fn encoded<'a>(buf: &'a mut Vec<u8>, e: &Event) -> RawEvent<'a> {
+/// A built event (not a truncate) encoded into `buf` as a raw event; an
+/// error for an event no stream may hold (images that do not fit its
+/// operation, sequence 0), which only a library caller can give.
+fn encoded<'a>(buf: &'a mut Vec<u8>, e: &Event) -> Result<RawEvent<'a>> {
+    e.check_images().map_err(Error::data)?;
     buf.clear();
     write_event_line(buf, e);
     buf.pop();
-    raw(buf).expect("an encoded event is canonical")
+    Ok(raw(buf).expect("an encoded event with fitting images is canonical"))
 }
 
 /// Whether an event's table name has escapes (its `table` range is then
@@ -444,10 +448,12 @@ pub fn compact<R: BufRead>(
             }
             Lean::Item(Item::Event(e)) => {
                 stats.events_in += 1;
-                let raw = encoded(&mut line, &e);
+                let raw = encoded(&mut line, &e).map_err(|err| input.locate(err))?;
                 let (_, own) = header.as_ref().expect("validated stream");
                 let shape = shape_for(input, own, &extra_shapes, &e.table, &raw.meta)?;
-                compactor.push(raw, shape, &mut write)?;
+                compactor
+                    .push(raw, shape, &mut write)
+                    .map_err(|err| input.locate(err))?;
                 continue;
             }
             Lean::Item(Item::Header(h)) => {
@@ -514,7 +520,11 @@ pub fn compact<R: BufRead>(
         stats.events_in += 1;
         let (_, own) = header.as_ref().expect("validated stream");
         let shape = shape_for(input, own, &extra_shapes, table, &e.meta)?;
-        compactor.push(e, shape, &mut write)?;
+        // A key the after image is too narrow for (a --schema the stream's
+        // images do not fit) is named at its line.
+        compactor
+            .push(e, shape, &mut write)
+            .map_err(|err| input.locate(err))?;
     }
     Ok(stats)
 }
@@ -608,8 +618,8 @@ fn drop_truncated(
             .and_then(crate::wire::batch::batch_item)
             .map_err(unreadable)?;
         match item {
-            Item::Event(e) => {
-                // A truncate: kept only if it is its table's last.
+            Item::Event(e) if e.operation.is_truncate() => {
+                // Kept only if it is its table's last.
                 if truncated.get(&e.table).is_none_or(|&t| i >= t) {
                     name.clear();
                     write_json_str(&mut name, &e.table);
@@ -623,7 +633,12 @@ fn drop_truncated(
                 write(&buf)?;
                 schema_records += 1;
             }
-            _ => unreachable!("only events and schema records are spooled"),
+            // Every other event line was written by the compactor, canonical.
+            _ => {
+                return Err(unreadable(Error::data(
+                    "not a canonical event, a truncate or a schema record",
+                )))
+            }
         }
     }
     again.finish(&mut write)?;
@@ -674,7 +689,7 @@ pub fn compact_events(events: Vec<Event>, schemas: &[Schema]) -> Result<Vec<Even
                 )));
             }
         }
-        c.push(encoded(&mut buf, e), shape, &mut write)?;
+        c.push(encoded(&mut buf, e)?, shape, &mut write)?;
     }
     c.finish(&mut write)?;
     lines
@@ -743,7 +758,7 @@ mod tests {
                 ),
             ] {
                 let (mut la, mut lb, mut want_line) = (Vec::new(), Vec::new(), Vec::new());
-                let (ra, rb) = (encoded(&mut la, &a), encoded(&mut lb, &b));
+                let (ra, rb) = (encoded(&mut la, &a).unwrap(), encoded(&mut lb, &b).unwrap());
                 match (fold(ra, rb), want) {
                     (Fold::Into(op), Some(w)) => {
                         let mut got = Vec::new();
@@ -754,11 +769,31 @@ mod tests {
                             String::from_utf8_lossy(&want_line)
                         );
                     }
-                    (Fold::Vanish | Fold::No, None) => {}
+                    (Fold::Vanish, None) if a.operation == Insert && b.operation == Delete => {}
+                    (Fold::No, None) if a.operation == Insert && b.operation == Update => {}
                     (_, w) => panic!("{a:?} then {b:?}: expected {w:?}"),
                 }
             }
         }
+    }
+
+    /// The library function refuses an event no stream may hold, as it did
+    /// before it compacted lines (no panic).
+    #[test]
+    fn events_no_stream_may_hold_are_refused() {
+        let schema: Schema = serde_json::from_str(
+            r#"{"table":"t","columns":[{"name":"k","type":"INTEGER","nullable":false}],"key":["k"]}"#,
+        )
+        .unwrap();
+        let bad = Event {
+            sequence: 1,
+            table: "t".into(),
+            operation: Operation::Insert,
+            before: Some(vec![Value::Integer(1)]),
+            after: Some(vec![Value::Integer(1)]),
+        };
+        let e = compact_events(vec![bad], &[schema]).unwrap_err();
+        assert!(e.to_string().contains("insert event 1 must have"), "{e}");
     }
 
     #[test]
@@ -777,7 +812,7 @@ mod tests {
                 after: Some(row),
             };
             let mut buf = Vec::new();
-            let raw = encoded(&mut buf, &e);
+            let raw = encoded(&mut buf, &e).unwrap();
             let mut out = Vec::new();
             Compactor::key_of(&mut values, raw.after().unwrap(), &shape, &mut out).unwrap();
             out

@@ -1,11 +1,12 @@
 //! Read-ahead: a reader's items decoded on a thread of their own, handed
 //! over in chunks through a bounded channel, so that decoding overlaps the
 //! consumer's work (a target's writes, a stream tool's output). Items,
-//! errors and their places are the same as without. At most four chunks are
-//! in memory at once: two in the channel, the one being filled and the one
-//! being consumed. A chunk may carry bytes beside its items (the lines a
-//! stream tool writes through); the consumer hands each emptied chunk back
-//! for reuse, so a long input does not fault in fresh memory chunk by chunk.
+//! errors and their places are the same as without. A chunk may carry bytes
+//! beside its items (the lines a stream tool writes through); the consumer
+//! hands each emptied chunk back for reuse, so a long input does not fault
+//! in fresh memory chunk by chunk. At most five chunks exist at once (each
+//! at most 1,024 items, or 1 MB of input and one line more): two in the
+//! channel, one being filled or sent, the one being consumed and one spare.
 
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -34,6 +35,14 @@ struct Chunk<T> {
 }
 
 impl<T> Chunk<T> {
+    /// Holding no memory.
+    fn empty() -> Self {
+        Chunk {
+            items: Vec::new(),
+            data: Vec::new(),
+        }
+    }
+
     fn with_capacity() -> Self {
         Chunk {
             items: Vec::with_capacity(256),
@@ -85,7 +94,7 @@ impl<T: Send + 'static> Ahead<T> {
         mut ready: impl FnMut(&mut [(T, u64)], &[u8], bool) + Send + 'static,
     ) -> Result<Self> {
         let (tx, rx) = sync_channel(2);
-        let (spare, spares) = sync_channel::<Chunk<T>>(2);
+        let (spare, spares) = sync_channel::<Chunk<T>>(1);
         let queued = Arc::new(AtomicUsize::new(0));
         let sent = queued.clone();
         std::thread::Builder::new()
@@ -111,11 +120,12 @@ impl<T: Send + 'static> Ahead<T> {
                                 || bytes >= CHUNK_BYTES
                             {
                                 bytes = 0;
-                                let fresh =
-                                    spares.try_recv().unwrap_or_else(|_| Chunk::with_capacity());
-                                if !send(std::mem::replace(&mut chunk, fresh)) {
+                                let full = std::mem::replace(&mut chunk, Chunk::empty());
+                                if !send(full) {
                                     return;
                                 }
+                                chunk =
+                                    spares.try_recv().unwrap_or_else(|_| Chunk::with_capacity());
                             }
                         }
                         Ok(None) => break Msg::End,
@@ -132,10 +142,7 @@ impl<T: Send + 'static> Ahead<T> {
             rx,
             spare,
             queued,
-            chunk: Chunk {
-                items: Vec::new(),
-                data: Vec::new(),
-            },
+            chunk: Chunk::empty(),
             line: 0,
             ended: false,
             failed: false,
@@ -174,6 +181,10 @@ impl<T: Send + 'static> Ahead<T> {
                     c.items.reverse();
                     let mut done = std::mem::replace(&mut self.chunk, c);
                     done.data.clear();
+                    // Not kept grown by a long line.
+                    if done.data.capacity() > 2 * CHUNK_BYTES {
+                        done.data = Vec::new();
+                    }
                     // A full return channel or a finished producer: dropped.
                     let _ = self.spare.try_send(done);
                 }

@@ -203,9 +203,9 @@ impl<R: BufRead> BatchStreamReader<R> {
     /// overlaps the caller's work (a target's writes). Items, errors and
     /// their places are the same as without; a chunk is handed over at each
     /// commit, so a batch is never held back waiting for the next one's
-    /// input. At most four chunks (each at most 1,024 items or 1 MB of
-    /// input) are in memory at once. JSON input is read whole anyway and is
-    /// returned unchanged.
+    /// input. At most five chunks (each at most 1,024 items, or 1 MB of
+    /// input and one line more) are in memory at once. JSON input is read
+    /// whole anyway and is returned unchanged.
     pub fn read_ahead(self) -> Result<Self>
     where
         R: Send + 'static,
@@ -240,8 +240,10 @@ impl<R: BufRead> BatchStreamReader<R> {
             };
             let mut inner = self;
             let mut ahead = super::ahead::Ahead::spawn(name, move |_| {
-                let Some(Lean::Item(item)) = inner.next(false)? else {
-                    return Ok(None);
+                let item = match inner.next(false)? {
+                    None => return Ok(None),
+                    Some(Lean::Item(item)) => item,
+                    Some(Lean::Event(_)) => unreachable!("only next_lean gives lean events"),
                 };
                 Ok(Some(super::ahead::Step {
                     line: match &inner.src {
