@@ -361,6 +361,14 @@ impl<R: BufRead> SnapshotReader<R> {
         }
     }
 
+    /// Hand back an item the caller is done with: when reading ahead it is
+    /// dropped on the reading thread, where it was made.
+    pub fn recycle(&mut self, item: SnapItem) {
+        if let SnapSrc::Ahead(a) = &mut self.src {
+            a.recycle(item);
+        }
+    }
+
     /// The next validated item, or `None` after the commit at a clean end.
     pub fn next_item(&mut self) -> Result<Option<SnapItem>> {
         if self.finished {

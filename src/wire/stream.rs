@@ -359,6 +359,14 @@ impl<R: BufRead> BatchStreamReader<R> {
         })
     }
 
+    /// Hand back an item the caller is done with: when reading ahead it is
+    /// dropped on the reading thread, where it was made.
+    pub fn recycle(&mut self, item: Item) {
+        if let Src::Ahead { ahead, lean: false } = &mut self.src {
+            ahead.recycle(AheadItem::Item(item));
+        }
+    }
+
     /// The line of the last item, when it was an event whose line is
     /// already canonical (what `write_event_line` would write, without the
     /// newline): a writer can copy it instead of encoding the event again.

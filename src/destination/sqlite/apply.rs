@@ -134,6 +134,8 @@ impl SqliteTarget {
                         if stats.applied % 65536 == 0 {
                             progress(&stats);
                         }
+                        // Freed on the reading thread, which made it.
+                        input.recycle(Item::Event(e));
                     }
                     Item::Commit(c) => {
                         let moves = gate.take().expect("validated stream").close(&c.end)?;
@@ -230,6 +232,7 @@ impl SqliteTarget {
                         if stats.applied % 65536 == 0 {
                             progress(&stats);
                         }
+                        input.recycle(SnapItem::Row { table, row });
                     }
                     SnapItem::Commit { .. } => {
                         let c = cursor.take().expect("validated snapshot");
