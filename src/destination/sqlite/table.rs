@@ -233,24 +233,37 @@ pub(super) fn insert_row(
     row: &Row,
     seq: Option<u128>,
 ) -> Result<()> {
+    insert_rows(conn, t, sql, [(row, seq)])
+}
+
+/// Insert rows (each with its event's sequence, `None` for a snapshot row)
+/// with one look-up of the prepared statement.
+pub(super) fn insert_rows<'a>(
+    conn: &Connection,
+    t: &TableSql,
+    sql: &str,
+    rows: impl IntoIterator<Item = (&'a Row, Option<u128>)>,
+) -> Result<()> {
     let mut st = conn
         .prepare_cached(sql)
         .map_err(db_err("cannot prepare an insert"))?;
-    st.execute(params_from_iter(row.iter().map(Bind))).map_err(|e| {
-        let at = match seq {
-            Some(s) => format!("event {s}"),
-            None => "snapshot row".to_string(),
-        };
-        if is_constraint(&e) {
-            Error::state(format!(
-                "{at}: insert into table {:?} of a key the target already holds, or a value its constraints refuse; the target diverges from the source (--on-conflict overwrite forces it)",
-                t.schema.table
-            ))
-            .with_source(e)
-        } else {
-            Error::database(format!("{at}: cannot insert into table {:?}", t.schema.table), e)
-        }
-    })?;
+    for (row, seq) in rows {
+        st.execute(params_from_iter(row.iter().map(Bind))).map_err(|e| {
+            let at = match seq {
+                Some(s) => format!("event {s}"),
+                None => "snapshot row".to_string(),
+            };
+            if is_constraint(&e) {
+                Error::state(format!(
+                    "{at}: insert into table {:?} of a key the target already holds, or a value its constraints refuse; the target diverges from the source (--on-conflict overwrite forces it)",
+                    t.schema.table
+                ))
+                .with_source(e)
+            } else {
+                Error::database(format!("{at}: cannot insert into table {:?}", t.schema.table), e)
+            }
+        })?;
+    }
     Ok(())
 }
 
