@@ -123,17 +123,24 @@ enum Src<R> {
 }
 
 impl<R: BufRead> BatchStreamReader<R> {
-    /// A JSONL batch stream.
-    pub fn jsonl(inner: R, name: impl Into<String>, limits: Limits) -> Self {
+    fn with_src(src: Src<R>, validator: Validator) -> Self {
         BatchStreamReader {
-            src: Src::Lines(LineReader::new(inner, name, limits)),
-            validator: Validator::new(),
+            src,
+            validator,
             buf: Vec::new(),
             canonical: false,
             line_at: None,
             table: (0, 0),
             batches: 0,
         }
+    }
+
+    /// A JSONL batch stream.
+    pub fn jsonl(inner: R, name: impl Into<String>, limits: Limits) -> Self {
+        Self::with_src(
+            Src::Lines(LineReader::new(inner, name, limits)),
+            Validator::new(),
+        )
     }
 
     /// One or more JSON batch documents (whitespace between them), read whole.
@@ -147,21 +154,16 @@ impl<R: BufRead> BatchStreamReader<R> {
                 d.map_err(|e| json_error(e).in_file(&format!("{name} (JSON batch {})", i + 1)))?;
             docs.push(d);
         }
-        Ok(BatchStreamReader {
-            src: Src::Docs {
+        Ok(Self::with_src(
+            Src::Docs {
                 name,
                 docs: docs.into_iter(),
                 current: None,
                 doc_no: 0,
                 event_no: 0,
             },
-            validator: Validator::new(),
-            buf: Vec::new(),
-            canonical: false,
-            line_at: None,
-            table: (0, 0),
-            batches: 0,
-        })
+            Validator::new(),
+        ))
     }
 
     /// The input's name in messages.
@@ -256,15 +258,7 @@ impl<R: BufRead> BatchStreamReader<R> {
                 }))
             })?;
             ahead.line = at;
-            return Ok(BatchStreamReader {
-                src: Src::Ahead { ahead, lean },
-                validator: Validator::new(),
-                buf: Vec::new(),
-                canonical: false,
-                line_at: None,
-                table: (0, 0),
-                batches: 0,
-            });
+            return Ok(Self::with_src(Src::Ahead { ahead, lean }, Validator::new()));
         }
         // Lean: that thread reads lines and, when this one is busy, scans
         // them; this one checks the rules in order (so it keeps what was
@@ -272,17 +266,7 @@ impl<R: BufRead> BatchStreamReader<R> {
         let BatchStreamReader { src, validator, .. } = self;
         let mut lines = match src {
             Src::Lines(l) => l,
-            other => {
-                return Ok(BatchStreamReader {
-                    src: other,
-                    validator,
-                    buf: Vec::new(),
-                    canonical: false,
-                    line_at: None,
-                    table: (0, 0),
-                    batches: 0,
-                })
-            }
+            other => return Ok(Self::with_src(other, validator)),
         };
         let mut ended = false;
         // Errors before the first item read ahead are at the line read last.
@@ -348,15 +332,7 @@ impl<R: BufRead> BatchStreamReader<R> {
             },
         )?;
         ahead.line = at;
-        Ok(BatchStreamReader {
-            src: Src::Ahead { ahead, lean },
-            validator,
-            buf: Vec::new(),
-            canonical: false,
-            line_at: None,
-            table: (0, 0),
-            batches: 0,
-        })
+        Ok(Self::with_src(Src::Ahead { ahead, lean }, validator))
     }
 
     /// Hand back an item the caller is done with: when reading ahead it is
