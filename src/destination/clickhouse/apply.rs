@@ -293,7 +293,11 @@ impl ClickHouse {
                         ensured = true;
                     }
                     self.queue_changes(&mut pending, &mut layouts, &mut bufs, kind)?;
-                    let segs = bufs.entry(e.table.clone()).or_default();
+                    // The name is copied only for a table's first event.
+                    if !bufs.contains_key(&e.table) {
+                        bufs.insert(e.table.clone(), Vec::new());
+                    }
+                    let segs = bufs.get_mut(&e.table).expect("just made");
                     if segs.is_empty() {
                         segs.push(Segment::new(None, layouts[&e.table].clone()));
                     }
@@ -313,6 +317,8 @@ impl ClickHouse {
                     if stats.applied % 65536 == 0 {
                         progress(&stats);
                     }
+                    // Freed on the reading thread, which made it.
+                    input.recycle(Item::Event(e));
                 }
                 Item::Commit(c) => {
                     let moves = gate.take().expect("validated stream").close(&c.end)?;
@@ -510,13 +516,19 @@ impl ClickHouse {
                 SnapItem::Row { table, row } => {
                     let c = cursor.as_ref().expect("validated snapshot");
                     let l = &layouts[&table];
-                    let held = bufs.entry(table.clone()).or_insert_with(Held::new);
+                    // The name is copied only for a table's first row.
+                    if !bufs.contains_key(&table) {
+                        bufs.insert(table.clone(), Held::new());
+                    }
+                    let held = bufs.get_mut(&table).expect("just made");
                     self.encode(l, &mut held.row, "insert", &row, c.sequence(), true)?;
                     held.take_row(self.cfg.max_insert_bytes)?;
                     stats.applied += 1;
                     if stats.applied % 65536 == 0 {
                         progress(&stats);
                     }
+                    // Freed on the reading thread, which made it.
+                    input.recycle(SnapItem::Row { table, row });
                 }
                 SnapItem::Commit { .. } => {
                     // Emptied only now that the snapshot is known to be
