@@ -1101,3 +1101,49 @@ fn json_logs_are_one_object_per_line() {
     assert_eq!(last["level"], "error");
     assert_eq!(last["kind"], "data");
 }
+
+/// Inserts into one table wait and run together; a failure after them (a
+/// bad line further on) still reports the first failing event in stream
+/// order, and nothing of the batch is kept.
+#[test]
+fn a_refused_insert_is_reported_before_a_later_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let target = format!("sqlite:{}", db.display());
+    let first = Spec::new(0, 1)
+        .schemas(vec![kv_schema("t")])
+        .events(vec![common::ins(1, "t", row(1, "a"))]);
+    let r = exec(
+        APPLY,
+        &["--target", &target],
+        Some(first.jsonl().as_bytes()),
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    // Event 3 inserts a key the projection holds; event 5's line is bad.
+    let second = Spec::new(1, 5).schemas(vec![kv_schema("t")]).events(vec![
+        common::ins(2, "t", row(2, "b")),
+        common::ins(3, "t", row(1, "again")),
+        common::ins(4, "t", row(4, "d")),
+        common::ins(
+            5,
+            "t",
+            json!([int(5), common::text("e"), common::text("extra")]),
+        ),
+    ]);
+    let r = exec(
+        APPLY,
+        &["--target", &target],
+        Some(second.jsonl().as_bytes()),
+    );
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("event 3") && r.stderr.contains("already holds"),
+        "{}",
+        r.stderr
+    );
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1, "nothing of the refused batch is kept");
+}

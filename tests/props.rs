@@ -1703,10 +1703,10 @@ type ApplyStep = (bool, i64, u8, Option<String>, i64);
 fn apply_step() -> impl Strategy<Value = ApplyStep> {
     (
         any::<bool>(),
-        0i64..8,
+        0i64..1000,
         0u8..4,
         proptest::option::of(any::<String>()),
-        0i64..8,
+        0i64..1000,
     )
 }
 
@@ -1717,12 +1717,17 @@ proptest! {
     /// of inserts into one table written together), ends in the in-memory
     /// double's state: same rows, same cursor, for histories of inserts,
     /// updates (some moving the key), deletes on two tables, cut into
-    /// batches anywhere.
+    /// batches anywhere; keys from a few (short runs, many updates) or many
+    /// (long runs of inserts, over chunk boundaries). With an insert of a
+    /// key already held put in somewhere (and events after it), both refuse
+    /// that event's batch, name the same event, and keep the batches before.
     #[test]
     fn sqlite_apply_ends_in_the_doubles_state(
-        steps in vec(apply_step(), 1..400),
+        steps in vec(apply_step(), 1..1500),
+        keys in prop_oneof![Just(8i64), Just(1000i64)],
         cuts in vec(any::<Index>(), 0..4),
         overwrite in any::<bool>(),
+        dup in proptest::option::of(any::<Index>()),
     ) {
         use mooncdc::destination::{OnConflict, Target, TargetOptions};
         let schemas: Vec<Schema> = ["t", "u"]
@@ -1737,6 +1742,7 @@ proptest! {
         };
         let mut events = Vec::new();
         for (i, (u, k, what, v, to)) in steps.into_iter().enumerate() {
+            let (k, to) = (k % keys, to % keys);
             let table = if u { "u" } else { "t" }.to_string();
             let sequence = i as u128 + 1;
             let (operation, before, after) = match state.get(&(u, k)).cloned() {
@@ -1761,6 +1767,31 @@ proptest! {
                 },
             };
             events.push(Event { sequence, table, operation, before, after });
+        }
+        // An insert of a key held at that point, where one is.
+        let mut refused = None;
+        if let (Some(d), false) = (dup, overwrite) {
+            let p = d.index(events.len());
+            let mut held: BTreeMap<(String, i64), ()> = BTreeMap::new();
+            for e in &events[..p] {
+                let key = |r: &Row| match r[0] { Value::Integer(k) => k, _ => unreachable!() };
+                if let Some(b) = &e.before { held.remove(&(e.table.clone(), key(b))); }
+                if let Some(a) = &e.after { held.insert((e.table.clone(), key(a)), ()); }
+            }
+            if let Some(((table, k), _)) = held.into_iter().next() {
+                let e = Event {
+                    sequence: 0,
+                    table,
+                    operation: Operation::Insert,
+                    before: None,
+                    after: Some(row(k, &Some("dup".into()))),
+                };
+                events.insert(p, e);
+                for (i, e) in events.iter_mut().enumerate() {
+                    e.sequence = i as u128 + 1;
+                }
+                refused = Some(p as u128 + 1);
+            }
         }
         let n = events.len();
         let mut at: Vec<usize> = cuts.iter().map(|c| c.index(n + 1)).collect();
@@ -1790,7 +1821,7 @@ proptest! {
             BatchStreamReader::jsonl(r, "props", Limits::default())
         };
         let mut double = MemoryTarget { options, ..Default::default() };
-        double.apply_stream(&mut open(), &mut |_| {}).map_err(|e| fail(format!("double: {e}")))?;
+        let by_double = double.apply_stream(&mut open(), &mut |_| {});
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite:{}", dir.path().join("p.db").display());
         let mut sqlite = mooncdc::endpoint::parse(&url)
@@ -1798,10 +1829,22 @@ proptest! {
             .target(options, mooncdc::destination::clickhouse::Engine::Replacing)
             .unwrap();
         let mut input = open().read_ahead().map_err(|e| fail(e.to_string()))?;
-        sqlite.apply_stream(&mut input, &mut |_| {}).map_err(|e| fail(format!("sqlite: {e}")))?;
+        let by_sqlite = sqlite.apply_stream(&mut input, &mut |_| {});
+        match refused {
+            None => {
+                by_double.map_err(|e| fail(format!("double: {e}")))?;
+                by_sqlite.map_err(|e| fail(format!("sqlite: {e}")))?;
+            }
+            Some(seq) => {
+                let d = by_double.err().map(|e| e.to_string()).unwrap_or_default();
+                let s = by_sqlite.err().map(|e| e.to_string()).unwrap_or_default();
+                prop_assert!(d.contains(&format!("insert {seq} of an existing key")), "double: {}", d);
+                prop_assert!(s.contains(&format!("event {seq}: insert into table")), "sqlite: {}", s);
+            }
+        }
         prop_assert_eq!(
             sqlite.cursor().unwrap().map(|c| c.sequence()),
-            Some(n as u128)
+            double.cursor().unwrap().map(|c| c.sequence())
         );
         for s in &schemas {
             let read = |t: &dyn Target| {

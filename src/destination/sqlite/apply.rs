@@ -26,18 +26,19 @@ fn flush_inserts<R: BufRead>(
         OnConflict::Error => &t.insert,
         OnConflict::Overwrite => &t.replace,
     };
-    insert_rows(
+    let done = insert_rows(
         conn,
         t,
         sql,
         run.iter()
             .map(|e| (e.after.as_ref().expect("an insert"), Some(e.sequence))),
-    )?;
+    );
+    // Emptied even on failure: the batch fails, and nothing is run twice.
     for e in run.drain(..) {
         // Freed on the reading thread, which made it.
         input.recycle(Item::Event(e));
     }
-    Ok(())
+    done
 }
 
 impl SqliteTarget {
@@ -168,6 +169,8 @@ impl SqliteTarget {
                         }
                         if e.operation == Operation::Insert {
                             run.push(e);
+                            // Counted now; nothing counts as committed
+                            // before the commit, which runs it.
                             stats.applied += 1;
                             if stats.applied % 65536 == 0 {
                                 progress(&stats);
@@ -241,6 +244,15 @@ impl SqliteTarget {
             }
             Ok(())
         })();
+        // A failure while inserts were waiting (a later event's check, the
+        // input): the waiting inserts run first, so the error reported is
+        // the first in stream order, as when each insert ran at once.
+        let result = match result {
+            Err(e) if !run.is_empty() => {
+                flush_inserts(self.db(), &tables, &mut run, on_conflict, input).and(Err(e))
+            }
+            r => r,
+        };
         self.end_batches(result)?;
         Ok(stats)
     }
@@ -274,12 +286,13 @@ impl SqliteTarget {
                 OnConflict::Error => &t.insert,
                 OnConflict::Overwrite => &t.replace,
             };
-            insert_rows(conn, t, sql, run.iter().map(|(_, row)| (row, None)))?;
+            let done = insert_rows(conn, t, sql, run.iter().map(|(_, row)| (row, None)));
+            // Emptied even on failure: nothing is run twice.
             for (table, row) in run.drain(..) {
                 // Freed on the reading thread, which made it.
                 input.recycle(SnapItem::Row { table, row });
             }
-            Ok(())
+            done
         };
         let result = (|| -> Result<()> {
             while let Some(item) = input.next_item()? {
@@ -325,6 +338,11 @@ impl SqliteTarget {
             }
             Ok(())
         })();
+        // The waiting rows first: the error reported is the first in order.
+        let result = match result {
+            Err(e) if !run.is_empty() => flush(self.db(), &tables, &mut run, input).and(Err(e)),
+            r => r,
+        };
         self.end_batches(result)?;
         Ok(stats)
     }
