@@ -5,9 +5,10 @@
 //! beside its items (the lines a stream tool writes through); the consumer
 //! hands each emptied chunk back for reuse, so a long input does not fault
 //! in fresh memory chunk by chunk, and with it the items it is done with
-//! (`recycle`), which are then dropped on the thread that made them. At most five chunks exist at once (each
-//! at most 1,024 items, or 1 MB of input and one line more): two in the
-//! channel, one being filled or sent, the one being consumed and one spare.
+//! (`recycle`), which are then dropped on the thread that made them. At
+//! most five chunks exist at once (each at most 1,024 items, or 1 MB of
+//! input and one line more): two in the channel, one being filled or sent,
+//! the one being consumed and one spare.
 
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicUsize, Ordering};
