@@ -15,7 +15,7 @@
 mod common;
 
 use common::cluster::{cluster, CLUSTER, SERIAL};
-use common::sqlite::{bin, exec, expect, pipeline, shell_quote, Dbs, APPLY, AUDIT};
+use common::sqlite::{bin, exec, expect, pipeline, shell_quote, wait_for_every, Dbs, APPLY, AUDIT};
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -202,29 +202,19 @@ fn sigkill_of_apply_mid_stream_then_rerun_is_equal() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start apply");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "apply ended before it could be killed"
-        );
-        let n: u64 = c
-            .try_query(0, "SELECT count() FROM sigkill.items")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-        if n >= 5000 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "apply wrote nothing in 120 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    let st = child.wait().unwrap();
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(st.signal(), Some(9), "apply should have been killed: {st}");
-    }
+    // Killed once 5000 rows are in.
+    common::sigkill_when(
+        &mut child,
+        Duration::from_secs(120),
+        Duration::from_millis(20),
+        None,
+        || {
+            c.try_query(0, "SELECT count() FROM sigkill.items")
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .is_some_and(|n| n >= 5000)
+        },
+    );
     let held = cursor(&url);
     eprintln!("killed with the cursor at {held}");
     let r = exec(
@@ -272,28 +262,16 @@ fn a_stopped_replica_fails_the_apply_without_moving_the_cursor() {
         "the cursor moved past rows no quorum holds"
     );
     // Back: the same batches apply, and both replicas of each shard agree.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let r = catch_up(&dbs, &url);
-        if r.code == Some(0) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "apply still fails 60 s after the replica came back:\n{}",
-            r.stderr
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_for_every(
+        60,
+        500,
+        "apply to succeed after the replica came back",
+        || catch_up(&dbs, &url).code == Some(0),
+    );
     audit_equal(&dbs.src_url(), &url);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while keys_on(2, "replica_down", "items") != keys_on(3, "replica_down", "items") {
-        assert!(
-            Instant::now() < deadline,
-            "the restarted replica did not catch up"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_for_every(60, 200, "the restarted replica to catch up", || {
+        keys_on(2, "replica_down", "items") == keys_on(3, "replica_down", "items")
+    });
     assert_eq!(one_shard_per_key("replica_down", "items"), 500);
 
     // A whole shard away: the same, no replica of it answers.
@@ -311,14 +289,12 @@ fn a_stopped_replica_fails_the_apply_without_moving_the_cursor() {
         r.stderr
     );
     assert_eq!(cursor(&url), before, "the cursor moved with a shard down");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while catch_up(&dbs, &url).code != Some(0) {
-        assert!(
-            Instant::now() < deadline,
-            "apply still fails 60 s after the shard came back"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_for_every(
+        60,
+        500,
+        "apply to succeed after the shard came back",
+        || catch_up(&dbs, &url).code == Some(0),
+    );
     audit_equal(&dbs.src_url(), &url);
 }
 

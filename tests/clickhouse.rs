@@ -1287,31 +1287,19 @@ fn sigkill_during_a_large_apply_then_rerun_is_equal() {
         .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
         .expect("start apply");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            panic!(
-                "apply ended ({st}) before it could be killed:\n{}",
-                std::fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        let n: u64 = db
-            .try_query("SELECT count() FROM big")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-        if n >= 3000 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "apply wrote nothing in 60 s");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    child.kill().unwrap();
-    let st = child.wait().unwrap();
-    {
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(st.signal(), Some(9), "apply should have been killed: {st}");
-    }
+    // Killed once 3000 rows are in.
+    common::sigkill_when(
+        &mut child,
+        Duration::from_secs(60),
+        Duration::from_millis(5),
+        Some(&err_path),
+        || {
+            db.try_query("SELECT count() FROM big")
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .is_some_and(|n| n >= 3000)
+        },
+    );
     let held = cursor_seq(&url).unwrap_or(0);
     let last = batches.last().unwrap().end.sequence();
     assert!(held < last, "the kill came after the last batch");

@@ -402,6 +402,46 @@ pub fn spawn_watchdog(script: &str, what: &str) {
         .unwrap_or_else(|e| panic!("cannot start the watchdog of {what}: {e}"));
 }
 
+/// Wait until `reached` says so (asked every `poll`; the test fails after
+/// `limit`, or if the child ends first, with its standard error from
+/// `stderr_file` when given), then SIGKILL the child and check that the
+/// signal is what ended it.
+pub fn sigkill_when(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+    poll: std::time::Duration,
+    stderr_file: Option<&Path>,
+    mut reached: impl FnMut() -> bool,
+) {
+    use std::os::unix::process::ExitStatusExt;
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            panic!(
+                "the tool ended ({st}) before it could be killed:\n{}",
+                stderr_file
+                    .and_then(|p| std::fs::read_to_string(p).ok())
+                    .unwrap_or_default()
+            );
+        }
+        if reached() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool did not get there in {limit:?}"
+        );
+        std::thread::sleep(poll);
+    }
+    child.kill().unwrap();
+    let st = child.wait().unwrap();
+    assert_eq!(
+        st.signal(),
+        Some(9),
+        "the tool should have been killed: {st}"
+    );
+}
+
 // ---------------------------------------------------------------- running tools
 
 /// The real binary, built by cargo for this test run.

@@ -729,13 +729,20 @@ pub fn seed(test: &str) -> u64 {
 
 /// Wait until `cond` holds, polling; panic with `what` after `secs` seconds.
 #[track_caller]
-pub fn wait_for(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+pub fn wait_for(secs: u64, what: &str, cond: impl FnMut() -> bool) {
+    wait_for_every(secs, 20, what, cond)
+}
+
+/// [`wait_for`], asking `cond` every `poll_ms` milliseconds (for a costly
+/// question, such as running a tool).
+#[track_caller]
+pub fn wait_for_every(secs: u64, poll_ms: u64, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
     while !cond() {
         if std::time::Instant::now() > deadline {
             panic!("timed out after {secs} s waiting for {what}");
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(std::time::Duration::from_millis(poll_ms));
     }
 }
 
