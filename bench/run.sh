@@ -358,6 +358,32 @@ sqlite_section() {
 # Servers started by this run, stopped by pid (or pg_ctl) on any exit.
 PG_DIR="" PG_STARTED="" CH_DIR="" CH_PID=""
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# wait_ping PORT PID DIR: until the clickhouse-server started as PID answers
+# on HTTP port PORT; its logs (DIR/log) are shown if it exits, and the run
+# stops if it never answers.
+wait_ping() {
+  local i
+  for ((i = 0; i < 600; i++)); do
+    [ "$(curl -s "http://127.0.0.1:$1/ping" 2>/dev/null)" = "Ok." ] && return 0
+    if ! kill -0 "$2" 2>/dev/null; then
+      log "clickhouse-server exited"
+      cat "$3/log/stdout.log" "$3/log/err.log" >&2 || true
+      exit 1
+    fi
+    sleep 0.1
+  done
+  log "clickhouse-server on port $1 did not answer in 60 s"
+  exit 1
+}
+
+# sqlite_snapshot ROWS SRC FILE: a new SQLite source of ROWS rows with
+# capture installed, and its snapshot written to FILE.
+sqlite_snapshot() {
+  rm -f "$2"*
+  $E/bench_sqlite source "$2" "$1" after
+  $B/mooncdc-snapshot --quiet --source "sqlite:$2" >"$3"
+}
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 pg_stop() {
   if [ -n "$PG_STARTED" ]; then
@@ -704,16 +730,7 @@ XML
 XML
   (cd "$CH_DIR" && exec clickhouse-server --config-file="$CH_DIR/config.xml" >"$CH_DIR/log/stdout.log" 2>&1) &
   CH_PID=$!
-  local i
-  for ((i = 0; i < 600; i++)); do
-    [ "$(curl -s "http://127.0.0.1:$http/ping" 2>/dev/null)" = "Ok." ] && break
-    if ! kill -0 "$CH_PID" 2>/dev/null; then
-      log "clickhouse-server exited"
-      cat "$CH_DIR/log/stdout.log" "$CH_DIR/log/err.log" >&2 || true
-      exit 1
-    fi
-    sleep 0.1
-  done
+  wait_ping "$http" "$CH_PID" "$CH_DIR"
   chq() { clickhouse-client --port "$tcp" --query "$1"; }
   local version
   version=$(chq "SELECT version()")
@@ -723,9 +740,7 @@ XML
   # (a) A snapshot of CH_ROWS rows applied, against inserting the same rows as RowBinary.
   log "clickhouse: $CH_ROWS-row SQLite source and its snapshot"
   local src=$W/ch-src.db snapfile=$W/ch-snap.jsonl
-  rm -f "$src"*
-  $E/bench_sqlite source "$src" "$CH_ROWS" after
-  $B/mooncdc-snapshot --quiet --source "sqlite:$src" >"$snapfile"
+  sqlite_snapshot "$CH_ROWS" "$src" "$snapfile"
   fresh_a() { chq "DROP DATABASE IF EXISTS a"; chq "CREATE DATABASE a"; }
   log "clickhouse: mooncdc-apply of the snapshot"
   measure /dev/null fresh_a $B/mooncdc-apply --quiet --target "$CH/a" "$snapfile"
@@ -860,11 +875,7 @@ XML
     CLU_PIDS+=($!)
   done
   for i in 0 1 2 3; do
-    local k
-    for ((k = 0; k < 600; k++)); do
-      [ "$(curl -s "http://127.0.0.1:${http[$i]}/ping" 2>/dev/null)" = "Ok." ] && break
-      sleep 0.1
-    done
+    wait_ping "${http[$i]}" "${CLU_PIDS[$((i + 1))]}" "$CLU_DIR/node$i"
   done
   cq() { clickhouse-client --port "${tcp[0]}" --query "$1"; }
   local version
@@ -874,9 +885,7 @@ XML
 
   log "cluster: $CLU_ROWS-row SQLite source and its snapshot"
   local src=$W/clu-src.db snapfile=$W/clu-snap.jsonl
-  rm -f "$src"*
-  $E/bench_sqlite source "$src" "$CLU_ROWS" after
-  $B/mooncdc-snapshot --quiet --source "sqlite:$src" >"$snapfile"
+  sqlite_snapshot "$CLU_ROWS" "$src" "$snapfile"
   # A new database for every run (dropped ones leave ZooKeeper paths behind
   # for a while).
   CLU_RUN=0
