@@ -73,7 +73,7 @@ pub(super) struct Ahead<T> {
     queued: Arc<AtomicUsize>,
     chunk: Chunk<T>,
     /// The line of the last item handed out.
-    pub line: u64,
+    line: u64,
     ended: bool,
     /// Whether the reader stopped on an error: it is never read as a clean
     /// end afterwards.
@@ -83,12 +83,14 @@ pub(super) struct Ahead<T> {
 impl<T: Send + 'static> Ahead<T> {
     /// Run `next` on a thread of its own until it ends or fails. `next` may
     /// append bytes to the chunk's data (its argument) for its item to refer
-    /// to; [`Ahead::data`] gives them back beside the item.
+    /// to; [`Ahead::data`] gives them back beside the item. `line` is the
+    /// line read last before (where an error is placed until an item comes).
     pub fn spawn(
         name: String,
+        line: u64,
         next: impl FnMut(&mut Vec<u8>) -> Result<Option<Step<T>>> + Send + 'static,
     ) -> Result<Self> {
-        Self::spawn_with(name, next, |_, _, _| {})
+        Self::spawn_with(name, line, next, |_, _, _| {})
     }
 
     /// [`Ahead::spawn`], with `ready` called on each full chunk before it is
@@ -97,6 +99,7 @@ impl<T: Send + 'static> Ahead<T> {
     /// that work the consumer could do itself is better left to it.
     pub fn spawn_with(
         name: String,
+        line: u64,
         mut next: impl FnMut(&mut Vec<u8>) -> Result<Option<Step<T>>> + Send + 'static,
         mut ready: impl FnMut(&mut [(T, u64)], &[u8], bool) + Send + 'static,
     ) -> Result<Self> {
@@ -155,7 +158,7 @@ impl<T: Send + 'static> Ahead<T> {
             spare,
             queued,
             chunk: Chunk::empty(),
-            line: 0,
+            line,
             ended: false,
             failed: false,
         })

@@ -331,8 +331,12 @@ impl<R: BufRead> SnapshotReader<R> {
             return Ok(self);
         }
         let name = self.name().to_string();
+        let at = match &self.src {
+            SnapSrc::Lines(l) => l.line_number(),
+            _ => 0,
+        };
         let mut inner = self;
-        let ahead = super::ahead::Ahead::spawn(name, move |_| {
+        let ahead = super::ahead::Ahead::spawn(name, at, move |_| {
             Ok(inner.next_item()?.map(|item| super::ahead::Step {
                 line: match &inner.src {
                     SnapSrc::Lines(l) => l.line_number(),

@@ -241,7 +241,7 @@ impl<R: BufRead> BatchStreamReader<R> {
                 _ => 0,
             };
             let mut inner = self;
-            let mut ahead = super::ahead::Ahead::spawn(name, move |_| {
+            let ahead = super::ahead::Ahead::spawn(name, at, move |_| {
                 let item = match inner.next(false)? {
                     None => return Ok(None),
                     Some(Lean::Item(item)) => item,
@@ -257,7 +257,6 @@ impl<R: BufRead> BatchStreamReader<R> {
                     item: AheadItem::Item(item),
                 }))
             })?;
-            ahead.line = at;
             return Ok(Self::with_src(Src::Ahead { ahead, lean }, Validator::new()));
         }
         // Lean: that thread reads lines and, when this one is busy, scans
@@ -271,8 +270,9 @@ impl<R: BufRead> BatchStreamReader<R> {
         let mut ended = false;
         // Errors before the first item read ahead are at the line read last.
         let at = lines.line_number();
-        let mut ahead = super::ahead::Ahead::spawn_with(
+        let ahead = super::ahead::Ahead::spawn_with(
             name,
+            at,
             move |data| {
                 let start = data.len();
                 if !lines.append_line(data)? {
@@ -331,7 +331,6 @@ impl<R: BufRead> BatchStreamReader<R> {
                 }
             },
         )?;
-        ahead.line = at;
         Ok(Self::with_src(Src::Ahead { ahead, lean }, validator))
     }
 
