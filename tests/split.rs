@@ -967,3 +967,35 @@ fn files_written_are_durable_before_the_tool_succeeds() {
     );
     assert!(folder_synced_after_renames(&calls, "m"), "{calls:#?}");
 }
+
+/// A piece that cannot be put in place (its name is taken by a folder)
+/// stops the split: the pieces before it are in place and named, no later
+/// piece is put in place although it was written, no temporary file is
+/// left, and the error names the piece.
+#[test]
+fn a_piece_that_cannot_be_put_in_place_stops_the_later_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(out.join("batch-1-2.jsonl/taken")).unwrap();
+    let input = Spec::new(0, 4)
+        .schemas(vec![kv_schema("t")])
+        .events((1..=4).map(|i| ins(i, "t", row(i as i64, "v"))).collect());
+    let out_s = out.display().to_string();
+    let r = run(
+        SPLIT,
+        &["--max-events", "1", "--output-dir", &out_s],
+        Some(&input.jsonl()),
+    );
+    r.expect_code(1);
+    assert!(r.stderr.contains("batch-1-2.jsonl"), "{}", r.stderr);
+    assert_eq!(
+        r.stdout_str(),
+        format!("{}\n", out.join("batch-0-1.jsonl").display()),
+        "only the piece in place is named"
+    );
+    assert_eq!(
+        list(&out),
+        vec!["batch-0-1.jsonl", "batch-1-2.jsonl"],
+        "no later piece, no temporary file"
+    );
+}
