@@ -9,6 +9,7 @@ pub mod detect;
 pub mod fast;
 pub mod jsonl;
 pub mod model;
+pub mod names;
 mod real;
 pub mod snapshot;
 mod stream;
