@@ -71,7 +71,7 @@ _mooncdc__capture() {
 
     case "${cmd}" in
         mooncdc__capture)
-            opts="-q -v -h -V --quiet --verbose --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help --version init verify upgrade migrate status ack read help"
+            opts="-q -v -h -V --quiet --verbose --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --receive-timeout-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help --version init verify upgrade migrate status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -118,6 +118,10 @@ _mooncdc__capture() {
                     return 0
                     ;;
                 --retry-delay-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --receive-timeout-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -369,7 +373,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__read)
-            opts="-q -v -h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --quiet --verbose --help"
+            opts="-q -v -h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --receive-timeout-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -416,6 +420,10 @@ _mooncdc__capture() {
                     return 0
                     ;;
                 --retry-delay-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --receive-timeout-ms)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

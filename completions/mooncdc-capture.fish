@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_mooncdc_capture_global_optspecs
-    string join \n q/quiet v/verbose source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= log-format= metrics-listen= stall-timeout-ms= ack-from-target= slot= publication= h/help V/version
+    string join \n q/quiet v/verbose source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= receive-timeout-ms= log-format= metrics-listen= stall-timeout-ms= ack-from-target= slot= publication= h/help V/version
 end
 
 function __fish_mooncdc_capture_needs_command
@@ -35,6 +35,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l idle-ba
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l heartbeat-ms -d 'With --follow: write a transactional heartbeat into the source every N milliseconds (PostgreSQL: pg_logical_emit_message; never an event), so an idle database keeps its slot and lag figures moving' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-retries -d 'With --follow: reconnect after a broken connection or a restarting server at most N times in a row (PostgreSQL)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l retry-delay-ms -d 'With --follow: wait this long before the first reconnect, doubled each time up to 30 s' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l receive-timeout-ms -d 'With --follow: reconnect when nothing (no change, no keepalive) came from the server for this long, in milliseconds; 0: never (PostgreSQL)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l log-format -d 'Messages on standard error as plain text or JSON lines (for a supervisor or journald)' -r -f -a "text\t'`mooncdc-x: message`'
 json\t'One JSON object a line: ts, level, tool, message, fields'"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l metrics-listen -d 'With --follow: serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9187)' -r
@@ -110,6 +111,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l heartbeat-ms -d 'With --follow: write a transactional heartbeat into the source every N milliseconds (PostgreSQL: pg_logical_emit_message; never an event), so an idle database keeps its slot and lag figures moving' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-retries -d 'With --follow: reconnect after a broken connection or a restarting server at most N times in a row (PostgreSQL)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l retry-delay-ms -d 'With --follow: wait this long before the first reconnect, doubled each time up to 30 s' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l receive-timeout-ms -d 'With --follow: reconnect when nothing (no change, no keepalive) came from the server for this long, in milliseconds; 0: never (PostgreSQL)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l log-format -d 'Messages on standard error as plain text or JSON lines (for a supervisor or journald)' -r -f -a "text\t'`mooncdc-x: message`'
 json\t'One JSON object a line: ts, level, tool, message, fields'"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l metrics-listen -d 'With --follow: serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9187)' -r

@@ -37,6 +37,7 @@ static RECONNECTS: AtomicU64 = AtomicU64::new(0);
 static POSITION: AtomicU64 = AtomicU64::new(0);
 /// The server's WAL end as last reported, and the position confirmed to it.
 static SERVER_WAL: AtomicU64 = AtomicU64::new(0);
+static SERVER_WAL_SEEN_MS: AtomicU64 = AtomicU64::new(0);
 static CONFIRMED: AtomicU64 = AtomicU64::new(0);
 /// Commit time (ms since 1970) of the last transaction seen; 0: none.
 static LAST_COMMIT_MS: AtomicI64 = AtomicI64::new(0);
@@ -97,6 +98,7 @@ pub fn position(p: u64) {
 
 pub fn server_wal(p: u64) {
     SERVER_WAL.fetch_max(p, Ordering::Relaxed);
+    SERVER_WAL_SEEN_MS.store(now_ms(), Ordering::Relaxed);
 }
 
 pub fn confirmed(p: u64) {
@@ -172,6 +174,17 @@ pub fn render(tool: &str) -> String {
         "gauge",
         "Server WAL position minus the last position written (PostgreSQL).",
         wal.saturating_sub(pos).to_string(),
+    );
+    let seen = SERVER_WAL_SEEN_MS.load(Ordering::Relaxed);
+    metric(
+        "mooncdc_source_wal_age_seconds",
+        "gauge",
+        "Seconds since the server's WAL position was last learned (a keepalive, or the slot query every few seconds): the byte lags are as old as this (PostgreSQL; 0 before any).",
+        if seen > 0 {
+            format!("{:.3}", now_ms().saturating_sub(seen) as f64 / 1000.0)
+        } else {
+            "0".into()
+        },
     );
     metric("mooncdc_slot_unconfirmed_bytes", "gauge", "Server WAL position minus the position confirmed to the slot: WAL the slot retains for this pipeline (PostgreSQL).", wal.saturating_sub(get(&CONFIRMED)).to_string());
     let commit = LAST_COMMIT_MS.load(Ordering::Relaxed);

@@ -4046,3 +4046,575 @@ fn binary_and_text_copy_give_the_same_values() {
         va["public.va"]
     );
 }
+
+// ---------------------------------------------------------------- table shapes and names
+
+fn ci(n: i64) -> Cell {
+    Cell::Int(n)
+}
+
+fn ct(s: &str) -> Cell {
+    Cell::Text(s.as_bytes().to_vec())
+}
+
+/// A capture whose standard error goes to a file (read while it runs),
+/// piped into `apply` of the source's projection.
+fn follow_logged(src: &Src, extra: &[&str]) -> (Child, Child, PathBuf) {
+    let log = src.dir.path().join("capture.log");
+    let mut args = src.source_args();
+    args.push("--follow".into());
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut capture = Command::new(bin(CAPTURE))
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).expect("capture log"))
+        .spawn()
+        .expect("start capture --follow");
+    let apply = Command::new(bin(APPLY))
+        .args(["--target", &src.proj_url(), "-q"])
+        .stdin(Stdio::from(capture.stdout.take().unwrap()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start apply");
+    (capture, apply, log)
+}
+
+/// Wait until `file` holds `needle`, at most `secs` seconds.
+#[track_caller]
+fn wait_for_text(file: &std::path::Path, needle: &str, secs: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} did not say {needle:?} within {secs} s:\n{text}",
+            file.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The pid of the walsender holding the slot (waits for one).
+fn walsender_pid(src: &Src) -> i32 {
+    let s = src.session();
+    let q = format!(
+        "SELECT coalesce(active_pid, 0) FROM pg_replication_slots WHERE slot_name = {}",
+        lit(src.slot_name())
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let pid: i32 = s.value(&q).parse().unwrap();
+        if pid != 0 {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "no walsender holds the slot");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn sigterm_and_wait(mut c: Child) -> (Option<i32>, String) {
+    signal(c.id() as i32, "TERM");
+    assert!(
+        wait_until_exit(&mut c, Duration::from_secs(30)),
+        "stops on SIGTERM"
+    );
+    finish(c, false)
+}
+
+fn signal(pid: i32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .expect("run kill")
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+#[test]
+fn schemas_and_tables_with_dots_are_distinct_tables() {
+    let src = Src::new("dots");
+    let s = src.session();
+    s.exec("CREATE SCHEMA \"x.y\"");
+    s.exec("CREATE SCHEMA x");
+    s.exec("CREATE SCHEMA \"app.v2\"");
+    s.exec("CREATE TABLE \"x.y\".z (id int PRIMARY KEY, v text)");
+    s.exec("CREATE TABLE x.\"y.z\" (id int PRIMARY KEY, v text)");
+    s.exec("CREATE TABLE \"app.v2\".orders (id int PRIMARY KEY, v text)");
+    s.exec("INSERT INTO \"x.y\".z VALUES (1, 'first schema x.y'), (2, 'only in x.y')");
+    s.exec("INSERT INTO x.\"y.z\" VALUES (1, 'second table y.z')");
+    s.exec("INSERT INTO \"app.v2\".orders VALUES (7, 'order')");
+    // Every table of the database: all three.
+    let r = src.cmd("init", &[]);
+    expect(&r, 0, "init of every table");
+    let status = src.cmd("verify", &[]);
+    expect(&status, 0, "verify");
+    let r = src.pipeline(
+        "{snapshot} --source \"$SRC\" --slot \"$SLOT\" -q | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "snapshot | apply");
+    assert_eq!(
+        src.proj_rows("\"x.y\".z"),
+        vec![
+            vec![ci(1), ct("first schema x.y")],
+            vec![ci(2), ct("only in x.y")]
+        ]
+    );
+    assert_eq!(
+        src.proj_rows("x.\"y.z\""),
+        vec![vec![ci(1), ct("second table y.z")]]
+    );
+    assert_eq!(
+        src.proj_rows("\"app.v2\".orders"),
+        vec![vec![ci(7), ct("order")]]
+    );
+    s.exec("UPDATE \"x.y\".z SET v = 'changed in x.y' WHERE id = 1");
+    s.exec("DELETE FROM x.\"y.z\" WHERE id = 1");
+    s.exec("INSERT INTO x.\"y.z\" VALUES (3, 'new in y.z')");
+    s.exec("INSERT INTO \"app.v2\".orders VALUES (8, 'second order')");
+    let r = src.pipeline(
+        "{capture} --source \"$SRC\" --slot \"$SLOT\" --after \"$({apply} cursor --target \"$PROJ\")\" | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "capture | apply");
+    assert_eq!(
+        src.proj_rows("\"x.y\".z"),
+        vec![
+            vec![ci(1), ct("changed in x.y")],
+            vec![ci(2), ct("only in x.y")]
+        ]
+    );
+    assert_eq!(
+        src.proj_rows("x.\"y.z\""),
+        vec![vec![ci(3), ct("new in y.z")]]
+    );
+    assert_eq!(src.proj_rows("\"app.v2\".orders").len(), 2);
+    src.audit_equal();
+    // A `--table` argument quotes a part the same way.
+    let r = src.tool(
+        AUDIT,
+        &[],
+        &[
+            "--target",
+            &src.proj_url(),
+            "-q",
+            "--table",
+            "\"app.v2\".orders",
+        ],
+    );
+    expect(&r, 0, "audit of one quoted table");
+}
+
+#[test]
+fn inheritance_children_are_tables_of_their_own() {
+    let src = Src::new("inherit");
+    let s = src.session();
+    s.exec("CREATE TABLE par (id int PRIMARY KEY, v text)");
+    s.exec("CREATE TABLE chi (PRIMARY KEY (id)) INHERITS (par)");
+    // The same key in parent and child: two tables' rows, no duplicate.
+    s.exec("INSERT INTO par VALUES (1, 'parent'), (2, 'parent two')");
+    s.exec("INSERT INTO chi VALUES (1, 'child')");
+    src.init(&["public.par", "public.chi"]);
+    let r = src.pipeline(
+        "{snapshot} --source \"$SRC\" --slot \"$SLOT\" -q | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "snapshot | apply");
+    assert_eq!(
+        src.proj_rows("public.par"),
+        vec![vec![ci(1), ct("parent")], vec![ci(2), ct("parent two")]],
+        "the parent's own rows only"
+    );
+    assert_eq!(src.proj_rows("public.chi"), vec![vec![ci(1), ct("child")]]);
+    s.exec("UPDATE chi SET v = 'child changed' WHERE id = 1");
+    s.exec("DELETE FROM ONLY par WHERE id = 2");
+    let r = src.pipeline(
+        "{capture} --source \"$SRC\" --slot \"$SLOT\" --after \"$({apply} cursor --target \"$PROJ\")\" | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "capture | apply");
+    assert_eq!(src.proj_rows("public.par"), vec![vec![ci(1), ct("parent")]]);
+    assert_eq!(
+        src.proj_rows("public.chi"),
+        vec![vec![ci(1), ct("child changed")]]
+    );
+    src.audit_equal();
+}
+
+#[test]
+fn row_filters_and_column_lists_of_a_publication_are_honoured() {
+    let src = Src::new("pubfilter");
+    let s = src.session();
+    s.exec("CREATE TABLE f (id int PRIMARY KEY, active bool NOT NULL, v text)");
+    s.exec("INSERT INTO f SELECT g, g % 2 = 0, 'row ' || g FROM generate_series(1, 10) g");
+    s.exec("CREATE TABLE g (id int PRIMARY KEY, name text, password_hash text)");
+    s.exec("INSERT INTO g VALUES (1, 'ada', 'secret-hash-1'), (2, 'bob', 'secret-hash-2')");
+    s.exec("CREATE PUBLICATION mooncdc_main FOR TABLE f WHERE (active), g (id, name)");
+    // init refuses FULL identity under g's column list (it would break the
+    // application's updates) and changes nothing.
+    let r = src.cmd("init", &["--table", "public.f", "--table", "public.g"]);
+    assert_refused(
+        &r,
+        "init under a column list",
+        &["column list", "password_hash", "UPDATE and DELETE"],
+    );
+    assert_eq!(
+        s.value("SELECT relreplident FROM pg_class WHERE relname = 'g'"),
+        "d"
+    );
+    s.exec("UPDATE g SET name = 'ada l' WHERE id = 1");
+    // The row-filtered table alone is captured (FULL covers the filter).
+    s.exec("ALTER PUBLICATION mooncdc_main DROP TABLE g");
+    src.init(&["public.f"]);
+    let r = src.pipeline(
+        "{snapshot} --source \"$SRC\" --slot \"$SLOT\" -q | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "snapshot | apply");
+    let ids: Vec<Cell> = src
+        .proj_rows("public.f")
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect();
+    assert_eq!(
+        ids,
+        [2, 4, 6, 8, 10].map(ci).to_vec(),
+        "the filter's rows only"
+    );
+    // Into the filter (an insert), out of it (a delete), inside it.
+    s.exec("UPDATE f SET active = true WHERE id = 3");
+    s.exec("UPDATE f SET active = false WHERE id = 4");
+    s.exec("UPDATE f SET v = 'changed' WHERE id = 6");
+    s.exec("UPDATE f SET v = 'unseen' WHERE id = 5");
+    let r = src.pipeline(
+        "{capture} --source \"$SRC\" --slot \"$SLOT\" --after \"$({apply} cursor --target \"$PROJ\")\" | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "capture | apply");
+    let ids: Vec<Cell> = src
+        .proj_rows("public.f")
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect();
+    assert_eq!(ids, [2, 3, 6, 8, 10].map(ci).to_vec());
+    src.audit_equal();
+
+    // A column list (slot made by hand; FULL is not set): the snapshot and
+    // the audit read the listed columns only.
+    let src2 = Src::new("collist");
+    let s2 = src2.session();
+    s2.exec("CREATE TABLE g (id int PRIMARY KEY, name text, password_hash text)");
+    s2.exec("INSERT INTO g VALUES (1, 'ada', 'secret-hash-1'), (2, 'bob', 'secret-hash-2')");
+    s2.exec("CREATE PUBLICATION mooncdc_main FOR TABLE g (id, name)");
+    s2.exec(&format!(
+        "SELECT pg_create_logical_replication_slot({}, 'pgoutput')",
+        lit(src2.slot_name())
+    ));
+    let snap_file = src2.dir.path().join("snap.jsonl");
+    let r = src2.pipeline(&format!(
+        "{{snapshot}} --source \"$SRC\" --slot \"$SLOT\" | tee {} | {{apply}} --target \"$PROJ\" -q",
+        shell_quote(&snap_file.display().to_string())
+    ));
+    expect(&r, 0, "snapshot | apply under a column list");
+    let snap = std::fs::read_to_string(&snap_file).unwrap();
+    assert!(
+        !snap.contains("password_hash") && !snap.contains("secret-hash"),
+        "{snap}"
+    );
+    assert_eq!(
+        src2.proj_rows("public.g"),
+        vec![vec![ci(1), ct("ada")], vec![ci(2), ct("bob")]]
+    );
+    s2.exec("INSERT INTO g VALUES (3, 'cy', 'secret-hash-3')");
+    let r = src2.pipeline(
+        "{capture} --source \"$SRC\" --slot \"$SLOT\" --after \"$({apply} cursor --target \"$PROJ\")\" | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "capture | apply under a column list");
+    src2.audit_equal();
+}
+
+#[test]
+fn partitions_get_full_identity_and_a_partition_without_it_stops_the_read() {
+    let src = Src::new("parts");
+    let s = src.session();
+    s.exec("CREATE TABLE p (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)");
+    s.exec("CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (100)");
+    s.exec("CREATE TABLE p2 PARTITION OF p FOR VALUES FROM (100) TO (200)");
+    s.exec("INSERT INTO p VALUES (1, 'precious'), (150, 'kept')");
+    s.exec("CREATE PUBLICATION mooncdc_main FOR TABLE p WITH (publish_via_partition_root = true)");
+    src.init(&["public.p"]);
+    for t in ["p", "p1", "p2"] {
+        assert_eq!(
+            s.value(&format!(
+                "SELECT relreplident FROM pg_class WHERE relname = '{t}'"
+            )),
+            "f",
+            "{t} has FULL identity"
+        );
+    }
+    let r = src.pipeline(
+        "{snapshot} --source \"$SRC\" --slot \"$SLOT\" -q | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "snapshot | apply");
+    s.exec("DELETE FROM p WHERE id = 1");
+    s.exec("UPDATE p SET v = 'changed' WHERE id = 150");
+    let r = src.pipeline(
+        "{capture} --source \"$SRC\" --slot \"$SLOT\" --after \"$({apply} cursor --target \"$PROJ\")\" | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "capture | apply of a delete in a partition");
+    src.audit_equal();
+
+    // A partition attached later without FULL identity: verify names it,
+    // a read stops before writing anything, upgrade mends it.
+    s.exec("CREATE TABLE p3 (id int PRIMARY KEY, v text)");
+    s.exec("ALTER TABLE p ATTACH PARTITION p3 FOR VALUES FROM (200) TO (300)");
+    let r = src.cmd("verify", &[]);
+    assert_refused(
+        &r,
+        "verify",
+        &["partition \"public.p3\"", "REPLICA IDENTITY FULL"],
+    );
+    s.exec("INSERT INTO p VALUES (250, 'in p3')");
+    let after = src.target_cursor().unwrap().to_json();
+    let r = src.capture(&["--after", &after]);
+    assert_refused(&r, "read", &["partition \"public.p3\"", "upgrade"]);
+    assert!(r.stdout.is_empty(), "nothing written");
+    let r = src.cmd("upgrade", &[]);
+    expect(&r, 0, "upgrade");
+    assert_eq!(
+        s.value("SELECT relreplident FROM pg_class WHERE relname = 'p3'"),
+        "f"
+    );
+    let r = src.pipeline(
+        "{capture} --source \"$SRC\" --slot \"$SLOT\" --after \"$({apply} cursor --target \"$PROJ\")\" | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "capture | apply after upgrade");
+    src.audit_equal();
+
+    // With the DDL trigger, a partition gets FULL identity as it is attached.
+    let su = src.db.superuser_url();
+    let r = run(
+        CAPTURE,
+        &["init", "--ddl", "--source", &su, "--slot", src.slot_name()],
+        None,
+    );
+    expect(&r, 0, "init --ddl");
+    s.exec("CREATE TABLE p4 (id int PRIMARY KEY, v text)");
+    s.exec("ALTER TABLE p ATTACH PARTITION p4 FOR VALUES FROM (300) TO (400)");
+    s.exec("CREATE TABLE p5 PARTITION OF p FOR VALUES FROM (400) TO (500)");
+    for t in ["p4", "p5"] {
+        assert_eq!(
+            s.value(&format!(
+                "SELECT relreplident FROM pg_class WHERE relname = '{t}'"
+            )),
+            "f",
+            "{t} got FULL identity from the DDL trigger"
+        );
+    }
+    s.exec("INSERT INTO p VALUES (350, 'in p4'), (450, 'in p5')");
+    s.exec("DELETE FROM p WHERE id IN (250, 350)");
+    let r = src.pipeline(
+        "{capture} --source \"$SRC\" --slot \"$SLOT\" --after \"$({apply} cursor --target \"$PROJ\")\" | {apply} --target \"$PROJ\" -q",
+    );
+    expect(
+        &r,
+        0,
+        "capture | apply with partitions attached under the DDL trigger",
+    );
+    src.audit_equal();
+}
+
+#[test]
+fn a_partition_attached_with_rows_while_following_is_told() {
+    let src = Src::new("attachrows");
+    let s = src.session();
+    s.exec("CREATE TABLE p (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)");
+    s.exec("CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (100)");
+    s.exec("CREATE PUBLICATION mooncdc_main FOR TABLE p WITH (publish_via_partition_root = true)");
+    src.init(&["public.p"]);
+    let r = src.pipeline(
+        "{snapshot} --source \"$SRC\" --slot \"$SLOT\" -q | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "snapshot | apply");
+    let (capture, apply, log) =
+        follow_logged(&src, &["--after", &src.target_cursor().unwrap().to_json()]);
+    s.exec("INSERT INTO p VALUES (1, 'streamed')");
+    // The follower is running (it has looked at the publication) once the
+    // row is in.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while src.proj_count("public.p") < 1 {
+        assert!(Instant::now() < deadline, "the first row arrives");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.exec("CREATE TABLE p2 (id int PRIMARY KEY, v text)");
+    s.exec("ALTER TABLE p2 REPLICA IDENTITY FULL");
+    s.exec("INSERT INTO p2 VALUES (150, 'held before attach')");
+    s.exec("ALTER TABLE p ATTACH PARTITION p2 FOR VALUES FROM (100) TO (200)");
+    let text = wait_for_text(&log, "partition \"public.p2\" was attached", 30);
+    assert!(text.contains("not in the stream"), "{text}");
+    let (code, _) = sigterm_and_wait(capture);
+    assert_eq!(code, Some(0));
+    let (acode, aerr) = finish(apply, false);
+    assert_eq!(acode, Some(0), "{aerr}");
+}
+
+#[test]
+fn a_reconnect_after_the_slot_moved_past_the_read_stops() {
+    let src = Src::new("slotmoved");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text)");
+    src.init(&["public.a"]);
+    s.exec("INSERT INTO a VALUES (1, 'one')");
+    let (mut capture, apply, log) = follow_logged(&src, &["--retry-delay-ms", "1500"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while src.target_cursor().is_none() || src.proj_count("public.a") < 1 {
+        assert!(Instant::now() < deadline, "the first row arrives");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The connection breaks; meanwhile rows commit and the slot is
+    // confirmed past them by somebody else.
+    let pid = walsender_pid(&src);
+    s.exec(&format!("SELECT pg_terminate_backend({pid})"));
+    src.wait_slot_inactive();
+    s.exec("INSERT INTO a VALUES (2, 'two'), (3, 'three')");
+    s.exec(&format!(
+        "SELECT pg_replication_slot_advance({}, pg_current_wal_lsn())",
+        lit(src.slot_name())
+    ));
+    assert!(
+        wait_until_exit(&mut capture, Duration::from_secs(30)),
+        "capture stops by itself"
+    );
+    let (code, _) = finish(capture, false);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("before the slot's confirmed position"),
+        "{text}"
+    );
+    let _ = finish(apply, false);
+    assert_eq!(
+        src.proj_count("public.a"),
+        1,
+        "nothing after the gap applied"
+    );
+}
+
+#[test]
+fn a_stalled_walsender_is_noticed_and_the_follower_reconnects() {
+    let src = Src::new("stalled");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text)");
+    src.init(&["public.a"]);
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let (capture, apply, log) = follow_logged(
+        &src,
+        &[
+            "--receive-timeout-ms",
+            "2000",
+            "--retry-delay-ms",
+            "200",
+            "--max-retries",
+            "100",
+            "--metrics-listen",
+            &listen,
+        ],
+    );
+    s.exec("INSERT INTO a VALUES (1, 'one')");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while src.target_cursor().is_none() || src.proj_count("public.a") < 1 {
+        assert!(Instant::now() < deadline, "the first row arrives");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = walsender_pid(&src);
+    struct Cont(i32);
+    impl Drop for Cont {
+        fn drop(&mut self) {
+            signal(self.0, "CONT");
+        }
+    }
+    signal(pid, "STOP");
+    let cont = Cont(pid);
+    s.exec("INSERT INTO a SELECT g, repeat('x', 1000) FROM generate_series(2, 2000) g");
+    let text = wait_for_text(&log, "reconnecting", 30);
+    assert!(text.contains("receive-timeout-ms"), "{text}");
+    // The byte lag grows from the server's own WAL position while keepalives
+    // have stopped, and says how old that position is.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = http_get(&listen, "/metrics");
+        let lag: u64 = metric_value(&m, "mooncdc_source_lag_bytes") as u64;
+        if lag > 1_000_000 {
+            assert!(m.contains("mooncdc_source_wal_age_seconds"), "{m}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "lag bytes stayed at {lag}:\n{m}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(cont);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while src.proj_count("public.a") < 2000 {
+        assert!(
+            Instant::now() < deadline,
+            "the rows arrive after the reconnect"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, err) = sigterm_and_wait(capture);
+    assert_eq!(code, Some(0), "{err}");
+    let _ = finish(apply, false);
+    src.audit_equal();
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect to the metrics listener");
+    write!(c, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut s = String::new();
+    c.read_to_string(&mut s).unwrap();
+    s
+}
+
+fn metric_value(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no metric {name} in:\n{text}"))
+}
+
+#[test]
+fn an_identity_changed_back_after_init_says_what_helps() {
+    let src = Src::new("identback");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text NOT NULL)");
+    s.exec("INSERT INTO a VALUES (1, 'one'), (2, 'two')");
+    src.init(&["public.a"]);
+    let (_, b) = src.capture_ok(&[]);
+    drop(b);
+    s.exec("ALTER TABLE a REPLICA IDENTITY DEFAULT");
+    s.exec("UPDATE a SET v = 'uno' WHERE id = 1");
+    let r = src.capture(&[]);
+    assert_refused(
+        &r,
+        "read",
+        &[
+            "was not FULL when this change was made",
+            "upgrade",
+            "new snapshot",
+        ],
+    );
+    let r = src.cmd("upgrade", &[]);
+    expect(&r, 0, "upgrade");
+    // The change is still in the WAL without its old row: the same refusal,
+    // which says so.
+    let r = src.capture(&[]);
+    assert_refused(
+        &r,
+        "read after upgrade",
+        &["in the WAL without its old values"],
+    );
+}

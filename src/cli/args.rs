@@ -205,6 +205,9 @@ pub struct ReadArgs {
     /// With --follow: wait this long before the first reconnect, doubled each time up to 30 s
     #[arg(long, value_name = "MS", default_value_t = 1000, requires = "follow")]
     pub retry_delay_ms: u64,
+    /// With --follow: reconnect when nothing (no change, no keepalive) came from the server for this long, in milliseconds; 0: never (PostgreSQL)
+    #[arg(long, value_name = "MS", default_value_t = 60_000, requires = "follow")]
+    pub receive_timeout_ms: u64,
     /// Messages on standard error as plain text or JSON lines (for a supervisor or journald)
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -211,6 +211,8 @@ fn read(r: ReadArgs, verbose: bool, quiet: bool) -> anyhow::Result<ExitCode> {
                 max_retries: r.max_retries,
                 retry_delay: Duration::from_millis(r.retry_delay_ms.max(1)),
                 heartbeat: r.heartbeat_ms.map(|ms| Duration::from_millis(ms.max(1))),
+                receive_timeout: (r.receive_timeout_ms > 0)
+                    .then(|| Duration::from_millis(r.receive_timeout_ms)),
             },
             held.as_deref(),
             out,

@@ -118,6 +118,11 @@ pub struct FollowTiming {
     /// writes at all still moves its slot and lag figures on. Heartbeats are
     /// never events.
     pub heartbeat: Option<Duration>,
+    /// PostgreSQL: with nothing at all from the server (no change, no
+    /// keepalive, although asked for one) for this long, the connection is
+    /// taken for broken and a reconnect follows (as the server's own
+    /// `wal_receiver_timeout`). `None`: wait forever.
+    pub receive_timeout: Option<Duration>,
 }
 
 /// A function that says which cursor a target durably holds: what

@@ -38,13 +38,13 @@ fn push_part(out: &mut String, part: &str) {
 }
 
 /// Split a stream name into (schema, table). A name without a schema part
-/// (no unquoted `.`) is `None`; a name that is not in the spelling [`join`]
-/// writes (a quote not closed, text after a closing quote, a third part) is
-/// an error naming the rule.
-pub fn split(name: &str) -> Result<Option<(String, String)>, String> {
+/// (no unquoted `.`) has `None` for its schema; a name that is not in the
+/// spelling [`join`] writes (a quote not closed, text after a closing quote,
+/// a third part) is an error naming the rule.
+pub fn split(name: &str) -> Result<(Option<String>, String), String> {
     let (first, rest) = part(name)?;
     match rest {
-        None => Ok(None),
+        None => Ok((None, first)),
         Some(rest) => {
             let (second, more) = part(rest)?;
             if more.is_some() {
@@ -52,7 +52,7 @@ pub fn split(name: &str) -> Result<Option<(String, String)>, String> {
                     "table name {name:?} has more than two dot-separated parts (quote a part that holds a dot: \"a.b\".c)"
                 ));
             }
-            Ok(Some((first, second)))
+            Ok((Some(first), second))
         }
     }
 }
@@ -99,8 +99,12 @@ fn part(s: &str) -> Result<(String, Option<&str>), String> {
 /// table has one name).
 pub fn is_canonical(name: &str) -> bool {
     match split(name) {
-        Ok(Some((s, t))) => join(&s, &t) == name,
-        Ok(None) => !needs_quotes(name) || name.is_empty(),
+        Ok((Some(s), t)) => join(&s, &t) == name,
+        Ok((None, t)) => {
+            let mut one = String::new();
+            push_part(&mut one, &t);
+            one == name
+        }
         Err(_) => false,
     }
 }
@@ -115,9 +119,10 @@ mod tests {
         assert_eq!(join("s_", "b"), "s_.b");
         assert_eq!(
             split("public.orders").unwrap(),
-            Some(("public".into(), "orders".into()))
+            (Some("public".into()), "orders".into())
         );
-        assert_eq!(split("orders").unwrap(), None);
+        assert_eq!(split("orders").unwrap(), (None, "orders".into()));
+        assert_eq!(split("\"a.b\"").unwrap(), (None, "a.b".into()));
     }
 
     #[test]
@@ -127,16 +132,16 @@ mod tests {
         assert_eq!(a, "\"x.y\".z");
         assert_eq!(b, "x.\"y.z\"");
         assert_ne!(a, b);
-        assert_eq!(split(&a).unwrap(), Some(("x.y".into(), "z".into())));
-        assert_eq!(split(&b).unwrap(), Some(("x".into(), "y.z".into())));
+        assert_eq!(split(&a).unwrap(), (Some("x.y".into()), "z".into()));
+        assert_eq!(split(&b).unwrap(), (Some("x".into()), "y.z".into()));
         assert_eq!(join("app.v2", "orders"), "\"app.v2\".orders");
         assert_eq!(join("a\"b", "c"), "\"a\"\"b\".c");
         assert_eq!(
             split("\"a\"\"b\".c").unwrap(),
-            Some(("a\"b".into(), "c".into()))
+            (Some("a\"b".into()), "c".into())
         );
         assert_eq!(join("", "t"), "\"\".t");
-        assert_eq!(split("\"\".t").unwrap(), Some(("".into(), "t".into())));
+        assert_eq!(split("\"\".t").unwrap(), (Some("".into()), "t".into()));
     }
 
     #[test]
@@ -156,7 +161,7 @@ mod tests {
                 let n = join(s, t);
                 assert_eq!(
                     split(&n).unwrap(),
-                    Some((s.to_string(), t.to_string())),
+                    (Some(s.to_string()), t.to_string()),
                     "{n}"
                 );
                 assert!(is_canonical(&n), "{n}");

@@ -250,7 +250,7 @@ impl Target for PgTarget {
     }
 
     fn table_shape(&self, schema: &Schema, kind: SourceKind) -> Result<Option<StoredShape>> {
-        let (ns, name) = target_name(&schema.table, kind, &self.schema);
+        let (ns, name) = target_name(&schema.table, kind, &self.schema)?;
         let c = self.reader()?;
         let found = self.rt.block_on(read_columns(&c, &ns, &name))?;
         Ok(found.map(|(cols, key)| StoredShape {
@@ -265,7 +265,7 @@ impl Target for PgTarget {
         kind: SourceKind,
         f: &mut dyn FnMut(&mut PullRow<'_>) -> Result<()>,
     ) -> Result<()> {
-        let (ns, name) = target_name(&schema.table, kind, &self.schema);
+        let (ns, name) = target_name(&schema.table, kind, &self.schema)?;
         let c = self.reader()?;
         let Some((cols, _)) = self.rt.block_on(read_columns(&c, &ns, &name))? else {
             return f(&mut || Ok(None));
@@ -274,11 +274,12 @@ impl Target for PgTarget {
         // PostgreSQL source reads its rows.
         let classes: Vec<Class> = cols.iter().map(|c| c.class).collect();
         let local = Schema {
-            table: format!("{ns}.{name}"),
+            table: crate::wire::names::join(&ns, &name),
             columns: schema.columns.clone(),
             key: schema.key.clone(),
         };
-        let select = crate::source::postgres::select_in_key_order(&local, &classes);
+        let from = format!("{}.{}", quote_ident(&ns), quote_ident(&name));
+        let select = crate::source::postgres::select_in_key_order(&local, &classes, &from, None);
         let stream = self
             .rt
             .block_on(c.copy_out(&format!("COPY ({select}) TO STDOUT")))

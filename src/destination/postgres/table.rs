@@ -59,10 +59,10 @@ pub(super) struct Table {
 /// Where a stream's table lands: a PostgreSQL source's `schema.table` in
 /// that schema; a SQLite source's `t` in the URL's `schema=` (default
 /// `public`).
-pub(super) fn target_name(table: &str, kind: SourceKind, schema: &str) -> (String, String) {
+pub(super) fn target_name(table: &str, kind: SourceKind, schema: &str) -> Result<(String, String)> {
     match kind {
         SourceKind::Postgres => crate::source::postgres::split_table(table),
-        _ => (schema.to_string(), table.to_string()),
+        _ => Ok((schema.to_string(), table.to_string())),
     }
 }
 
@@ -237,7 +237,7 @@ impl PgTarget {
                 s.table
             )));
         }
-        let (ns, name) = target_name(&s.table, kind, &self.schema);
+        let (ns, name) = target_name(&s.table, kind, &self.schema)?;
         if ns == "mooncdc" {
             return Err(Error::data(format!(
                 "table {:?} would land in schema \"mooncdc\", which is MoonCDC's own",

@@ -11,22 +11,29 @@ impl PgSource {
         runtime()?.block_on(async {
             let c = self.client("init").await?;
             let mut names: Vec<String> = if tables.is_empty() {
+                // Partitions come with their partitioned table.
                 let rows = c
                     .query(
-                        "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                         WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
-                         AND n.nspname NOT LIKE 'pg\\_%' ORDER BY 1",
+                        "SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                         WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
+                         AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
+                         AND n.nspname NOT LIKE 'pg\\_%'",
                         &[],
                     )
                     .await
                     .map_err(pg_err("cannot list tables"))?;
-                rows.iter().map(|r| r.get::<_, String>(0)).collect()
+                let mut v: Vec<String> = rows
+                    .iter()
+                    .map(|r| crate::wire::names::join(&r.get::<_, String>(0), &r.get::<_, String>(1)))
+                    .collect();
+                v.sort();
+                v
             } else {
-                tables.to_vec()
+                tables.iter().map(|t| table_arg(t)).collect::<Result<_>>()?
             };
             names.dedup();
             for n in &names {
-                let (s, t) = split_table(n);
+                let (s, t) = split_table(n)?;
                 table_schema(&c, &s, &t).await?;
             }
             let pub_exists = c
@@ -36,10 +43,10 @@ impl PgSource {
             let qualified: Vec<String> = names
                 .iter()
                 .map(|n| {
-                    let (s, t) = split_table(n);
-                    format!("{}.{}", quote_ident(&s), quote_ident(&t))
+                    let (s, t) = split_table(n)?;
+                    Ok(format!("{}.{}", quote_ident(&s), quote_ident(&t)))
                 })
-                .collect();
+                .collect::<Result<_>>()?;
             match pub_exists {
                 None => {
                     if qualified.is_empty() {
@@ -67,11 +74,23 @@ impl PgSource {
                     }
                 }
             }
-            for n in publication_tables(&c, &self.publication).await? {
-                let (s, t) = split_table(&n);
-                c.batch_execute(&format!("ALTER TABLE {}.{} REPLICA IDENTITY FULL", quote_ident(&s), quote_ident(&t)))
-                    .await
-                    .map_err(pg_err("cannot set REPLICA IDENTITY FULL"))?;
+            let published = publication_detail(&c, &self.publication).await?;
+            // Never a change that makes the application's own writes fail:
+            // under a column list that leaves columns out, FULL identity
+            // makes PostgreSQL refuse every UPDATE and DELETE of the table.
+            for p in &published {
+                if let Some(msg) = column_list_conflict(&c, p, &self.publication).await? {
+                    return Err(Error::state(msg));
+                }
+            }
+            for p in &published {
+                for (s, t, ident) in identity_of(&c, p).await? {
+                    if ident != "f" {
+                        c.batch_execute(&format!("ALTER TABLE {}.{} REPLICA IDENTITY FULL", quote_ident(&s), quote_ident(&t)))
+                            .await
+                            .map_err(pg_err("cannot set REPLICA IDENTITY FULL"))?;
+                    }
+                }
             }
             let slot = c
                 .query_opt("SELECT plugin, database FROM pg_replication_slots WHERE slot_name = $1", &[&self.slot])
@@ -142,24 +161,28 @@ impl PgSource {
                 drift.push(format!("publication {:?} does not exist (run init)", self.publication));
                 return Ok(drift);
             }
-            let tables = publication_tables(&c, &self.publication).await?;
+            let tables = publication_detail(&c, &self.publication).await?;
             if tables.is_empty() {
                 drift.push(format!("publication {:?} has no tables", self.publication));
             }
-            for n in tables {
-                let (s, t) = split_table(&n);
-                let ident: Option<String> = c
-                    .query_opt(
-                        "SELECT relreplident::text FROM pg_class WHERE oid = to_regclass(format('%I.%I', $1::text, $2::text))",
-                        &[&s, &t],
-                    )
-                    .await
-                    .map_err(pg_err("cannot read a table's replica identity"))?
-                    .map(|r| r.get(0));
-                if ident.as_deref() != Some("f") {
-                    drift.push(format!("table {n:?} does not have REPLICA IDENTITY FULL (run init)"));
+            for p in tables {
+                let n = &p.name;
+                if let Some(msg) = column_list_conflict(&c, &p, &self.publication).await? {
+                    drift.push(msg);
                 }
-                if let Err(e) = table_schema(&c, &s, &t).await {
+                for (s, t, ident) in identity_of(&c, &p).await? {
+                    if ident != "f" {
+                        let this = crate::wire::names::join(&s, &t);
+                        if &this == n {
+                            drift.push(format!("table {n:?} does not have REPLICA IDENTITY FULL (run mooncdc-capture upgrade)"));
+                        } else {
+                            drift.push(format!(
+                                "partition {this:?} of table {n:?} does not have REPLICA IDENTITY FULL: its deletes and updates would come without their old values (run mooncdc-capture upgrade)"
+                            ));
+                        }
+                    }
+                }
+                if let Err(e) = published_schema(&c, &p).await {
                     drift.push(format!("table {n:?}: {}", e.full_message()));
                 }
             }
@@ -288,14 +311,199 @@ pub(super) async fn slot_info(c: &Client, slot: &str) -> Result<Option<SlotInfo>
     }))
 }
 
-/// The publication's tables as `schema.table`, sorted.
-pub async fn publication_tables(c: &Client, publication: &str) -> Result<Vec<String>> {
+/// Each relation whose replica identity a published table's changes use:
+/// the table and, when it is partitioned, every partition below it (a
+/// partition's change carries the old row its own identity logged, also
+/// when published through the root). (schema, name, `relreplident`).
+pub(super) async fn identity_of(c: &Client, p: &PubTable) -> Result<Vec<(String, String, String)>> {
     let rows = c
         .query(
-            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = $1 ORDER BY 1",
+            "WITH t AS (SELECT to_regclass(format('%I.%I', $1::text, $2::text)) AS oid) \
+             SELECT n.nspname::text, cl.relname::text, cl.relreplident::text \
+             FROM (SELECT oid AS relid, 0 AS level FROM t \
+                   UNION SELECT relid, level FROM pg_partition_tree((SELECT oid FROM t))) pt \
+             JOIN pg_class cl ON cl.oid = pt.relid JOIN pg_namespace n ON n.oid = cl.relnamespace \
+             ORDER BY pt.level, 1, 2",
+            &[&p.schema, &p.table],
+        )
+        .await
+        .map_err(pg_err(
+            "cannot read the replica identity of a table and its partitions",
+        ))?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect())
+}
+
+/// Why FULL identity cannot be used on `p`: the publication's column list
+/// leaves columns out, and PostgreSQL refuses UPDATE and DELETE of a table
+/// whose replica identity its column list does not cover.
+pub(super) async fn column_list_conflict(
+    c: &Client,
+    p: &PubTable,
+    publication: &str,
+) -> Result<Option<String>> {
+    let Some(list) = &p.columns else {
+        return Ok(None);
+    };
+    let (s, _) = table_schema(c, &p.schema, &p.table).await?;
+    let left_out: Vec<&str> = s
+        .columns
+        .iter()
+        .filter(|col| !list.contains(&col.name))
+        .map(|col| col.name.as_str())
+        .collect();
+    if left_out.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "publication {publication:?} publishes table {:?} with a column list that leaves out {}: with REPLICA IDENTITY FULL, \
+         which capture needs, PostgreSQL would refuse every UPDATE and DELETE of the table (\"Column list used by the publication \
+         does not cover the replica identity\"), so nothing was changed on it; publish all of its columns \
+         (ALTER PUBLICATION … SET TABLE without a column list), or leave the table out of the publication",
+        p.name,
+        left_out.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(", ")
+    )))
+}
+
+/// A relation whose rows a published table publishes: the table itself or a
+/// partition below it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Member {
+    /// The published table's stream name.
+    pub(super) published: String,
+    /// The relation's stream name.
+    pub(super) name: String,
+    pub(super) schema: String,
+    pub(super) table: String,
+    /// `relreplident`.
+    pub(super) ident: String,
+}
+
+/// Every relation the publication's tables publish rows of, in one query
+/// (a follower asks every few seconds).
+pub(super) async fn publication_members(c: &Client, publication: &str) -> Result<Vec<Member>> {
+    let rows = c
+        .query(
+            "SELECT pt.schemaname::text, pt.tablename::text, n.nspname::text, cl.relname::text, cl.relreplident::text \
+             FROM pg_publication_tables pt \
+             JOIN pg_namespace pn ON pn.nspname = pt.schemaname \
+             JOIN pg_class pc ON pc.relnamespace = pn.oid AND pc.relname = pt.tablename \
+             CROSS JOIN LATERAL (SELECT pc.oid AS relid UNION SELECT relid FROM pg_partition_tree(pc.oid)) m \
+             JOIN pg_class cl ON cl.oid = m.relid JOIN pg_namespace n ON n.oid = cl.relnamespace \
+             WHERE pt.pubname = $1 AND cl.relkind IN ('r', 'p')",
             &[&publication],
         )
         .await
+        .map_err(pg_err("cannot read the publication's tables and partitions"))?;
+    let mut v: Vec<Member> = rows
+        .iter()
+        .map(|r| {
+            let (schema, table): (String, String) = (r.get(2), r.get(3));
+            Member {
+                published: crate::wire::names::join(&r.get::<_, String>(0), &r.get::<_, String>(1)),
+                name: crate::wire::names::join(&schema, &table),
+                schema,
+                table,
+                ident: r.get(4),
+            }
+        })
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+/// A partition below a published table whose identity is not FULL: its
+/// deletes and updates would come without their old values.
+pub(super) fn partition_not_full(members: &[Member]) -> Option<Error> {
+    let m = members
+        .iter()
+        .find(|m| m.ident != "f" && m.name != m.published)?;
+    Some(Error::state(format!(
+        "partition {:?} of published table {:?} does not have REPLICA IDENTITY FULL (attached or created after init): \
+         its deletes and updates would come without their old values. Run mooncdc-capture upgrade, then start again; \
+         or install the DDL trigger (init --ddl), which gives partitions FULL identity as they are attached (docs/POSTGRES.md, partitions)",
+        m.name, m.published
+    )))
+}
+
+/// The publication's tables by their stream names (docs/FORMAT.md, "Table
+/// names"), sorted bytewise.
+pub async fn publication_tables(c: &Client, publication: &str) -> Result<Vec<String>> {
+    Ok(publication_detail(c, publication)
+        .await?
+        .into_iter()
+        .map(|p| p.name)
+        .collect())
+}
+
+/// One table as a publication publishes it.
+#[derive(Clone, Debug)]
+pub struct PubTable {
+    /// The stream's name of the table.
+    pub name: String,
+    pub schema: String,
+    pub table: String,
+    /// A partitioned table (published through its root): read with its
+    /// partitions. Any other table is read without its inheritance
+    /// children (`ONLY`), as pgoutput publishes each relation's own rows.
+    pub partitioned: bool,
+    /// The columns published (PostgreSQL 15+: all of them without a column
+    /// list); `None` on older servers.
+    pub columns: Option<Vec<String>>,
+    /// The publication's row filter (PostgreSQL 15+), as the server
+    /// prints it.
+    pub filter: Option<String>,
+}
+
+/// The server's version number (`server_version_num`, e.g. 150004).
+pub async fn server_version(c: &Client) -> Result<i32> {
+    let v: String = c
+        .query_one("SHOW server_version_num", &[])
+        .await
+        .map_err(pg_err("cannot read the server's version"))?
+        .get(0);
+    v.trim()
+        .parse()
+        .map_err(|_| Error::data(format!("bad server_version_num {v:?}")))
+}
+
+/// The publication's tables with their column lists and row filters, sorted
+/// by stream name.
+pub async fn publication_detail(c: &Client, publication: &str) -> Result<Vec<PubTable>> {
+    let lists = server_version(c).await? >= 150000;
+    let sql = format!(
+        "SELECT pt.schemaname::text, pt.tablename::text, cl.relkind = 'p', {} \
+         FROM pg_publication_tables pt \
+         JOIN pg_namespace n ON n.nspname = pt.schemaname \
+         JOIN pg_class cl ON cl.relnamespace = n.oid AND cl.relname = pt.tablename \
+         WHERE pt.pubname = $1",
+        if lists {
+            "pt.attnames::text[], pt.rowfilter::text"
+        } else {
+            "NULL::text[], NULL::text"
+        }
+    );
+    let rows = c
+        .query(&sql, &[&publication])
+        .await
         .map_err(pg_err("cannot read the publication's tables"))?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    let mut out: Vec<PubTable> = rows
+        .iter()
+        .map(|r| {
+            let schema: String = r.get(0);
+            let table: String = r.get(1);
+            PubTable {
+                name: crate::wire::names::join(&schema, &table),
+                schema,
+                table,
+                partitioned: r.get(2),
+                columns: r.get(3),
+                filter: r.get(4),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
 }

@@ -9,7 +9,7 @@ pub struct AuditSource {
     pub(super) client: Client,
     pub identity: String,
     pub high_water: Sequence,
-    pub tables: Vec<(Schema, Vec<Class>)>,
+    pub(super) tables: Vec<(Schema, Vec<Class>, ReadAs)>,
 }
 
 impl AuditSource {
@@ -26,32 +26,30 @@ impl AuditSource {
                 .await
                 .map_err(pg_err("cannot read the WAL position"))?
                 .get(0);
-            let mut names = publication_tables(&c, &src.publication).await?;
+            let mut published = publication_detail(&c, &src.publication).await?;
             if !only.is_empty() {
-                let want: Vec<String> = only
-                    .iter()
-                    .map(|t| {
-                        if t.contains('.') {
-                            t.clone()
-                        } else {
-                            format!("public.{t}")
+                let mut want = Vec::new();
+                for t in only {
+                    let full = table_arg(t)?;
+                    match published.iter().find(|p| p.name == full) {
+                        Some(p) => want.push(p.clone()),
+                        None => {
+                            return Err(Error::usage(format!(
+                                "table {full:?} is not in publication {:?}",
+                                src.publication
+                            )))
                         }
-                    })
-                    .collect();
-                for w in &want {
-                    if !names.contains(w) {
-                        return Err(Error::usage(format!(
-                            "table {w:?} is not in publication {:?}",
-                            src.publication
-                        )));
                     }
                 }
-                names = want;
+                published = want;
             }
+            // Each table as the publication publishes it: its own rows
+            // (not an inheritance child's), its row filter's rows and its
+            // column list's columns.
             let mut tables = Vec::new();
-            for n in names {
-                let (s, t) = split_table(&n);
-                tables.push(table_schema(&c, &s, &t).await?);
+            for p in &published {
+                let (s, cls) = published_schema(&c, p).await?;
+                tables.push((s, cls, ReadAs::of(p)));
             }
             Ok::<_, Error>((c, id, sequence(parse_lsn(&flushed)?, 0), tables))
         })?;
@@ -71,17 +69,17 @@ impl AuditRows for AuditSource {
     }
 
     fn schemas(&self) -> Vec<Schema> {
-        self.tables.iter().map(|(s, _)| s.clone()).collect()
+        self.tables.iter().map(|(s, _, _)| s.clone()).collect()
     }
 
     /// Each row is fetched in its own `block_on`, so `f` runs outside the
     /// async runtime (it may itself do blocking I/O, such as reading a
     /// ClickHouse reply).
     fn rows(&mut self, i: usize, f: &mut dyn FnMut(Row) -> Result<bool>) -> Result<()> {
-        let (schema, classes) = &self.tables[i];
+        let (schema, classes, read) = &self.tables[i];
         let mut rows = self
             .rt
-            .block_on(copy_table(&self.client, schema, classes))?;
+            .block_on(copy_table(&self.client, schema, classes, read))?;
         while let Some(r) = self.rt.block_on(rows.next())? {
             if !f(r)? {
                 break;

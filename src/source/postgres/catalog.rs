@@ -23,15 +23,14 @@ pub(super) struct Catalog {
 impl Catalog {
     /// Check the publication's tables (each must have a key) before reading.
     pub(super) async fn load(c: &Client, publication: &str) -> Result<Catalog> {
-        let tables = publication_tables(c, publication).await?;
+        let tables = publication_detail(c, publication).await?;
         if tables.is_empty() {
             return Err(Error::state(format!(
                 "publication {publication:?} has no tables (run init)"
             )));
         }
-        for n in tables {
-            let (s, t) = split_table(&n);
-            table_schema(c, &s, &t).await?;
+        for p in &tables {
+            published_schema(c, p).await?;
         }
         Ok(Catalog {
             by_oid: HashMap::new(),
@@ -42,7 +41,7 @@ impl Catalog {
     /// stream (the server describes a table before its first change in a
     /// session and again after its columns change).
     pub(super) async fn relation(&mut self, c: &Client, rel: Relation) -> Result<RelChange> {
-        let name = format!("{}.{}", rel.namespace, rel.name);
+        let name = crate::wire::names::join(&rel.namespace, &rel.name);
         let mut columns = Vec::with_capacity(rel.columns.len());
         let mut classes = Vec::with_capacity(rel.columns.len());
         for col in &rel.columns {
@@ -142,16 +141,42 @@ impl Catalog {
                 })
                 .collect()
         };
+        // What helps when an old row is missing: the WAL already holds this
+        // change without it, so setting the identity again carries only
+        // later changes.
+        const NOT_FULL: &str = "the table's REPLICA IDENTITY was not FULL when this change was made (changed after init, or a \
+             partition attached later). `mooncdc-capture upgrade` sets it again for later changes, but this change is in the WAL \
+             without its old values and cannot be carried exactly: after upgrade, take a new snapshot into a new target and \
+             follow from its cursor (docs/OPERATIONS.md, \"Starting over\")";
         let before = match old {
             None if op == Operation::Update => {
-                return Err(here("the update came without its old row: the table needs REPLICA IDENTITY FULL (run init)".into()))
+                return Err(here(format!(
+                    "the update came without its old row: {NOT_FULL}"
+                )))
             }
             None => None,
             Some((kind, t)) => {
                 if kind != b'O' {
-                    return Err(here("only the key of the old row came: the table needs REPLICA IDENTITY FULL (run init)".into()));
+                    return Err(here(format!(
+                        "only the key of the old row came: {NOT_FULL}"
+                    )));
                 }
-                Some(convert(&t, None)?)
+                let row = convert(&t, None)?;
+                // A partition whose identity is not FULL, published through
+                // its root, sends NULL for the columns it did not log, under
+                // the root's FULL mark: a NULL where none can be is that.
+                if let Some((c, _)) = schema
+                    .columns
+                    .iter()
+                    .zip(&row)
+                    .find(|(c, v)| !c.nullable && matches!(v, Value::Null))
+                {
+                    return Err(here(format!(
+                        "the old row came with NULL in NOT NULL column {:?}: only its key was logged; {NOT_FULL}",
+                        c.name
+                    )));
+                }
+                Some(row)
             }
         };
         let after = match new {
@@ -171,7 +196,7 @@ impl Catalog {
 /// A table's schema (types by `format_type`, key = primary key) and the wire
 /// class of each column.
 pub async fn table_schema(c: &Client, schema: &str, table: &str) -> Result<(Schema, Vec<Class>)> {
-    let name = format!("{schema}.{table}");
+    let name = crate::wire::names::join(schema, table);
     let rel = c
         .query_opt(
             "SELECT to_regclass(format('%I.%I', $1::text, $2::text))::oid",
@@ -221,5 +246,30 @@ pub async fn table_schema(c: &Client, schema: &str, table: &str) -> Result<(Sche
         key: key.iter().map(|r| r.get(0)).collect(),
     };
     s.check().map_err(Error::data)?;
+    Ok((s, classes))
+}
+
+/// A published table's schema as its publication publishes it: only the
+/// columns of its column list (PostgreSQL 15+), which must hold the key.
+pub async fn published_schema(c: &Client, p: &PubTable) -> Result<(Schema, Vec<Class>)> {
+    let (mut s, classes) = table_schema(c, &p.schema, &p.table).await?;
+    let Some(list) = &p.columns else {
+        return Ok((s, classes));
+    };
+    if let Some(k) = s.key.iter().find(|k| !list.contains(k)) {
+        return Err(Error::state(format!(
+            "the publication's column list for table {:?} leaves out key column {k:?}: targets could not tell its rows apart; add the column to the publication's column list",
+            s.table
+        )));
+    }
+    let keep: Vec<bool> = s.columns.iter().map(|c| list.contains(&c.name)).collect();
+    let mut k = keep.iter();
+    s.columns.retain(|_| *k.next().expect("one flag a column"));
+    let classes = classes
+        .into_iter()
+        .zip(&keep)
+        .filter(|(_, k)| **k)
+        .map(|(c, _)| c)
+        .collect();
     Ok((s, classes))
 }

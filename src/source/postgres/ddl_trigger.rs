@@ -11,7 +11,11 @@
 //! says `"renamed":null` (unknown), which the stream treats as no DDL record
 //! at all: an ambiguous change still fails closed, never guessed.
 //!
-//! Message: `{"table":"schema.table","renamed":[{"from":"a","to":"b"}],
+//! It also gives a partition attached to (or created under) a table with
+//! REPLICA IDENTITY FULL that identity, in the same transaction.
+//!
+//! Message: `{"table":"schema.table","schema":"schema","name":"table",
+//! "renamed":[{"from":"a","to":"b"}],
 //! "before":[{"name":"a","type":"text","nullable":true}]}` (`before`: the
 //! columns before the command, so a read whose first description of the
 //! table comes after the change still knows what it changed from).
@@ -39,6 +43,7 @@ CREATE OR REPLACE FUNCTION mooncdc.ddl_end() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$
 DECLARE
     t oid;
+    p oid;
     tag text;
     known boolean;
     renamed jsonb;
@@ -49,6 +54,19 @@ BEGIN
         SELECT DISTINCT objid, command_tag FROM pg_event_trigger_ddl_commands()
         WHERE object_type IN ('table', 'table column') AND objid IS NOT NULL
     LOOP
+        -- A partition attached to, or made under, a table whose replica
+        -- identity is FULL gets FULL too, in the same transaction: its
+        -- deletes and updates then carry their old rows, also when
+        -- published through the root.
+        FOR p IN
+            SELECT pt.relid FROM pg_partition_tree(t) pt JOIN pg_class c ON c.oid = pt.relid
+             WHERE c.relreplident <> 'f' AND c.relkind IN ('r', 'p')
+               AND EXISTS (SELECT 1 FROM pg_partition_ancestors(pt.relid) a
+                           JOIN pg_class ac ON ac.oid = a.relid
+                           WHERE a.relid <> pt.relid AND ac.relreplident = 'f')
+        LOOP
+            EXECUTE format('ALTER TABLE %s REPLICA IDENTITY FULL', p::regclass);
+        END LOOP;
         IF tag = 'ALTER TABLE' THEN
             SELECT EXISTS (SELECT 1 FROM mooncdc.ddl_columns WHERE relid = t) INTO known;
             IF known THEN
@@ -78,6 +96,9 @@ BEGIN
             PERFORM pg_logical_emit_message(true, 'mooncdc_ddl', jsonb_build_object(
                 'table', (SELECT n.nspname || '.' || c.relname FROM pg_class c
                           JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = t),
+                'schema', (SELECT n.nspname FROM pg_class c
+                           JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = t),
+                'name', (SELECT c.relname FROM pg_class c WHERE c.oid = t),
                 'renamed', renamed, 'before', before, 'readded', readded)::text);
         END IF;
         DELETE FROM mooncdc.ddl_columns WHERE relid = t;

@@ -34,8 +34,8 @@ mod stream;
 mod tls;
 pub mod types;
 
-pub use admin::publication_tables;
 use admin::*;
+pub use admin::{publication_detail, publication_tables, PubTable};
 pub use audit::AuditSource;
 pub use catalog::table_schema;
 use catalog::*;
@@ -154,12 +154,20 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| Error::io("cannot start the async runtime", e))
 }
 
-/// Split `schema.table` (default schema `public`).
-pub fn split_table(name: &str) -> (String, String) {
-    match name.split_once('.') {
-        Some((s, t)) => (s.to_string(), t.to_string()),
-        None => ("public".to_string(), name.to_string()),
+/// Split a stream table name or a `--table` argument into (schema, table):
+/// `schema.table`, a part quoted when it holds a dot or a quote
+/// (docs/FORMAT.md, "Table names"); no schema means `public`.
+pub fn split_table(name: &str) -> Result<(String, String)> {
+    match crate::wire::names::split(name) {
+        Ok((s, t)) => Ok((s.unwrap_or_else(|| "public".to_string()), t)),
+        Err(e) => Err(Error::data(e)),
     }
+}
+
+/// The stream name of a `--table` argument (`t` is `public.t`).
+pub fn table_arg(name: &str) -> Result<String> {
+    let (s, t) = split_table(name)?;
+    Ok(crate::wire::names::join(&s, &t))
 }
 
 fn check_slot_name(s: &str) -> Result<()> {

@@ -30,17 +30,21 @@ impl PgSource {
                     self.conn.dbname
                 )));
             }
-            let published = publication_tables(&c, &self.publication).await?;
-            let chosen: Vec<String> = if tables.is_empty() {
-                published.clone()
+            let published = publication_detail(&c, &self.publication).await?;
+            let chosen: Vec<PubTable> = if tables.is_empty() {
+                published
             } else {
+                let mut v = Vec::new();
                 for t in tables {
-                    let full = if t.contains('.') { t.clone() } else { format!("public.{t}") };
-                    if !published.contains(&full) {
-                        return Err(Error::usage(format!("table {full:?} is not in publication {:?}", self.publication)));
+                    let full = table_arg(t)?;
+                    match published.iter().find(|p| p.name == full) {
+                        Some(p) => v.push(p.clone()),
+                        None => {
+                            return Err(Error::usage(format!("table {full:?} is not in publication {:?}", self.publication)))
+                        }
                     }
                 }
-                tables.iter().map(|t| if t.contains('.') { t.clone() } else { format!("public.{t}") }).collect()
+                v
             };
             let (mut exporter, sys) = self.replication_session().await?;
             let id = format!("postgres:{}/{}/{}", sys.system_id, self.conn.dbname, self.slot);
@@ -83,16 +87,16 @@ impl PgSource {
             let reader = self.import_snapshot(&snapshot_name).await?;
             let mut schemas = Vec::new();
             let mut classes = Vec::new();
-            for n in &chosen {
-                let (s, t) = split_table(n);
-                let (schema, cls) = table_schema(&reader, &s, &t).await?;
+            let mut reads = Vec::new();
+            for p in &chosen {
+                let (schema, cls) = published_schema(&reader, p).await?;
                 schemas.push(schema);
                 classes.push(cls);
+                reads.push(ReadAs::of(p));
             }
             if progress.wants_total() {
                 // The planner's estimate (reltuples): a count would read every table twice.
-                let names: Vec<String> = chosen.clone();
-                let est = row_estimate(&reader, &names).await;
+                let est = row_estimate(&reader, &chosen).await;
                 if est > 0 {
                     progress.total(est);
                 }
@@ -102,10 +106,10 @@ impl PgSource {
             let jobs = jobs.clamp(1, schemas.len().max(1));
             let mut sessions = vec![reader];
             if jobs <= 1 {
-                for (schema, cls) in schemas.iter().zip(&classes) {
+                for ((schema, cls), read) in schemas.iter().zip(&classes).zip(&reads) {
                     w.table(schema).map_err(io_out)?;
                     let before = w.count();
-                    let mut rows = copy_table(&sessions[0], schema, cls).await?;
+                    let mut rows = copy_table(&sessions[0], schema, cls, read).await?;
                     while let Some(row) = rows.next().await? {
                         w.row(&row).map_err(io_out)?;
                         if w.count() % 65536 == 0 {
@@ -122,12 +126,12 @@ impl PgSource {
                 }
                 let work = sessions.iter().enumerate().map(|(k, sess)| {
                     let mine: Vec<usize> = (k..schemas.len()).step_by(jobs).collect();
-                    let (schemas, classes) = (&schemas, &classes);
+                    let (schemas, classes, reads) = (&schemas, &classes, &reads);
                     async move {
                         let mut spools = Vec::new();
                         for i in mine {
                             let mut spool = crate::ops::spool::Spool::new(4 << 20);
-                            let mut rows = copy_table(sess, &schemas[i], &classes[i]).await?;
+                            let mut rows = copy_table(sess, &schemas[i], &classes[i], &reads[i]).await?;
                             let mut line = Vec::with_capacity(256);
                             while let Some(row) = rows.next().await? {
                                 line.clear();
@@ -176,8 +180,13 @@ impl PgSource {
 }
 
 /// A table's rows in key order through COPY.
-pub(super) async fn copy_table(c: &Client, schema: &Schema, classes: &[Class]) -> Result<CopyRows> {
-    let sql = select_in_key_order(schema, classes);
+pub(super) async fn copy_table(
+    c: &Client,
+    schema: &Schema,
+    classes: &[Class],
+    read: &ReadAs,
+) -> Result<CopyRows> {
+    let sql = select_in_key_order(schema, classes, &read.from, read.filter.as_deref());
     // COPY's binary form when every column's type has one read here: no
     // text to parse (REAL bits as they are stored, integers, bytes).
     let binary: Option<Vec<Bin>> = schema
@@ -342,10 +351,40 @@ fn binary_step(b: &[u8], header_read: bool, kinds: &[Bin]) -> std::result::Resul
     Ok(BinStep::Row(at, row))
 }
 
-/// `SELECT` of a table's columns in the key order of DESIGN §7: TEXT-mapped
-/// keys compare as their text in the C collation (bytewise), others natively.
-pub fn select_in_key_order(s: &Schema, classes: &[Class]) -> String {
-    let (schema, table) = split_table(&s.table);
+/// How a published table's rows are read: `FROM` what, and which rows.
+pub(super) struct ReadAs {
+    /// The quoted name, with `ONLY` for a table that is not partitioned
+    /// (pgoutput publishes each relation's own rows, not its inheritance
+    /// children's).
+    from: String,
+    /// The publication's row filter.
+    filter: Option<String>,
+}
+
+impl ReadAs {
+    pub(super) fn of(p: &PubTable) -> ReadAs {
+        let name = format!("{}.{}", quote_ident(&p.schema), quote_ident(&p.table));
+        ReadAs {
+            from: if p.partitioned {
+                name
+            } else {
+                format!("ONLY {name}")
+            },
+            filter: p.filter.clone(),
+        }
+    }
+}
+
+/// `SELECT` of a table's columns in the key order of docs/FORMAT.md
+/// (snapshots): TEXT-mapped keys compare as their text in the C collation
+/// (bytewise), others natively. `from` is the quoted relation (with `ONLY`
+/// where it applies), `filter` a row filter.
+pub fn select_in_key_order(
+    s: &Schema,
+    classes: &[Class],
+    from: &str,
+    filter: Option<&str>,
+) -> String {
     let cols: Vec<String> = s.columns.iter().map(|c| quote_ident(&c.name)).collect();
     let order: Vec<String> = s
         .key
@@ -365,11 +404,10 @@ pub fn select_in_key_order(s: &Schema, classes: &[Class]) -> String {
             }
         })
         .collect();
+    let filter = filter.map(|f| format!(" WHERE ({f})")).unwrap_or_default();
     format!(
-        "SELECT {} FROM {}.{} ORDER BY {}",
+        "SELECT {} FROM {from}{filter} ORDER BY {}",
         cols.join(", "),
-        quote_ident(&schema),
-        quote_ident(&table),
         order.join(", ")
     )
 }
@@ -507,14 +545,13 @@ impl CopyRows {
 }
 
 /// The planner's row estimate of the tables, summed; 0 when unknown.
-async fn row_estimate(c: &Client, tables: &[String]) -> u64 {
+async fn row_estimate(c: &Client, tables: &[PubTable]) -> u64 {
     let mut total = 0f64;
     for t in tables {
-        let (s, n) = split_table(t);
         let row = c
             .query_opt(
                 "SELECT c.reltuples::float8 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname = $2",
-                &[&s, &n],
+                &[&t.schema, &t.table],
             )
             .await;
         match row {

@@ -39,6 +39,8 @@ impl PgSource {
         let follow = timing.is_some();
         let idle_batch = timing.map(|t| t.idle_batch);
         let heartbeat = timing.and_then(|t| t.heartbeat);
+        let receive_timeout = timing.and_then(|t| t.receive_timeout);
+        let mut last_received = std::time::Instant::now();
         let mut last_heartbeat = std::time::Instant::now();
         let mut last_slot_look = std::time::Instant::now() - Duration::from_secs(60);
         let mut c = self.client("read").await?;
@@ -77,11 +79,10 @@ impl PgSource {
                     )));
                 }
                 if ((cur.sequence() >> 64) as u64) < slot.confirmed {
-                    return Err(Error::state(format!(
-                        "cursor LSN {} is before the slot's confirmed position {}: those changes are gone (take a new snapshot)",
-                        lsn_text((cur.sequence() >> 64) as u64),
-                        lsn_text(slot.confirmed)
-                    )));
+                    return Err(before_confirmed(
+                        (cur.sequence() >> 64) as u64,
+                        slot.confirmed,
+                    ));
                 }
                 cur.sequence()
             }
@@ -100,6 +101,14 @@ impl PgSource {
             )));
         }
         let mut catalog = Catalog::load(&c, &self.publication).await?;
+        // The relations the publication publishes rows of: a partition
+        // without FULL identity stops the read before anything is written;
+        // one attached while following is told (its earlier rows are not in
+        // the stream).
+        let mut members = publication_members(&c, &self.publication).await?;
+        if let Some(e) = partition_not_full(&members) {
+            return Err(e);
+        }
 
         // Reads never acknowledge: the status updates report the slot's own
         // confirmed position (raised only by --ack-from-target).
@@ -150,11 +159,30 @@ impl PgSource {
                     .map_err(repl_err("replication stream failed"))?;
                 let ev = {
                     match tokio::time::timeout(Duration::from_millis(500), client.recv()).await {
-                        Ok(r) => r.map_err(repl_err("replication stream failed"))?,
+                        Ok(r) => {
+                            last_received = std::time::Instant::now();
+                            r.map_err(repl_err("replication stream failed"))?
+                        }
                         Err(_) => {
                             ping = true;
                             if !follow {
                                 continue;
+                            }
+                            // Nothing at all, although each quiet half
+                            // second asks for a keepalive: the walsender
+                            // is stalled or the network gone. Reconnect.
+                            if let Some(limit) = receive_timeout {
+                                if last_received.elapsed() >= limit {
+                                    return Err(repl_err("replication stream stalled")(ReplError::Io(
+                                        std::io::Error::new(
+                                            std::io::ErrorKind::TimedOut,
+                                            format!(
+                                                "nothing came from the server for {} ms, not even a keepalive (--receive-timeout-ms)",
+                                                limit.as_millis()
+                                            ),
+                                        ),
+                                    )));
+                                }
                             }
                             if let Some(get) = ack_target {
                                 acked = ack_from(get, &id, client, acked);
@@ -162,16 +190,23 @@ impl PgSource {
                             // The slot as the server sees it, for the metrics.
                             if last_slot_look.elapsed() >= Duration::from_secs(5) {
                                 last_slot_look = std::time::Instant::now();
+                                // Also the server's WAL position, so the
+                                // byte lags grow while keepalives stop.
                                 if let Ok(row) = c
                                     .query_one(
                                         "SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, 0), \
-                                         coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1",
+                                         coalesce(wal_status, ''), pg_current_wal_lsn()::text \
+                                         FROM pg_replication_slots WHERE slot_name = $1",
                                         &[&self.slot],
                                     )
                                     .await
                                 {
                                     crate::metrics::slot(row.get(0), row.get::<_, String>(1).as_str());
+                                    if let Ok(lsn) = parse_lsn(&row.get::<_, String>(2)) {
+                                        crate::metrics::server_wal(lsn);
+                                    }
                                 }
+                                members = self.look_at_members(&c, std::mem::take(&mut members)).await?;
                             }
                             // A heartbeat: a transactional logical message,
                             // which pgoutput (without `messages`) never sends
@@ -501,6 +536,53 @@ impl PgSource {
 }
 
 impl PgSource {
+    /// The publication's relations again: a new partition or table holding
+    /// rows is told (the rows it held are not in the stream), a partition
+    /// without FULL identity stops the read.
+    async fn look_at_members(&self, c: &Client, before: Vec<Member>) -> Result<Vec<Member>> {
+        let Ok(now) = publication_members(c, &self.publication).await else {
+            return Ok(before);
+        };
+        for m in now
+            .iter()
+            .filter(|m| !before.iter().any(|b| b.name == m.name))
+        {
+            let holds = c
+                .query_opt(
+                    &format!(
+                        "SELECT 1 FROM ONLY {}.{} LIMIT 1",
+                        quote_ident(&m.schema),
+                        quote_ident(&m.table)
+                    ),
+                    &[],
+                )
+                .await
+                .map(|r| r.is_some())
+                .unwrap_or(false);
+            if holds {
+                let what = if m.name == m.published {
+                    format!("table {:?} was added to the publication", m.name)
+                } else {
+                    format!(
+                        "partition {:?} was attached to published table {:?}",
+                        m.name, m.published
+                    )
+                };
+                crate::log::warn(
+                    &format!(
+                        "{what} while following, holding rows: the rows it held then are not in the stream and will not reach targets \
+                         (changes after it are); bring them with a new snapshot (docs/OPERATIONS.md, \"Starting over\")"
+                    ),
+                    &[("event", "rows-not-streamed".into()), ("table", m.name.clone().into())],
+                );
+            }
+        }
+        if let Some(e) = partition_not_full(&now) {
+            return Err(e);
+        }
+        Ok(now)
+    }
+
     /// After a broken connection: a new SQL session and a replication stream
     /// from `lsn`, on the same system (a changed system identifier is a
     /// different source and is never followed).
@@ -533,11 +615,27 @@ impl PgSource {
                 self.slot
             )));
         }
+        // As at a start: a slot confirmed past where the read stands (acked
+        // by hand ahead of the target, a second reader, a restore) would
+        // start the stream after changes never read.
+        if lsn < slot.confirmed {
+            return Err(before_confirmed(lsn, slot.confirmed));
+        }
         let repl = self
             .replication_stream(lsn, acked.max(slot.confirmed), messages)
             .await?;
         Ok((c, repl))
     }
+}
+
+/// A read that would start at `lsn`, before the slot's confirmed position:
+/// the server would start at the slot's position, silently past changes.
+fn before_confirmed(lsn: u64, confirmed: u64) -> Error {
+    Error::state(format!(
+        "cursor LSN {} is before the slot's confirmed position {}: those changes are gone (take a new snapshot)",
+        lsn_text(lsn),
+        lsn_text(confirmed)
+    ))
 }
 
 /// Acknowledge up to what the target holds, on the live stream's feedback.
@@ -658,15 +756,24 @@ impl DdlState {
         #[derive(serde::Deserialize)]
         struct Msg {
             table: String,
+            #[serde(default)]
+            schema: Option<String>,
+            #[serde(default)]
+            name: Option<String>,
             renamed: Option<Vec<crate::wire::Rename>>,
             #[serde(default)]
             before: Option<Vec<Column>>,
             #[serde(default)]
             readded: Option<Vec<String>>,
         }
-        let m: Msg = serde_json::from_slice(content).map_err(|e| {
+        let mut m: Msg = serde_json::from_slice(content).map_err(|e| {
             Error::data(format!("a DDL trigger message is not understood ({e}); run mooncdc-capture init --ddl again to update the trigger"))
         })?;
+        // The trigger names the table's parts apart; one installed before
+        // it did names it `schema.table`, right unless a part holds a dot.
+        if let (Some(s), Some(t)) = (&m.schema, &m.name) {
+            m.table = crate::wire::names::join(s, t);
+        }
         if let Some(r) = m.readded.filter(|r| !r.is_empty()) {
             self.readded.entry(m.table.clone()).or_default().extend(r);
         }
