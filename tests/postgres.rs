@@ -3663,6 +3663,14 @@ impl Lits {
 
 #[test]
 fn differential_oracle_against_wal2json() {
+    if !pg::has_wal2json() {
+        // The matrix's server builds have no wal2json; Debian's 15 runs it.
+        eprintln!(
+            "SKIPPED differential_oracle_against_wal2json: PostgreSQL {} here has no wal2json (the run on Debian's 15 checks it)",
+            pg::major_version()
+        );
+        return;
+    }
     let src = Src::new("oracle");
     let s = src.session();
     s.exec(
@@ -4244,6 +4252,13 @@ fn inheritance_children_are_tables_of_their_own() {
 
 #[test]
 fn row_filters_and_column_lists_of_a_publication_are_honoured() {
+    if pg::major_version() < 15 {
+        eprintln!(
+            "SKIPPED row_filters_and_column_lists_of_a_publication_are_honoured: PostgreSQL {} has no row filters or column lists",
+            pg::major_version()
+        );
+        return;
+    }
     let src = Src::new("pubfilter");
     let s = src.session();
     s.exec("CREATE TABLE f (id int PRIMARY KEY, active bool NOT NULL, v text)");

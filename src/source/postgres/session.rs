@@ -23,7 +23,46 @@ pub async fn connect_client(conn: &PgConn, role: &str) -> Result<Client> {
     tokio::spawn(async move {
         let _ = connection.await;
     });
+    let version = super::admin::server_version(&client).await?;
+    check_version(version)?;
     Ok(client)
+}
+
+/// The oldest PostgreSQL the tools work with (docs/POSTGRES.md, "Versions
+/// and topologies"), as `server_version_num`.
+pub const OLDEST_VERSION: i32 = 140000;
+
+/// A server older than [`OLDEST_VERSION`] is refused by name, before any
+/// command it would not understand.
+pub fn check_version(num: i32) -> Result<()> {
+    if num >= OLDEST_VERSION {
+        return Ok(());
+    }
+    let name = if num >= 100000 {
+        format!("{}", num / 10000)
+    } else {
+        format!("{}.{}", num / 10000, num / 100 % 100)
+    };
+    Err(Error::state(format!(
+        "the server runs PostgreSQL {name}; MoonCDC needs PostgreSQL {} or later",
+        OLDEST_VERSION / 10000
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn versions_older_than_the_oldest_are_named() {
+        assert!(super::check_version(140000).is_ok());
+        assert!(super::check_version(180006).is_ok());
+        let e = super::check_version(130021).unwrap_err().full_message();
+        assert!(
+            e.contains("PostgreSQL 13;") && e.contains("PostgreSQL 14 or later"),
+            "{e}"
+        );
+        let e = super::check_version(90624).unwrap_err().full_message();
+        assert!(e.contains("PostgreSQL 9.6;"), "{e}");
+    }
 }
 
 /// One phase of connecting within `connect_timeout`, or an error that says

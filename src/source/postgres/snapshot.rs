@@ -51,7 +51,9 @@ impl PgSource {
             let tmp = format!("mooncdc_snap_{}_{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0));
             let created = tokio::time::timeout(
                 slot_timeout,
-                exporter.simple_query(&format!("CREATE_REPLICATION_SLOT {tmp} TEMPORARY LOGICAL pgoutput (SNAPSHOT 'export')")),
+                // The unparenthesized form: PostgreSQL 14 knows only it, later
+                // versions still take it.
+                exporter.simple_query(&format!("CREATE_REPLICATION_SLOT {tmp} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT")),
             )
             .await;
             let rows = match created {
