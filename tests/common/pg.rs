@@ -79,7 +79,7 @@ pub fn major_version() -> u32 {
     static V: OnceLock<u32> = OnceLock::new();
     *V.get_or_init(|| {
         let out = run_checked(
-            &mut pg_command("postgres").arg("--version"),
+            pg_command("postgres").arg("--version"),
             "postgres --version",
         );
         // "postgres (PostgreSQL) 17.11"

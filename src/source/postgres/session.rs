@@ -49,22 +49,6 @@ pub fn check_version(num: i32) -> Result<()> {
     )))
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn versions_older_than_the_oldest_are_named() {
-        assert!(super::check_version(140000).is_ok());
-        assert!(super::check_version(180006).is_ok());
-        let e = super::check_version(130021).unwrap_err().full_message();
-        assert!(
-            e.contains("PostgreSQL 13;") && e.contains("PostgreSQL 14 or later"),
-            "{e}"
-        );
-        let e = super::check_version(90624).unwrap_err().full_message();
-        assert!(e.contains("PostgreSQL 9.6;"), "{e}");
-    }
-}
-
 /// One phase of connecting within `connect_timeout`, or an error that says
 /// the peer did not answer.
 async fn within_connect_timeout<T>(
@@ -185,5 +169,21 @@ impl PgSource {
         .await
         .map_err(pg_err("cannot import the exported snapshot"))?;
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn versions_older_than_the_oldest_are_named() {
+        assert!(super::check_version(140000).is_ok());
+        assert!(super::check_version(180006).is_ok());
+        let e = super::check_version(130021).unwrap_err().full_message();
+        assert!(
+            e.contains("PostgreSQL 13;") && e.contains("PostgreSQL 14 or later"),
+            "{e}"
+        );
+        let e = super::check_version(90624).unwrap_err().full_message();
+        assert!(e.contains("PostgreSQL 9.6;"), "{e}");
     }
 }
