@@ -102,7 +102,9 @@ if [ $# -eq 0 ]; then
     a_follower_rides_out_a_server_crash_and_restart
     partitions_get_full_identity_and_a_partition_without_it_stops_the_read
     schemas_and_tables_with_dots_are_distinct_tables
-    row_filters_and_column_lists_of_a_publication_are_honoured)
+    row_filters_and_column_lists_of_a_publication_are_honoured
+    generated_columns_are_carried_only_when_the_publication_publishes_them
+    an_invalidated_slot_is_named_with_its_reason_and_the_way_back)
   for v in 14 15 16 17 18; do
     [ "$v" = "$main_pg" ] && continue
     if [ "$v" = 15 ]; then bin=/usr/lib/postgresql/15/bin; else bin="$pg_root/$v/bin"; fi

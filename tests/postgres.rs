@@ -494,6 +494,23 @@ fn init_creates_publication_slot_and_full_identity_then_verify_and_status() {
     );
     assert!(j["safe_wal_size"].is_null(), "{j}");
     assert_eq!(j["wal_status"], serde_json::json!("reserved"), "{j}");
+    // What the publication publishes, and that the slot is not invalidated.
+    assert!(j["invalidation_reason"].is_null(), "{j}");
+    assert_eq!(st["invalidation_reason"], "none", "{st:?}");
+    assert_eq!(
+        st["publication"], "mooncdc_main (partitions as themselves): public.a, public.b",
+        "{st:?}"
+    );
+    assert_eq!(
+        j["publication"]["tables"][0]["table"],
+        serde_json::json!("public.a"),
+        "{j}"
+    );
+    assert_eq!(
+        j["publication"]["via_partition_root"],
+        serde_json::json!(false),
+        "{j}"
+    );
     for k in [
         "restart_lsn",
         "wal_flush_lsn",
@@ -4632,4 +4649,147 @@ fn an_identity_changed_back_after_init_says_what_helps() {
         "read after upgrade",
         &["in the WAL without its old values"],
     );
+}
+
+#[test]
+fn status_names_row_filters_and_column_lists() {
+    if pg::major_version() < 15 {
+        eprintln!("SKIPPED status_names_row_filters_and_column_lists: PostgreSQL 14 has neither");
+        return;
+    }
+    let src = Src::new("pubstatus");
+    let s = src.session();
+    s.exec("CREATE TABLE f (id int PRIMARY KEY, active bool NOT NULL, v text)");
+    s.exec("CREATE TABLE g (id int PRIMARY KEY, name text, password_hash text)");
+    s.exec("CREATE PUBLICATION mooncdc_main FOR TABLE f WHERE (active), g (id, name) WITH (publish_via_partition_root = true)");
+    s.exec(&format!(
+        "SELECT pg_create_logical_replication_slot({}, 'pgoutput')",
+        lit(src.slot_name())
+    ));
+    let st = src.status();
+    assert_eq!(
+        st["publication"],
+        "mooncdc_main (partitions through their root): public.f WHERE active, public.g (id, name)",
+        "{st:?}"
+    );
+}
+
+#[test]
+fn an_invalidated_slot_is_named_with_its_reason_and_the_way_back() {
+    let cluster: &'static pg::Cluster = pg::private_cluster();
+    let src = Src {
+        db: cluster.create_db("lost"),
+        slot: Some("s_lost".into()),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text)");
+    src.init(&["public.a"]);
+    cluster.admin("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'");
+    cluster.admin("SELECT pg_reload_conf()");
+    // WAL beyond what the slot may keep, then checkpoints: the slot is lost.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        s.exec("INSERT INTO a SELECT g, repeat('x', 200) FROM generate_series(1, 20000) g ON CONFLICT (id) DO UPDATE SET v = excluded.v || 'y'");
+        cluster.admin("SELECT pg_switch_wal()");
+        cluster.admin("CHECKPOINT");
+        if src.status()["wal_status"] == "lost" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the slot was never invalidated");
+    }
+    let st = src.status();
+    if pg::major_version() >= 17 {
+        assert_eq!(st["invalidation_reason"], "wal_removed", "{st:?}");
+    }
+    let r = src.cmd("verify", &[]);
+    assert_refused(
+        &r,
+        "verify",
+        &["is invalidated", "pg_drop_replication_slot", "new snapshot"],
+    );
+    let r = src.capture(&[]);
+    assert_refused(
+        &r,
+        "read",
+        &[
+            "is invalidated",
+            "WAL it needed was removed",
+            "Starting over",
+        ],
+    );
+}
+
+#[test]
+fn generated_columns_are_carried_only_when_the_publication_publishes_them() {
+    let cases: &[(&str, &str)] = if pg::major_version() >= 18 {
+        &[
+            ("gennone", ""),
+            ("genstored", " WITH (publish_generated_columns = stored)"),
+        ]
+    } else {
+        eprintln!("SKIPPED the publish_generated_columns half of generated_columns_are_carried_only_when_the_publication_publishes_them: PostgreSQL 18 has it");
+        &[("gennone", "")]
+    };
+    for (name, with) in cases {
+        let src = Src::new(name);
+        let s = src.session();
+        s.exec(
+            "CREATE TABLE t (id int PRIMARY KEY, a int, b int GENERATED ALWAYS AS (a * 2) STORED)",
+        );
+        s.exec("INSERT INTO t (id, a) VALUES (1, 10), (2, 20)");
+        s.exec(&format!(
+            "CREATE PUBLICATION mooncdc_main FOR TABLE t{with}"
+        ));
+        if with.is_empty() && pg::major_version() >= 18 {
+            // FULL identity over an unpublished generated column makes 18
+            // refuse the application's updates: init refuses instead.
+            let r = src.cmd("init", &["--table", "public.t"]);
+            assert_refused(
+                &r,
+                "init",
+                &["generated columns \"b\"", "publish_generated_columns"],
+            );
+            assert_eq!(
+                s.value("SELECT relreplident FROM pg_class WHERE relname = 't'"),
+                "d"
+            );
+            s.exec("UPDATE t SET a = 12 WHERE id = 1");
+            continue;
+        }
+        src.init(&["public.t"]);
+        let r = src.pipeline(
+            "{snapshot} --source \"$SRC\" --slot \"$SLOT\" -q | {apply} --target \"$PROJ\" -q",
+        );
+        expect(&r, 0, "snapshot | apply");
+        s.exec("INSERT INTO t (id, a) VALUES (3, 30)");
+        s.exec("UPDATE t SET a = 11 WHERE id = 1");
+        let r = src.pipeline(
+            "{capture} --source \"$SRC\" --slot \"$SLOT\" --after \"$({apply} cursor --target \"$PROJ\")\" | {apply} --target \"$PROJ\" -q",
+        );
+        expect(&r, 0, "capture | apply");
+        let rows = src.proj_rows("public.t");
+        if with.is_empty() {
+            assert_eq!(
+                rows,
+                vec![
+                    vec![ci(1), ci(11)],
+                    vec![ci(2), ci(20)],
+                    vec![ci(3), ci(30)]
+                ],
+                "{name}"
+            );
+        } else {
+            assert_eq!(
+                rows,
+                vec![
+                    vec![ci(1), ci(11), ci(22)],
+                    vec![ci(2), ci(20), ci(40)],
+                    vec![ci(3), ci(30), ci(60)]
+                ],
+                "{name}"
+            );
+        }
+        src.audit_equal();
+    }
 }

@@ -149,7 +149,7 @@ impl PgSource {
                         drift.push(format!("slot {:?} belongs to database {:?}", self.slot, s.database));
                     }
                     if s.lost {
-                        drift.push(format!("slot {:?} is invalidated (its WAL was removed); take a new snapshot", self.slot));
+                        drift.push(s.invalidated(&self.slot).full_message());
                     }
                 }
             }
@@ -216,6 +216,25 @@ impl PgSource {
             let wal_status: String = r.get(4);
             // NULL when max_slot_wal_keep_size is -1: nothing bounds it.
             let safe: Option<i64> = r.get(5);
+            let published = publication_detail(&c, &self.publication).await?;
+            let via_root: bool = c
+                .query_opt("SELECT pubviaroot FROM pg_publication WHERE pubname = $1", &[&self.publication])
+                .await
+                .map_err(pg_err("cannot read the publication"))?
+                .is_some_and(|r| r.get(0));
+            let mut all_columns = Vec::with_capacity(published.len());
+            for p in &published {
+                // A column list that names every column is no list.
+                let full = match &p.columns {
+                    None => true,
+                    Some(list) => table_schema(&c, &p.schema, &p.table)
+                        .await
+                        .map(|(t, _)| t.columns.iter().all(|col| list.contains(&col.name)))
+                        .unwrap_or(false),
+                };
+                all_columns.push(full);
+            }
+            let publication = publication_field(&self.publication, via_root, &published, &all_columns);
             Ok(SourceStatus {
                 identity: id.clone(),
                 fields: {
@@ -234,12 +253,17 @@ impl PgSource {
                         bytes("lag_bytes", lag),
                         StatusField::new("slot_active", active),
                         StatusField::new("wal_status", wal_status),
+                        match &s.invalidation {
+                            Some(r) => StatusField::new("invalidation_reason", r.clone()),
+                            None => StatusField::new("invalidation_reason", serde_json::Value::Null).with_text("none"),
+                        },
                         // JSON null when nothing bounds the slot's WAL.
                         match safe {
                             Some(b) => bytes("safe_wal_size", Some(b)),
                             None => StatusField::new("safe_wal_size", serde_json::Value::Null)
                                 .with_text("unlimited (max_slot_wal_keep_size = -1)"),
                         },
+                        publication,
                     ]
                 },
             })
@@ -288,14 +312,42 @@ pub(super) struct SlotInfo {
     pub(super) restart: u64,
     pub(super) lost: bool,
     pub(super) active: bool,
+    /// PostgreSQL 17+: why the slot was invalidated (`wal_removed`,
+    /// `idle_timeout`, `rows_removed`, `wal_level_insufficient`).
+    pub(super) invalidation: Option<String>,
+}
+
+impl SlotInfo {
+    /// The refusal for an invalidated slot, with its reason and the way back.
+    pub(super) fn invalidated(&self, slot: &str) -> Error {
+        let why = match self.invalidation.as_deref() {
+            Some("idle_timeout") => {
+                " by the server's idle_replication_slot_timeout (no reader for that long)"
+                    .to_string()
+            }
+            Some("wal_removed") | None => {
+                " (the WAL it needed was removed, e.g. past max_slot_wal_keep_size)".to_string()
+            }
+            Some(r) => format!(" (reason: {r})"),
+        };
+        Error::state(format!(
+            "slot {slot:?} is invalidated{why}: the changes it needed are gone. The way back: drop the slot \
+             (SELECT pg_drop_replication_slot('{slot}')), run mooncdc-capture init to make it again, and take a new snapshot \
+             into a new target (docs/OPERATIONS.md, \"Starting over\")"
+        ))
+    }
 }
 
 pub(super) async fn slot_info(c: &Client, slot: &str) -> Result<Option<SlotInfo>> {
     let r = c
         .query_opt(
+            // invalidation_reason exists from 17 on: read through jsonb, so
+            // one query serves every version.
             "SELECT coalesce(plugin, ''), coalesce(database, ''), coalesce(confirmed_flush_lsn::text, '0/0'), \
-             coalesce(restart_lsn::text, '0/0'), coalesce(wal_status = 'lost', false), active \
-             FROM pg_replication_slots WHERE slot_name = $1",
+             coalesce(restart_lsn::text, '0/0'), \
+             coalesce(wal_status = 'lost', false) OR to_jsonb(s) ->> 'invalidation_reason' IS NOT NULL, active, \
+             to_jsonb(s) ->> 'invalidation_reason' \
+             FROM pg_replication_slots s WHERE slot_name = $1",
             &[&slot],
         )
         .await
@@ -308,7 +360,54 @@ pub(super) async fn slot_info(c: &Client, slot: &str) -> Result<Option<SlotInfo>
         restart: parse_lsn(&r.get::<_, String>(3))?,
         lost: r.get(4),
         active: r.get(5),
+        invalidation: r.get(6),
     }))
+}
+
+/// What the publication publishes, for `status`: each table with its row
+/// filter and column list, and whether partitions are published through
+/// their root.
+fn publication_field(
+    name: &str,
+    via_root: bool,
+    tables: &[PubTable],
+    all_columns: &[bool],
+) -> StatusField {
+    let mut text = format!(
+        "{name} (partitions {}): ",
+        if via_root {
+            "through their root"
+        } else {
+            "as themselves"
+        }
+    );
+    let mut json = Vec::new();
+    for (i, (p, full)) in tables.iter().zip(all_columns).enumerate() {
+        if i > 0 {
+            text.push_str(", ");
+        }
+        text.push_str(&p.name);
+        let columns = (!full).then(|| p.columns.clone()).flatten();
+        if let Some(c) = &columns {
+            text.push_str(&format!(" ({})", c.join(", ")));
+        }
+        if let Some(f) = &p.filter {
+            text.push_str(&format!(" WHERE {f}"));
+        }
+        json.push(serde_json::json!({
+            "table": p.name,
+            "columns": columns,
+            "row_filter": p.filter,
+        }));
+    }
+    if tables.is_empty() {
+        text.push_str("no tables");
+    }
+    StatusField::new(
+        "publication",
+        serde_json::json!({"name": name, "via_partition_root": via_root, "tables": json}),
+    )
+    .with_text(text)
 }
 
 /// Each relation whose replica identity a published table's changes use:
@@ -344,6 +443,16 @@ pub(super) async fn column_list_conflict(
     p: &PubTable,
     publication: &str,
 ) -> Result<Option<String>> {
+    if !p.generated_unpublished.is_empty() {
+        return Ok(Some(format!(
+            "publication {publication:?} does not publish the generated columns {} of table {:?}: with REPLICA IDENTITY FULL, \
+             which capture needs, PostgreSQL 18 would refuse every UPDATE and DELETE of the table (\"Replica identity must not \
+             contain unpublished generated columns\"), so nothing was changed on it; publish them (ALTER PUBLICATION … SET \
+             (publish_generated_columns = stored)), or leave the table out of the publication",
+            p.generated_unpublished.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(", "),
+            p.name
+        )));
+    }
     let Some(list) = &p.columns else {
         return Ok(None);
     };
@@ -455,6 +564,12 @@ pub struct PubTable {
     /// The publication's row filter (PostgreSQL 15+), as the server
     /// prints it.
     pub filter: Option<String>,
+    /// Generated columns the publication publishes (PostgreSQL 18+:
+    /// `publish_generated_columns = stored`, or named in a column list).
+    pub generated: Vec<String>,
+    /// Generated columns it does not publish, on PostgreSQL 18+ (where FULL
+    /// identity over them makes UPDATE and DELETE fail).
+    pub generated_unpublished: Vec<String>,
 }
 
 /// The server's version number (`server_version_num`, e.g. 150004).
@@ -472,9 +587,15 @@ pub async fn server_version(c: &Client) -> Result<i32> {
 /// The publication's tables with their column lists and row filters, sorted
 /// by stream name.
 pub async fn publication_detail(c: &Client, publication: &str) -> Result<Vec<PubTable>> {
-    let lists = server_version(c).await? >= 150000;
+    let version = server_version(c).await?;
+    let lists = version >= 150000;
+    // Before 18, pgoutput never sends generated columns (although 15-17
+    // list them in attnames); from 18 on, attnames says what is published.
+    let generated_published = version >= 180000;
     let sql = format!(
-        "SELECT pt.schemaname::text, pt.tablename::text, cl.relkind = 'p', {} \
+        "SELECT pt.schemaname::text, pt.tablename::text, cl.relkind = 'p', {}, \
+         ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = cl.oid AND a.attnum > 0 \
+               AND NOT a.attisdropped AND a.attgenerated <> '') \
          FROM pg_publication_tables pt \
          JOIN pg_namespace n ON n.nspname = pt.schemaname \
          JOIN pg_class cl ON cl.relnamespace = n.oid AND cl.relname = pt.tablename \
@@ -494,13 +615,23 @@ pub async fn publication_detail(c: &Client, publication: &str) -> Result<Vec<Pub
         .map(|r| {
             let schema: String = r.get(0);
             let table: String = r.get(1);
+            let columns: Option<Vec<String>> = r.get(3);
+            let generated_here: Vec<String> = r.get(5);
+            let (generated, generated_unpublished) = match &columns {
+                Some(list) if generated_published => {
+                    generated_here.into_iter().partition(|g| list.contains(g))
+                }
+                _ => (Vec::new(), Vec::new()),
+            };
             PubTable {
                 name: crate::wire::names::join(&schema, &table),
                 schema,
                 table,
                 partitioned: r.get(2),
-                columns: r.get(3),
+                columns,
                 filter: r.get(4),
+                generated,
+                generated_unpublished,
             }
         })
         .collect();

@@ -60,7 +60,9 @@ impl Catalog {
         // carry them; it comes again after any ALTER, SET NOT NULL and a new
         // key included, so each one is looked at).
         let (s, t) = (rel.namespace.clone(), rel.name.clone());
-        let (fresh, _) = table_schema(c, &s, &t).await?;
+        // Generated columns are in the message only when published (18+).
+        let named: Vec<String> = rel.columns.iter().map(|c| c.name.clone()).collect();
+        let (fresh, _) = table_schema_with(c, &s, &t, &named).await?;
         let schema = Schema {
             table: name.clone(),
             columns: columns
@@ -196,6 +198,17 @@ impl Catalog {
 /// A table's schema (types by `format_type`, key = primary key) and the wire
 /// class of each column.
 pub async fn table_schema(c: &Client, schema: &str, table: &str) -> Result<(Schema, Vec<Class>)> {
+    table_schema_with(c, schema, table, &[]).await
+}
+
+/// [`table_schema`], with the generated columns named in `generated`
+/// (those a publication publishes, PostgreSQL 18+).
+async fn table_schema_with(
+    c: &Client,
+    schema: &str,
+    table: &str,
+    generated: &[String],
+) -> Result<(Schema, Vec<Class>)> {
     let name = crate::wire::names::join(schema, table);
     let rel = c
         .query_opt(
@@ -209,8 +222,9 @@ pub async fn table_schema(c: &Client, schema: &str, table: &str) -> Result<(Sche
     let cols = c
         .query(
             "SELECT attname::text, format_type(atttypid, atttypmod), attnotnull, atttypid::oid FROM pg_attribute \
-             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
-            &[&rel],
+             WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped \
+             AND (attgenerated = '' OR attname::text = ANY($2)) ORDER BY attnum",
+            &[&rel, &generated],
         )
         .await
         .map_err(pg_err("cannot read a table's columns"))?;
@@ -252,7 +266,7 @@ pub async fn table_schema(c: &Client, schema: &str, table: &str) -> Result<(Sche
 /// A published table's schema as its publication publishes it: only the
 /// columns of its column list (PostgreSQL 15+), which must hold the key.
 pub async fn published_schema(c: &Client, p: &PubTable) -> Result<(Schema, Vec<Class>)> {
-    let (mut s, classes) = table_schema(c, &p.schema, &p.table).await?;
+    let (mut s, classes) = table_schema_with(c, &p.schema, &p.table, &p.generated).await?;
     let Some(list) = &p.columns else {
         return Ok((s, classes));
     };

@@ -58,10 +58,7 @@ impl PgSource {
             )));
         }
         if slot.lost {
-            return Err(Error::state(format!(
-                "slot {:?} is invalidated: the changes it needed are gone (take a new snapshot)",
-                self.slot
-            )));
+            return Err(slot.invalidated(&self.slot));
         }
         if slot.active {
             return Err(Error::state(format!(
@@ -577,6 +574,26 @@ impl PgSource {
                 );
             }
         }
+        for m in before
+            .iter()
+            .filter(|b| !now.iter().any(|n| n.name == b.name))
+        {
+            let what = if m.name == m.published {
+                format!("table {:?} left the publication (or was dropped)", m.name)
+            } else {
+                format!(
+                    "partition {:?} was detached from published table {:?} (or dropped)",
+                    m.name, m.published
+                )
+            };
+            crate::log::warn(
+                &format!(
+                    "{what} while following: no delete is streamed for the rows it held, so targets keep them although the \
+                     source no longer publishes them; remove them from targets, or take a new snapshot (docs/OPERATIONS.md, \"Starting over\")"
+                ),
+                &[("event", "rows-left-in-targets".into()), ("table", m.name.clone().into())],
+            );
+        }
         if let Some(e) = partition_not_full(&now) {
             return Err(e);
         }
@@ -610,10 +627,7 @@ impl PgSource {
             Error::state(format!("slot {:?} is gone: take a new snapshot", self.slot))
         })?;
         if slot.lost {
-            return Err(Error::state(format!(
-                "slot {:?} is invalidated: the changes it needed are gone (take a new snapshot)",
-                self.slot
-            )));
+            return Err(slot.invalidated(&self.slot));
         }
         // As at a start: a slot confirmed past where the read stands (acked
         // by hand ahead of the target, a second reader, a restore) would
