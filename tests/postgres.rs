@@ -4483,6 +4483,10 @@ fn a_partition_attached_with_rows_while_following_is_told() {
     s.exec("ALTER TABLE p ATTACH PARTITION p2 FOR VALUES FROM (100) TO (200)");
     let text = wait_for_text(&log, "partition \"public.p2\" was attached", 30);
     assert!(text.contains("not in the stream"), "{text}");
+    // Detached: its rows stay in targets, with no delete streamed.
+    s.exec("ALTER TABLE p DETACH PARTITION p2");
+    let text = wait_for_text(&log, "partition \"public.p2\" was detached", 30);
+    assert!(text.contains("targets keep them"), "{text}");
     let (code, _) = sigterm_and_wait(capture);
     assert_eq!(code, Some(0));
     let (acode, aerr) = finish(apply, false);
