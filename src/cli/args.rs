@@ -534,6 +534,71 @@ fn file_name_prefix(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// The sections a subcommand's man page (`<tool>-<sub>.1`) has beyond what
+/// the definitions give: EXAMPLES, ENVIRONMENT (where it opens a database),
+/// EXIT STATUS and SEE ALSO, as [`man_sections`] gives them for a tool.
+pub fn sub_man_sections(tool: &str, sub: &str) -> Vec<(&'static str, String)> {
+    let examples: &[&str] = match (tool, sub) {
+        ("mooncdc-capture", "init") => &[
+            "$ mooncdc-capture init --source sqlite:app.db",
+            "$ mooncdc-capture init --source postgres://app@db/shop --table public.orders --ddl",
+        ],
+        ("mooncdc-capture", "verify") => &[
+            "$ mooncdc-capture verify --source sqlite:app.db",
+            "$ mooncdc-capture verify --source postgres://app@db/shop --output-format json",
+        ],
+        ("mooncdc-capture", "upgrade") => &["$ mooncdc-capture upgrade --source sqlite:app.db"],
+        ("mooncdc-capture", "migrate") => &[
+            "$ mooncdc-capture migrate --source sqlite:app.db -- \"ALTER TABLE items DROP COLUMN stock\"",
+            "$ mooncdc-capture migrate --source sqlite:app.db --sql migrations/0042.sql",
+        ],
+        ("mooncdc-capture", "status") => &[
+            "$ mooncdc-capture status --source sqlite:app.db",
+            "$ mooncdc-capture status --source postgres://app@db/shop --output-format json",
+        ],
+        ("mooncdc-capture", "ack") => &[
+            "$ mooncdc-capture ack --source sqlite:app.db --cursor \"$(mooncdc-apply cursor --target sqlite:proj.db)\"",
+            "$ mooncdc-capture ack --source sqlite:app.db --through 1",
+        ],
+        ("mooncdc-capture", "read") => &[
+            "$ mooncdc-capture read --source sqlite:app.db --after \"$(mooncdc-apply cursor --target sqlite:proj.db)\" | mooncdc-apply --target sqlite:proj.db",
+            "$ mooncdc-capture read --source postgres://app@db/shop --follow --ack-from-target sqlite:proj.db | mooncdc-apply --target sqlite:proj.db",
+        ],
+        ("mooncdc-apply", "cursor") => &[
+            "$ mooncdc-apply cursor --target sqlite:proj.db",
+            "$ mooncdc-apply cursor --target clickhouse://default@localhost:8123/shop --source-identity sqlite:725cfa4f-3f24-4b2e-b4c7-747a3e92fb4a",
+        ],
+        _ => &[],
+    };
+    let exit = match (tool, sub) {
+        ("mooncdc-capture", "verify") => "0 capture is installed and current; 1 drift, and only drift (one drift: line each on standard error, or \"current\":false with --output-format json); 2 trouble: a missing database, a server that is down, a bad option.",
+        ("mooncdc-capture", "ack") => "0 acknowledged (also: a position at or before the one recorded, which changes nothing); 1 a cursor of another source, a position beyond the high water or the flushed WAL, or a failed operation; 2 usage.",
+        ("mooncdc-capture", "migrate") => "0 migrated and capture rebuilt; 1 a migration that fails or changes rows (nothing of it is kept), or a failed operation; 2 usage.",
+        ("mooncdc-apply", "cursor") => "0 the cursor printed; 1 the target holds no cursor, or one of another source than --source-identity, or a failed operation; 2 usage.",
+        _ => "0 success; 1 bad data or a failed operation; 2 usage.",
+    };
+    let env = "PGHOST, PGHOSTADDR, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSERVICE, PGSERVICEFILE, PGSYSCONFDIR, PGPASSFILE, PGSSLMODE, PGSSLROOTCERT, PGAPPNAME, PGCONNECT_TIMEOUT: as libpq, for postgres:// URLs (the URL wins, then a service, then the environment).";
+    let env = if tool == "mooncdc-apply" {
+        format!("{env} CLICKHOUSE_PASSWORD: the password of a clickhouse:// URL that has none.")
+    } else {
+        env.to_string()
+    };
+    let mut see_also = vec![format!("{tool}(1)")];
+    if let Some(cmd) = commands().into_iter().find(|c| c.get_name() == tool) {
+        see_also.extend(
+            cmd.get_subcommands()
+                .filter(|s| !s.is_hide_set() && s.get_name() != sub && s.get_name() != "help")
+                .map(|s| format!("{tool}-{}(1)", s.get_name())),
+        );
+    }
+    vec![
+        ("EXAMPLES", examples.join("\n")),
+        ("ENVIRONMENT", env),
+        ("EXIT STATUS", exit.to_string()),
+        ("SEE ALSO", see_also.join(", ")),
+    ]
+}
+
 /// The sections a man page has beyond what the definitions give: EXAMPLES,
 /// ENVIRONMENT, EXIT STATUS, FILES and SEE ALSO, as (title, text) pairs; the
 /// text's lines starting with `$ ` are commands.

@@ -807,11 +807,33 @@ pub fn man_page(tool: &str) -> Vec<u8> {
         .expect("one of the seven tools")
         .disable_help_subcommand(true);
     cmd.build();
+    render_man(cmd, args::man_sections(tool))
+}
+
+/// A subcommand's man page (`<tool>-<sub>.1`, the page its tool's
+/// SUBCOMMANDS section refers to), with EXAMPLES, EXIT STATUS and SEE ALSO
+/// as the tools' pages have them.
+pub fn sub_man_page(tool: &str, sub: &str) -> Vec<u8> {
+    let mut cmd = args::commands()
+        .into_iter()
+        .find(|c| c.get_name() == tool)
+        .expect("one of the seven tools")
+        .disable_help_subcommand(true);
+    // Built, so the subcommand knows its parent's name (`mooncdc-capture init`).
+    cmd.build();
+    let sub_cmd = cmd
+        .find_subcommand(sub)
+        .unwrap_or_else(|| panic!("{tool} has no subcommand {sub}"))
+        .clone();
+    render_man(sub_cmd, args::sub_man_sections(tool, sub))
+}
+
+fn render_man(cmd: clap::Command, sections: Vec<(&str, String)>) -> Vec<u8> {
     let mut out = Vec::new();
     clap_mangen::Man::new(cmd)
         .render(&mut out)
         .expect("rendering into memory cannot fail");
-    for (title, text) in args::man_sections(tool) {
+    for (title, text) in sections {
         out.extend_from_slice(format!(".SH \"{title}\"\n").as_bytes());
         for line in text.lines() {
             let roff = line.replace('\\', "\\e").replace('-', "\\-");
