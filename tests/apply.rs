@@ -1147,3 +1147,128 @@ fn a_refused_insert_is_reported_before_a_later_failure() {
         .unwrap();
     assert_eq!(n, 1, "nothing of the refused batch is kept");
 }
+
+/// A password holding an unescaped `/`, `?` or `#` breaks a URL's host part
+/// off early. No part of it may reach the error (it used to: `port "s3cr"
+/// is not a number`, `host and port "app:s3cr" are not valid`); the error
+/// says to percent-encode it or where else a password can come from. Every
+/// URL parser the tools reach: PostgreSQL (source and target), ClickHouse,
+/// and a URL of no known kind. No server is needed: each fails while
+/// parsing, with exit 2.
+#[test]
+fn a_password_that_breaks_a_url_is_never_echoed() {
+    let secret = "s3crXq";
+    let cases: Vec<(&str, Vec<String>, &str)> = vec![
+        // (tool, arguments, where else the password may come from)
+        (
+            "mooncdc-capture",
+            vec![
+                "status".into(),
+                "--source".into(),
+                format!("postgres://app:{secret}/tail@db.example/shop"),
+            ],
+            "PGPASSWORD",
+        ),
+        (
+            "mooncdc-capture",
+            vec![
+                "status".into(),
+                "--source".into(),
+                format!("postgresql://app:{secret}?tail@db.example/shop"),
+            ],
+            "PGPASSWORD",
+        ),
+        (
+            "mooncdc-capture",
+            vec![
+                "status".into(),
+                "--source".into(),
+                format!("postgres://app:{secret}?x=tail@db.example/shop"),
+            ],
+            "PGPASSWORD",
+        ),
+        (
+            "mooncdc-apply",
+            vec![
+                "cursor".into(),
+                "--target".into(),
+                format!("postgres://app:5432{secret}#/tail@db.example/shop"),
+            ],
+            "PGPASSWORD",
+        ),
+        (
+            "mooncdc-apply",
+            vec![
+                "cursor".into(),
+                "--target".into(),
+                format!("clickhouse://app:{secret}/tail@127.0.0.1:8123/db"),
+            ],
+            "CLICKHOUSE_PASSWORD",
+        ),
+        (
+            "mooncdc-apply",
+            vec![
+                "cursor".into(),
+                "--target".into(),
+                format!("clickhouse://app:{secret}?tail@127.0.0.1:8123/db"),
+            ],
+            "CLICKHOUSE_PASSWORD",
+        ),
+        (
+            "mooncdc-apply",
+            vec![
+                "cursor".into(),
+                "--target".into(),
+                format!("clickhouses://app:8123{secret}/tail@127.0.0.1/db"),
+            ],
+            "CLICKHOUSE_PASSWORD",
+        ),
+        (
+            "mooncdc-audit",
+            vec![
+                "--source".into(),
+                "sqlite:nowhere.db".into(),
+                "--target".into(),
+                format!("mysql://app:{secret}?tail@db.example/shop"),
+            ],
+            "",
+        ),
+    ];
+    for (tool, args, way_out) in cases {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = exec(tool, &argv, None);
+        let what = format!("{tool} {}", argv.join(" "));
+        expect(&r, 2, &what);
+        assert!(
+            !r.stderr.contains(secret) && !r.stderr.contains("tail"),
+            "{what}: the error echoes part of the password:\n{}",
+            r.stderr
+        );
+        if way_out.is_empty() {
+            assert!(r.stderr.contains("\"mysql://\""), "{what}: {}", r.stderr);
+        } else {
+            assert!(
+                r.stderr.contains("percent-encoded") && r.stderr.contains(way_out),
+                "{what}: the error should say to percent-encode the password or use {way_out}:\n{}",
+                r.stderr
+            );
+        }
+        assert!(
+            r.stdout.is_empty(),
+            "{what}: {}",
+            String::from_utf8_lossy(&r.stdout)
+        );
+    }
+    // A legitimate `@` in a libpq option's value is no stray one: this URL
+    // gets past parsing (to a refused connection, exit 1, not 2).
+    let r = exec(
+        "mooncdc-capture",
+        &[
+            "status",
+            "--source",
+            "postgres://127.0.0.1:1/shop?user=app@corp&sslmode=disable&connect_timeout=2",
+        ],
+        None,
+    );
+    expect(&r, 1, "a user=app@corp option");
+}
