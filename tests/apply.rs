@@ -1272,3 +1272,66 @@ fn a_password_that_breaks_a_url_is_never_echoed() {
     );
     expect(&r, 1, "a user=app@corp option");
 }
+
+/// Output files and a new projection hold a copy of the database: under the
+/// usual umask (022) they used to be created 0644, readable by every user.
+/// `snapshot -o`, `merge -o`, `split --output-dir`'s pieces (and the folder
+/// it makes) and a SQLite projection with its -wal and -shm are the owner's
+/// only; a file replaced keeps the mode its owner gave it.
+#[test]
+fn output_files_and_the_projection_are_readable_by_their_owner_only() {
+    let (db, _) = kv_source();
+    db.src_sql("INSERT INTO t VALUES (1, 'private'), (2, 'also private')");
+    let dir = db.dir.path();
+    let merge = shell_quote(&bin("mooncdc-merge").display().to_string());
+    let r = pipeline(&format!(
+        "umask 022; cd {}; \
+         {{snapshot}} --source sqlite:src.db -o snap.jsonl; \
+         {{capture}} --source sqlite:src.db > changes.jsonl; \
+         {merge} -o merged.jsonl changes.jsonl; \
+         {{split}} --max-events 1 --output-dir pieces/new changes.jsonl > /dev/null; \
+         {{apply}} --target sqlite:proj.db snap.jsonl",
+        shell_quote(dir.to_str().unwrap())
+    ));
+    expect(&r, 0, "snapshot -o, merge -o, split --output-dir, apply");
+    for f in ["snap.jsonl", "merged.jsonl", "proj.db"] {
+        assert_eq!(common::mode(&dir.join(f)), 0o600, "{f} should be 0600");
+    }
+    let pieces: Vec<_> = std::fs::read_dir(dir.join("pieces/new"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(pieces.len(), 2, "{pieces:?}");
+    for p in &pieces {
+        assert_eq!(common::mode(p), 0o600, "{} should be 0600", p.display());
+    }
+    for d in ["pieces", "pieces/new"] {
+        assert_eq!(
+            common::mode(&dir.join(d)),
+            0o700,
+            "folder {d} should be 0700"
+        );
+    }
+    // The projection's -wal and -shm, while a reader holds them open.
+    let reader = db.proj_conn();
+    let n: i64 = reader
+        .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 2);
+    for f in ["proj.db-wal", "proj.db-shm"] {
+        assert_eq!(common::mode(&dir.join(f)), 0o600, "{f} should be 0600");
+    }
+    drop(reader);
+    // A file written over keeps the mode its owner chose.
+    std::fs::set_permissions(
+        dir.join("snap.jsonl"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    let r = pipeline(&format!(
+        "umask 022; cd {}; {{snapshot}} --source sqlite:src.db -o snap.jsonl",
+        shell_quote(dir.to_str().unwrap())
+    ));
+    expect(&r, 0, "snapshot -o over an existing file");
+    assert_eq!(common::mode(&dir.join("snap.jsonl")), 0o640);
+}

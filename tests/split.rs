@@ -477,8 +477,10 @@ fn output_dir_relative_path() {
     );
 }
 
+/// The pieces hold a copy of the database's rows: the owner's only (0600),
+/// not 0644 under the usual umask; the folder made for them 0700.
 #[test]
-fn output_dir_files_get_ordinary_permissions() {
+fn output_dir_files_are_readable_by_their_owner_only() {
     let dir = tempdir();
     write(
         dir.path(),
@@ -492,8 +494,9 @@ fn output_dir_files_get_ordinary_permissions() {
     );
     assert_eq!(code, Some(0));
     for name in ["batch-0-1.jsonl", "batch-1-2.jsonl"] {
-        assert_eq!(mode(&dir.path().join("out").join(name)), 0o644, "{name}");
+        assert_eq!(mode(&dir.path().join("out").join(name)), 0o600, "{name}");
     }
+    assert_eq!(mode(&dir.path().join("out")), 0o700);
 }
 
 // ---------------------------------------------------------------- --output-format json

@@ -122,6 +122,10 @@ pub fn sync_folder(dir: &Path) -> Result<()> {
     }
 }
 
+/// The mode of a new output file (`-o FILE`, `--output-dir` pieces), less
+/// the umask; docs/TOOLS.md "Inputs and outputs".
+pub const OUTPUT_MODE: u32 = 0o600;
+
 /// Write a file atomically: a temporary file in the same folder, synced,
 /// renamed into place, and the folder synced, so that once this returns the
 /// file is there whole after a crash too.
@@ -151,13 +155,24 @@ fn write_temporary(
 ) -> Result<tempfile::NamedTempFile> {
     let dir = folder_of(path);
     let name = path.display().to_string();
-    // Created 0666 less the umask, as any other new file would be.
+    // The file holds a copy of the database's rows: readable by its owner
+    // only (0600, less the umask), as pg_dump's output is. A file it
+    // replaces keeps the mode its owner gave it, as writing over it would.
     let tmp = tempfile::Builder::new()
         .prefix(".mooncdc-")
         .suffix(".tmp")
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(OUTPUT_MODE))
         .tempfile_in(dir)
         .map_err(|e| Error::io("cannot create a temporary file", e).in_file(&name))?;
+    if let Ok(existing) = std::fs::metadata(path) {
+        if existing.is_file() {
+            tmp.as_file()
+                .set_permissions(existing.permissions())
+                .map_err(|e| {
+                    Error::io("cannot give the new file the existing one's mode", e).in_file(&name)
+                })?;
+        }
+    }
     let mut w = std::io::BufWriter::with_capacity(1 << 16, tmp);
     write(&mut w)?;
     w.into_inner()
@@ -335,9 +350,13 @@ impl<'a, W: Write> DirSink<'a, W> {
             .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
             .map(Path::to_path_buf)
             .collect();
-        std::fs::create_dir_all(dir).map_err(|e| {
-            Error::io("cannot create the output folder", e).in_file(&dir.display().to_string())
-        })?;
+        // Folders made here are the owner's only (0700, less the umask), as
+        // the pieces in them are.
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(dir)
+            .map_err(|e| {
+                Error::io("cannot create the output folder", e).in_file(&dir.display().to_string())
+            })?;
         Ok(DirSink {
             dir: dir.to_path_buf(),
             made,
