@@ -89,6 +89,9 @@ pub struct SplitArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub output_format: Format,
+    /// Hold the part of a batch past its first 8 MiB in a temporary file in DIR until the batch's commit is checked (default: TMPDIR, else /tmp; room for the largest batch)
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Input files (standard input when none, or -)
@@ -115,6 +118,9 @@ pub struct MergeArgs {
     /// Write the merged batch to FILE (atomically) instead of standard output (- is standard output)
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Hold the part of a batch past its first 8 MiB in a temporary file in DIR until the batch's commit is checked (default: TMPDIR, else /tmp; room for the largest batch)
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Input files (standard input when none, or -)
@@ -141,6 +147,9 @@ pub struct CompactArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub output_format: Format,
+    /// Hold the part of a batch past its first 8 MiB in a temporary file in DIR until the batch's commit is checked (default: TMPDIR, else /tmp; room for the largest batch)
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Input files (standard input when none, or -)
@@ -361,6 +370,9 @@ pub struct SnapshotArgs {
     /// PostgreSQL: copy up to N tables at once, each session importing the same snapshot
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub jobs: usize,
+    /// PostgreSQL with --jobs: hold the tables copied ahead of their turn, past their first 4 MiB, in temporary files in DIR (default: TMPDIR, else /tmp)
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
 }
 
 /// What to do when a target's stored row contradicts an event.
@@ -448,6 +460,9 @@ pub struct ApplyArgs {
     /// One line per batch committed on standard error (its end, its events, the time)
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// ClickHouse targets: hold a batch's rows past the first 8 MiB of a table in a temporary file in DIR until the batch's commit is checked (default: TMPDIR, else /tmp; room for the largest batch's rows)
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Input files: snapshots or batch streams (standard input when none, or -)
@@ -635,13 +650,21 @@ pub fn man_sections(tool: &str) -> Vec<(&'static str, String)> {
         _ => "0 success; 1 bad data or a failed operation; 2 usage.",
     };
     let env = "PGHOST, PGHOSTADDR, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSERVICE, PGSERVICEFILE, PGSYSCONFDIR, PGPASSFILE, PGSSLMODE, PGSSLROOTCERT, PGAPPNAME, PGCONNECT_TIMEOUT: as libpq, for postgres:// URLs (the URL wins, then a service, then the environment). CLICKHOUSE_PASSWORD: the password of a clickhouse:// URL that has none.";
+    let env = match tool {
+        "mooncdc-split" | "mooncdc-merge" | "mooncdc-compact" | "mooncdc-apply"
+        | "mooncdc-snapshot" => format!(
+            "{env} TMPDIR: the folder for spool files when --spool-dir names none (else /tmp)."
+        ),
+        _ => env.to_string(),
+    };
+    let spool = "A batch larger than 8 MiB is held, past its first 8 MiB, in an unnamed spool file until its commit is checked: in --spool-dir DIR, else TMPDIR, else /tmp (where /tmp is a tmpfs, that is memory). It needs room for about the largest batch; without it the tool fails with exit 1 naming the folder, before anything of the batch is written.";
     let pg_files = "~/.pgpass (or PGPASSFILE): passwords for postgres:// URLs, ignored with a warning when group or others can read it. ~/.pg_service.conf (or PGSERVICEFILE), then pg_service.conf in PGSYSCONFDIR (else /etc/postgresql-common): connection services for service=NAME.";
     let files = match tool {
         "mooncdc-capture" => format!("A SQLite source: capture keeps its change log, triggers and state in tables named _mooncdc_* inside the database itself; init, migrate and upgrade change them in the database's own transactions. A PostgreSQL source: the slot and publication named by --slot and --publication (mooncdc_main by default), and with init --ddl an event trigger. {pg_files}"),
-        "mooncdc-snapshot" => format!("-o FILE is written to a temporary file beside it and renamed into place when whole; a failed snapshot leaves no file. A new file is created mode 0600 (less the umask); a file written over keeps its mode. {pg_files}"),
-        "mooncdc-split" => "--output-dir DIR: one file per piece, DIR/PREFIX-START-END.jsonl (or .json, .objects.jsonl), each written to a temporary file and renamed into place when whole; the paths written are printed on standard output. New pieces are created mode 0600 and folders made for them 0700 (less the umask); a piece written over keeps its mode.".to_string(),
-        "mooncdc-merge" | "mooncdc-compact" => "-o FILE (merge) is written to a temporary file beside it and renamed into place when whole; a new file is created mode 0600 (less the umask), a file written over keeps its mode. A batch larger than 8 MiB is held in an unnamed temporary file (in TMPDIR) until its commit is checked.".to_string(),
-        "mooncdc-apply" => format!("A SQLite target: the projection database file (created mode 0600 less the umask at the first batch or snapshot, removed again if nothing was ever committed to it; an existing file keeps its mode), its -wal and -shm files (with the database file's mode), and the cursor table _mooncdc_cursor in it. A PostgreSQL target: the table mooncdc.cursors. A ClickHouse target: the table _mooncdc_cursor. {pg_files}"),
+        "mooncdc-snapshot" => format!("-o FILE is written to a temporary file beside it and renamed into place when whole; a failed snapshot leaves no file. A new file is created mode 0600 (less the umask); a file written over keeps its mode. PostgreSQL with --jobs: tables copied ahead of their turn wait, past 4 MiB each, in unnamed spool files in --spool-dir DIR, else TMPDIR, else /tmp. {pg_files}"),
+        "mooncdc-split" => format!("--output-dir DIR: one file per piece, DIR/PREFIX-START-END.jsonl (or .json, .objects.jsonl), each written to a temporary file and renamed into place when whole; the paths written are printed on standard output. New pieces are created mode 0600 and folders made for them 0700 (less the umask); a piece written over keeps its mode. {spool}"),
+        "mooncdc-merge" | "mooncdc-compact" => format!("-o FILE (merge) is written to a temporary file beside it and renamed into place when whole; a new file is created mode 0600 (less the umask), a file written over keeps its mode. {spool}"),
+        "mooncdc-apply" => format!("A SQLite target: the projection database file (created mode 0600 less the umask at the first batch or snapshot, removed again if nothing was ever committed to it; an existing file keeps its mode), its -wal and -shm files (with the database file's mode), and the cursor table _mooncdc_cursor in it. A PostgreSQL target: the table mooncdc.cursors. A ClickHouse target: the table _mooncdc_cursor, and a batch's rows past 8 MiB per table held in an unnamed spool file until its commit is checked, in --spool-dir DIR, else TMPDIR, else /tmp (room for about the largest batch's rows; without it the batch fails with exit 1 naming the folder, before anything of it is sent). {pg_files}"),
         "mooncdc-audit" => format!("Reads only; it never creates a database, a table or a file. {pg_files}"),
         _ => String::new(),
     };
@@ -659,7 +682,7 @@ pub fn man_sections(tool: &str) -> Vec<(&'static str, String)> {
     .collect();
     vec![
         ("EXAMPLES", examples.join("\n")),
-        ("ENVIRONMENT", env.to_string()),
+        ("ENVIRONMENT", env),
         ("EXIT STATUS", exit.to_string()),
         ("FILES", files),
         (
