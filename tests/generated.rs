@@ -306,8 +306,8 @@ fn man_pages_and_help_have_examples() {
 }
 
 /// Each subcommand's man page (`mooncdc-capture-init.1`, …) has EXAMPLES
-/// that run that subcommand, EXIT STATUS and SEE ALSO, as the tools' pages
-/// have.
+/// that run that subcommand, EXIT STATUS and SEE ALSO, and its `--help` ends
+/// with an example and the exit statuses, as the tools' pages and help do.
 #[test]
 fn subcommand_man_pages_have_examples_and_exit_status() {
     let mut pages = 0;
@@ -338,6 +338,20 @@ fn subcommand_man_pages_have_examples_and_exit_status() {
                 "{tool} {name}: {exit}"
             );
             assert!(page.contains(&format!("{}(1)", tool.replace('-', "\\-"))));
+            // And `TOOL SUB --help` ends with an example, as the tools' do.
+            let out = std::process::Command::new(
+                env!("CARGO_BIN_EXE_mooncdc-apply").replace("mooncdc-apply", &tool),
+            )
+            .args([name, "--help"])
+            .output()
+            .unwrap();
+            let help = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success()
+                    && help.contains(&format!("Example: {tool} {name} "))
+                    && help.contains("Exit status: 0 "),
+                "{tool} {name} --help has no example or exit status:\n{help}"
+            );
         }
     }
     assert_eq!(pages, 8, "capture's seven subcommands and apply's cursor");

@@ -522,8 +522,48 @@ pub struct AuditArgs {
     pub pg: PgArgs,
 }
 
-/// Every tool's command definition, by binary name.
+/// Every tool's command definition, by binary name, as the binaries parse
+/// with it (each subcommand's `--help` ending with an example: [`with_sub_help`]).
 pub fn commands() -> Vec<clap::Command> {
+    definitions().into_iter().map(with_sub_help).collect()
+}
+
+/// A tool's definition with each subcommand's `--help` ending, as the
+/// tools' own do, with an example and the exit statuses, from
+/// [`sub_man_sections`].
+pub fn with_sub_help(mut cmd: clap::Command) -> clap::Command {
+    let tool = cmd.get_name().to_string();
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for sub in subs {
+        let sections = sub_man_sections(&tool, &sub);
+        let section = |title: &str| {
+            sections
+                .iter()
+                .find(|(t, _)| *t == title)
+                .map(|(_, text)| text.clone())
+                .unwrap_or_default()
+        };
+        let Some(example) = section("EXAMPLES")
+            .lines()
+            .next()
+            .map(|l| l.trim_start_matches("$ ").to_string())
+        else {
+            continue;
+        };
+        let text = format!(
+            "Example: {example}\n\nExit status: {}",
+            section("EXIT STATUS")
+        );
+        cmd = cmd.mut_subcommand(&sub, |s| s.after_help(text));
+    }
+    cmd
+}
+
+/// The clap definitions as derived.
+fn definitions() -> Vec<clap::Command> {
     vec![
         CaptureArgs::command(),
         SnapshotArgs::command(),
@@ -599,7 +639,7 @@ pub fn sub_man_sections(tool: &str, sub: &str) -> Vec<(&'static str, String)> {
         env.to_string()
     };
     let mut see_also = vec![format!("{tool}(1)")];
-    if let Some(cmd) = commands().into_iter().find(|c| c.get_name() == tool) {
+    if let Some(cmd) = definitions().into_iter().find(|c| c.get_name() == tool) {
         see_also.extend(
             cmd.get_subcommands()
                 .filter(|s| !s.is_hide_set() && s.get_name() != sub && s.get_name() != "help")

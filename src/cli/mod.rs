@@ -203,7 +203,12 @@ pub fn output_format(s: args::Format) -> OutputFormat {
 /// `mooncdc-x: what is wrong`, with clap's tip and usage after it, and the
 /// tool exits 2; `--help` and `--version` print and exit 0.
 pub fn parse_args<T: clap::Parser>(tool: &str) -> T {
-    match T::try_parse() {
+    let mut cmd = args::with_sub_help(T::command());
+    let parsed = cmd
+        .try_get_matches_from_mut(std::env::args_os())
+        .and_then(|mut m| T::from_arg_matches_mut(&mut m))
+        .map_err(|e| e.format(&mut cmd));
+    match parsed {
         Ok(a) => a,
         Err(e) => {
             use clap::error::ErrorKind as K;
