@@ -35,7 +35,7 @@ _mooncdc__apply() {
 
     case "${cmd}" in
         mooncdc__apply)
-            opts="-q -v -h -V --target --engine --on-conflict --existing-rows --log-format --metrics-listen --stall-timeout-ms --quiet --verbose --max-line-bytes --max-input-bytes --help --version cursor help"
+            opts="-q -v -h -V --target --engine --on-conflict --existing-rows --log-format --metrics-listen --stall-timeout-ms --quiet --verbose --spool-dir --max-line-bytes --max-input-bytes --help --version cursor help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -66,6 +66,10 @@ _mooncdc__apply() {
                     return 0
                     ;;
                 --stall-timeout-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --spool-dir)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

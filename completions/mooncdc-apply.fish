@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_mooncdc_apply_global_optspecs
-    string join \n target= engine= on-conflict= existing-rows= log-format= metrics-listen= stall-timeout-ms= q/quiet v/verbose max-line-bytes= max-input-bytes= h/help V/version
+    string join \n target= engine= on-conflict= existing-rows= log-format= metrics-listen= stall-timeout-ms= q/quiet v/verbose spool-dir= max-line-bytes= max-input-bytes= h/help V/version
 end
 
 function __fish_mooncdc_apply_needs_command
@@ -36,6 +36,7 @@ complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l log-format 
 json\t'One JSON object a line: ts, level, tool, message, fields'"
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l metrics-listen -d 'Serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9188)' -r
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l stall-timeout-ms -d 'With --metrics-listen: /readyz says 503 after this long without progress' -r
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l spool-dir -d 'ClickHouse targets: hold a batch\'s rows past the first 8 MiB of a table in a temporary file in DIR until the batch\'s commit is checked (default: TMPDIR, else /tmp; room for the largest batch\'s rows)' -r -F
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l max-line-bytes -d 'Refuse a line longer than N bytes (default 64 MiB; a JSON document counts as one line)' -r
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l max-input-bytes -d 'Refuse an input (each file, or standard input) longer than N bytes' -r
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -s q -l quiet -d 'No progress on standard error'

@@ -23,7 +23,7 @@ _mooncdc__compact() {
 
     case "${cmd}" in
         mooncdc__compact)
-            opts="-q -v -h -V --quiet --verbose --schema --output-format --max-line-bytes --max-input-bytes --help --version"
+            opts="-q -v -h -V --quiet --verbose --schema --output-format --spool-dir --max-line-bytes --max-input-bytes --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -35,6 +35,10 @@ _mooncdc__compact() {
                     ;;
                 --output-format)
                     COMPREPLY=($(compgen -W "jsonl json objects" -- "${cur}"))
+                    return 0
+                    ;;
+                --spool-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --max-line-bytes)

@@ -23,7 +23,7 @@ _mooncdc__merge() {
 
     case "${cmd}" in
         mooncdc__merge)
-            opts="-q -v -o -h -V --quiet --verbose --output-format --output --max-line-bytes --max-input-bytes --help --version"
+            opts="-q -v -o -h -V --quiet --verbose --output-format --output --spool-dir --max-line-bytes --max-input-bytes --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -38,6 +38,10 @@ _mooncdc__merge() {
                     return 0
                     ;;
                 -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --spool-dir)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

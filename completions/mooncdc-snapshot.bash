@@ -23,7 +23,7 @@ _mooncdc__snapshot() {
 
     case "${cmd}" in
         mooncdc__snapshot)
-            opts="-o -q -v -h -V --source --table --output-format --output --quiet --verbose --slot --publication --slot-timeout --jobs --help --version"
+            opts="-o -q -v -h -V --source --table --output-format --output --quiet --verbose --slot --publication --slot-timeout --jobs --spool-dir --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -62,6 +62,10 @@ _mooncdc__snapshot() {
                     return 0
                     ;;
                 --jobs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --spool-dir)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -23,7 +23,7 @@ _mooncdc__split() {
 
     case "${cmd}" in
         mooncdc__split)
-            opts="-q -v -h -V --quiet --verbose --max-events --max-bytes --output-dir --prefix --output-format --max-line-bytes --max-input-bytes --help --version"
+            opts="-q -v -h -V --quiet --verbose --max-events --max-bytes --output-dir --prefix --output-format --spool-dir --max-line-bytes --max-input-bytes --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -47,6 +47,10 @@ _mooncdc__split() {
                     ;;
                 --output-format)
                     COMPREPLY=($(compgen -W "jsonl json objects" -- "${cur}"))
+                    return 0
+                    ;;
+                --spool-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 --max-line-bytes)

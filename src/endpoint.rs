@@ -60,9 +60,23 @@ pub fn parse(url: &str) -> Result<Endpoint> {
     if url.starts_with("clickhouse://") || url.starts_with("clickhouses://") {
         return Ok(Endpoint::ClickHouse(Box::new(ChConfig::parse(url)?)));
     }
+    // Only the scheme is echoed: the rest may hold a password that a
+    // character it does not escape keeps `redact` from finding.
+    let scheme = match url.find("://") {
+        Some(i) => format!(" {:?}", &url[..i + 3]),
+        None => match url.split_once(':') {
+            Some((s, _))
+                if !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c)) =>
+            {
+                format!(" {:?}", format!("{s}:"))
+            }
+            _ => String::new(),
+        },
+    };
     Err(Error::usage(format!(
-        "unknown database URL {:?} (expected sqlite:PATH, postgres://… or clickhouse://…)",
-        redact(url)
+        "unknown kind of database URL{scheme} (expected sqlite:PATH, postgres://… or clickhouse://…)"
     )))
 }
 

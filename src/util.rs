@@ -12,7 +12,7 @@ pub fn percent_decode(s: &str) -> Result<String> {
             let v = s
                 .get(i + 1..i + 3)
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| Error::usage("bad percent-escape in a URL"))?;
+                .ok_or_else(|| Error::usage("bad percent-escape in a URL (% is followed by two hex digits; a % itself is written %25)"))?;
             out.push(v);
             i += 3;
         } else {

@@ -1147,3 +1147,191 @@ fn a_refused_insert_is_reported_before_a_later_failure() {
         .unwrap();
     assert_eq!(n, 1, "nothing of the refused batch is kept");
 }
+
+/// A password holding an unescaped `/`, `?` or `#` breaks a URL's host part
+/// off early. No part of it may reach the error (it used to: `port "s3cr"
+/// is not a number`, `host and port "app:s3cr" are not valid`); the error
+/// says to percent-encode it or where else a password can come from. Every
+/// URL parser the tools reach: PostgreSQL (source and target), ClickHouse,
+/// and a URL of no known kind. No server is needed: each fails while
+/// parsing, with exit 2.
+#[test]
+fn a_password_that_breaks_a_url_is_never_echoed() {
+    let secret = "s3crXq";
+    let cases: Vec<(&str, Vec<String>, &str)> = vec![
+        // (tool, arguments, where else the password may come from)
+        (
+            "mooncdc-capture",
+            vec![
+                "status".into(),
+                "--source".into(),
+                format!("postgres://app:{secret}/tail@db.example/shop"),
+            ],
+            "PGPASSWORD",
+        ),
+        (
+            "mooncdc-capture",
+            vec![
+                "status".into(),
+                "--source".into(),
+                format!("postgresql://app:{secret}?tail@db.example/shop"),
+            ],
+            "PGPASSWORD",
+        ),
+        (
+            "mooncdc-capture",
+            vec![
+                "status".into(),
+                "--source".into(),
+                format!("postgres://app:{secret}?x=tail@db.example/shop"),
+            ],
+            "PGPASSWORD",
+        ),
+        (
+            "mooncdc-apply",
+            vec![
+                "cursor".into(),
+                "--target".into(),
+                format!("postgres://app:5432{secret}#/tail@db.example/shop"),
+            ],
+            "PGPASSWORD",
+        ),
+        (
+            "mooncdc-apply",
+            vec![
+                "cursor".into(),
+                "--target".into(),
+                format!("clickhouse://app:{secret}/tail@127.0.0.1:8123/db"),
+            ],
+            "CLICKHOUSE_PASSWORD",
+        ),
+        (
+            "mooncdc-apply",
+            vec![
+                "cursor".into(),
+                "--target".into(),
+                format!("clickhouse://app:{secret}?tail@127.0.0.1:8123/db"),
+            ],
+            "CLICKHOUSE_PASSWORD",
+        ),
+        (
+            "mooncdc-apply",
+            vec![
+                "cursor".into(),
+                "--target".into(),
+                format!("clickhouses://app:8123{secret}/tail@127.0.0.1/db"),
+            ],
+            "CLICKHOUSE_PASSWORD",
+        ),
+        (
+            "mooncdc-audit",
+            vec![
+                "--source".into(),
+                "sqlite:nowhere.db".into(),
+                "--target".into(),
+                format!("mysql://app:{secret}?tail@db.example/shop"),
+            ],
+            "",
+        ),
+    ];
+    for (tool, args, way_out) in cases {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = exec(tool, &argv, None);
+        let what = format!("{tool} {}", argv.join(" "));
+        expect(&r, 2, &what);
+        assert!(
+            !r.stderr.contains(secret) && !r.stderr.contains("tail"),
+            "{what}: the error echoes part of the password:\n{}",
+            r.stderr
+        );
+        if way_out.is_empty() {
+            assert!(r.stderr.contains("\"mysql://\""), "{what}: {}", r.stderr);
+        } else {
+            assert!(
+                r.stderr.contains("percent-encoded") && r.stderr.contains(way_out),
+                "{what}: the error should say to percent-encode the password or use {way_out}:\n{}",
+                r.stderr
+            );
+        }
+        assert!(
+            r.stdout.is_empty(),
+            "{what}: {}",
+            String::from_utf8_lossy(&r.stdout)
+        );
+    }
+    // A legitimate `@` in a libpq option's value is no stray one: this URL
+    // gets past parsing (to a refused connection, exit 1, not 2).
+    let r = exec(
+        "mooncdc-capture",
+        &[
+            "status",
+            "--source",
+            "postgres://127.0.0.1:1/shop?user=app@corp&sslmode=disable&connect_timeout=2",
+        ],
+        None,
+    );
+    expect(&r, 1, "a user=app@corp option");
+}
+
+/// Output files and a new projection hold a copy of the database: under the
+/// usual umask (022) they used to be created 0644, readable by every user.
+/// `snapshot -o`, `merge -o`, `split --output-dir`'s pieces (and the folder
+/// it makes) and a SQLite projection with its -wal and -shm are the owner's
+/// only; a file replaced keeps the mode its owner gave it.
+#[test]
+fn output_files_and_the_projection_are_readable_by_their_owner_only() {
+    let (db, _) = kv_source();
+    db.src_sql("INSERT INTO t VALUES (1, 'private'), (2, 'also private')");
+    let dir = db.dir.path();
+    let merge = shell_quote(&bin("mooncdc-merge").display().to_string());
+    let r = pipeline(&format!(
+        "umask 022; cd {}; \
+         {{snapshot}} --source sqlite:src.db -o snap.jsonl; \
+         {{capture}} --source sqlite:src.db > changes.jsonl; \
+         {merge} -o merged.jsonl changes.jsonl; \
+         {{split}} --max-events 1 --output-dir pieces/new changes.jsonl > /dev/null; \
+         {{apply}} --target sqlite:proj.db snap.jsonl",
+        shell_quote(dir.to_str().unwrap())
+    ));
+    expect(&r, 0, "snapshot -o, merge -o, split --output-dir, apply");
+    for f in ["snap.jsonl", "merged.jsonl", "proj.db"] {
+        assert_eq!(common::mode(&dir.join(f)), 0o600, "{f} should be 0600");
+    }
+    let pieces: Vec<_> = std::fs::read_dir(dir.join("pieces/new"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(pieces.len(), 2, "{pieces:?}");
+    for p in &pieces {
+        assert_eq!(common::mode(p), 0o600, "{} should be 0600", p.display());
+    }
+    for d in ["pieces", "pieces/new"] {
+        assert_eq!(
+            common::mode(&dir.join(d)),
+            0o700,
+            "folder {d} should be 0700"
+        );
+    }
+    // The projection's -wal and -shm, while a reader holds them open.
+    let reader = db.proj_conn();
+    let n: i64 = reader
+        .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 2);
+    for f in ["proj.db-wal", "proj.db-shm"] {
+        assert_eq!(common::mode(&dir.join(f)), 0o600, "{f} should be 0600");
+    }
+    drop(reader);
+    // A file written over keeps the mode its owner chose.
+    std::fs::set_permissions(
+        dir.join("snap.jsonl"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    let r = pipeline(&format!(
+        "umask 022; cd {}; {{snapshot}} --source sqlite:src.db -o snap.jsonl",
+        shell_quote(dir.to_str().unwrap())
+    ));
+    expect(&r, 0, "snapshot -o over an existing file");
+    assert_eq!(common::mode(&dir.join("snap.jsonl")), 0o640);
+}

@@ -2861,6 +2861,54 @@ fn a_clickhouse_url_with_a_bad_port_is_a_usage_error() {
     assert!(r.stdout.is_empty(), "{}", r.stdout_str());
 }
 
+/// A ClickHouse apply holds each table's rows of a batch, past their first
+/// 8 MiB, in a spool file until the batch's commit is checked. When that
+/// folder is full, the error names it, what chose it and the way out (it
+/// used to say only `cannot write the spool file: No space left on
+/// device`, the same on every restart); nothing of the batch reaches the
+/// server. `--spool-dir` with room is the way out.
+#[test]
+fn a_full_spool_folder_is_named_and_nothing_is_applied() {
+    let db = ch::db("spool_full");
+    let url = db.url();
+    seed_kv(&url);
+    let small = common::SmallFolder::new();
+    let roomy = common::tempdir();
+    // About 12 MiB of rows in one batch.
+    let events: Vec<J> = (3..=1202)
+        .map(|i| ins(i, "t", vec![int(i as i64), text(&"x".repeat(10_000))]))
+        .collect();
+    let input = Spec::new(2, 1202)
+        .schemas(vec![kv_schema("t")])
+        .events(events)
+        .jsonl();
+    let small_dir = small.path().to_str().unwrap().to_string();
+    let stderr = apply_fails(&url, input.as_bytes(), &["--spool-dir", &small_dir]);
+    for needle in [
+        format!("spool file in {small_dir} (--spool-dir)"),
+        "No space left on device".to_string(),
+        "a table's rows of a batch".to_string(),
+        "--spool-dir DIR (or TMPDIR=DIR)".to_string(),
+    ] {
+        assert!(
+            stderr.contains(&needle),
+            "the error should say {needle:?}:\n{stderr}"
+        );
+    }
+    assert_eq!(cursor_seq(&url), Some(2), "the batch was not applied");
+    assert_eq!(db.query("SELECT count() FROM t__current FINAL").trim(), "2");
+    apply_ok(
+        &url,
+        input.as_bytes(),
+        &["--spool-dir", roomy.path().to_str().unwrap()],
+    );
+    assert_eq!(cursor_seq(&url), Some(1202));
+    assert_eq!(
+        db.query("SELECT count() FROM t__current FINAL").trim(),
+        "1202"
+    );
+}
+
 /// Read-only commands create nothing on a ClickHouse target: `apply cursor`,
 /// `audit` and `capture --follow --ack-from-target`'s cursor reads used to
 /// create `_mooncdc_cursor` when they connected.

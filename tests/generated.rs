@@ -50,16 +50,15 @@ fn man_pages(tool: &str, cmd: Command, out: &mut Vec<Generated>) {
             .cloned()
             .collect();
         let top = cmd.get_name() == tool;
-        let man = clap_mangen::Man::new(cmd);
+        let man = clap_mangen::Man::new(cmd.clone());
         let contents = if top {
             // The tool's own page, as the binary prints it (with examples,
             // environment, exit status and the other tools).
             mooncdc::cli::man_page(tool)
         } else {
-            let mut contents = Vec::new();
-            man.render(&mut contents)
-                .expect("rendering into memory cannot fail");
-            contents
+            // A subcommand's page, with its examples and exit status.
+            let _ = man;
+            mooncdc::cli::sub_man_page(tool, cmd.get_name())
         };
         out.push(Generated {
             path: format!("man/{}", man.get_filename()),
@@ -304,6 +303,58 @@ fn man_pages_and_help_have_examples() {
             "{tool} --help has no example:\n{help}"
         );
     }
+}
+
+/// Each subcommand's man page (`mooncdc-capture-init.1`, …) has EXAMPLES
+/// that run that subcommand, EXIT STATUS and SEE ALSO, and its `--help` ends
+/// with an example and the exit statuses, as the tools' pages and help do.
+#[test]
+fn subcommand_man_pages_have_examples_and_exit_status() {
+    let mut pages = 0;
+    for cmd in mooncdc::cli::args::commands() {
+        let tool = cmd.get_name().to_string();
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let name = sub.get_name();
+            let path = root().join(format!("man/{tool}-{name}.1"));
+            let page = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            pages += 1;
+            for section in ["EXAMPLES", "EXIT STATUS", "SEE ALSO"] {
+                assert!(
+                    page.contains(&format!(".SH \"{section}\"")),
+                    "{tool} {name}: its man page has no {section}"
+                );
+            }
+            let examples = &page[page.find(".SH \"EXAMPLES\"").unwrap()..];
+            let examples = &examples[..examples[1..].find(".SH").map_or(examples.len(), |i| i + 1)];
+            let runs = format!("$ {} {name} ", tool.replace('-', "\\-"));
+            assert!(
+                examples.contains(&runs),
+                "{tool} {name}: no example runs it ({runs:?}):\n{examples}"
+            );
+            let exit = &page[page.find(".SH \"EXIT STATUS\"").unwrap()..];
+            assert!(
+                exit.contains("0 ") && exit.contains("1 "),
+                "{tool} {name}: {exit}"
+            );
+            assert!(page.contains(&format!("{}(1)", tool.replace('-', "\\-"))));
+            // And `TOOL SUB --help` ends with an example, as the tools' do.
+            let out = std::process::Command::new(
+                env!("CARGO_BIN_EXE_mooncdc-apply").replace("mooncdc-apply", &tool),
+            )
+            .args([name, "--help"])
+            .output()
+            .unwrap();
+            let help = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success()
+                    && help.contains(&format!("Example: {tool} {name} "))
+                    && help.contains("Exit status: 0 "),
+                "{tool} {name} --help has no example or exit status:\n{help}"
+            );
+        }
+    }
+    assert_eq!(pages, 8, "capture's seven subcommands and apply's cursor");
 }
 
 /// Drive bash's completion as bash-completion does: its library loaded,

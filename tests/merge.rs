@@ -401,7 +401,7 @@ fn output_file_is_not_created_on_error() {
 }
 
 #[test]
-fn output_file_gets_ordinary_permissions() {
+fn output_file_is_readable_by_its_owner_only() {
     let dir = tempdir();
     files(dir.path(), &parts());
     let code = run_with_umask_022(
@@ -410,7 +410,7 @@ fn output_file_gets_ordinary_permissions() {
         dir.path(),
     );
     assert_eq!(code, Some(0));
-    assert_eq!(mode(&dir.path().join("m.jsonl")), 0o644);
+    assert_eq!(mode(&dir.path().join("m.jsonl")), 0o600);
 }
 
 // ---------------------------------------------------------------- formats

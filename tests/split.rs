@@ -477,8 +477,10 @@ fn output_dir_relative_path() {
     );
 }
 
+/// The pieces hold a copy of the database's rows: the owner's only (0600),
+/// not 0644 under the usual umask; the folder made for them 0700.
 #[test]
-fn output_dir_files_get_ordinary_permissions() {
+fn output_dir_files_are_readable_by_their_owner_only() {
     let dir = tempdir();
     write(
         dir.path(),
@@ -492,8 +494,9 @@ fn output_dir_files_get_ordinary_permissions() {
     );
     assert_eq!(code, Some(0));
     for name in ["batch-0-1.jsonl", "batch-1-2.jsonl"] {
-        assert_eq!(mode(&dir.path().join("out").join(name)), 0o644, "{name}");
+        assert_eq!(mode(&dir.path().join("out").join(name)), 0o600, "{name}");
     }
+    assert_eq!(mode(&dir.path().join("out")), 0o700);
 }
 
 // ---------------------------------------------------------------- --output-format json
@@ -998,4 +1001,85 @@ fn a_piece_that_cannot_be_put_in_place_stops_the_later_ones() {
         vec!["batch-0-1.jsonl", "batch-1-2.jsonl"],
         "no later piece, no temporary file"
     );
+}
+
+// ---------------------------------------------------------------- spool files
+
+/// split, merge and compact hold what goes past a batch's first 8 MiB in a
+/// spool file until its commit is checked. When its folder is full, the
+/// error names the folder, what chose it (TMPDIR or --spool-dir) and the
+/// way out; it used to say only `cannot write the spool file: No space
+/// left on device`. `--spool-dir` with room is that way out. Nothing of the
+/// batch is written before it fails.
+#[test]
+fn a_full_spool_folder_is_named_with_the_way_out() {
+    let small = SmallFolder::new();
+    let roomy = tempdir();
+    let dir = tempdir();
+    // One batch of about 12 MiB of event lines.
+    let seqs: Vec<u128> = (1..=1200).collect();
+    let text = Spec::new(0, 1200)
+        .schemas(vec![kv_schema("t")])
+        .events(inserts(&seqs, 10_000))
+        .jsonl();
+    let big = write(dir.path(), "big.jsonl", &text);
+    let small_dir = small.path().to_str().unwrap().to_string();
+    let roomy_dir = roomy.path().to_str().unwrap().to_string();
+    for (name, args) in [
+        ("mooncdc-split", vec!["--max-events", "100"]),
+        ("mooncdc-merge", vec![]),
+        ("mooncdc-compact", vec![]),
+    ] {
+        let run = |tmpdir: &str, spool_dir: Option<&str>| {
+            let mut cmd = tool(name);
+            cmd.env("TMPDIR", tmpdir).args(&args);
+            if let Some(d) = spool_dir {
+                cmd.args(["--spool-dir", d]);
+            }
+            let out = cmd.arg(&big).output().expect("run tool");
+            (
+                out.status.code(),
+                out.stdout,
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        // TMPDIR full.
+        let (code, stdout, stderr) = run(&small_dir, None);
+        assert_eq!(code, Some(1), "{name} with TMPDIR full: {stderr}");
+        for needle in [
+            format!("spool file in {small_dir} (TMPDIR)"),
+            "No space left on device".to_string(),
+            "--spool-dir DIR (or TMPDIR=DIR)".to_string(),
+            "held when this failed".to_string(),
+        ] {
+            assert!(
+                stderr.contains(&needle),
+                "{name} with TMPDIR full: the error should say {needle:?}:\n{stderr}"
+            );
+        }
+        assert!(
+            stdout.is_empty(),
+            "{name}: nothing of the batch before its commit is checked"
+        );
+        // --spool-dir full, TMPDIR with room: --spool-dir wins, and is named.
+        let (code, stdout, stderr) = run(&roomy_dir, Some(&small_dir));
+        assert_eq!(code, Some(1), "{name} with --spool-dir full: {stderr}");
+        assert!(
+            stderr.contains(&format!("spool file in {small_dir} (--spool-dir)")),
+            "{name} with --spool-dir full:\n{stderr}"
+        );
+        assert!(stdout.is_empty());
+        // The way out: --spool-dir with room, TMPDIR still full.
+        let (code, stdout, stderr) = run(&small_dir, Some(&roomy_dir));
+        assert_eq!(code, Some(0), "{name} with --spool-dir with room: {stderr}");
+        let (_, plain, _) = run(&roomy_dir, None);
+        assert!(
+            stdout.len() > 10 << 20 && stdout == plain,
+            "{name}: the same output"
+        );
+    }
+    // A --spool-dir that is no folder is a usage error at the start.
+    let r = run(SPLIT, &["--spool-dir", "/nonexistent/spool", &big], None);
+    r.expect_code(2)
+        .stderr_has("--spool-dir /nonexistent/spool: no such folder");
 }

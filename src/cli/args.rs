@@ -89,6 +89,9 @@ pub struct SplitArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub output_format: Format,
+    /// Hold the part of a batch past its first 8 MiB in a temporary file in DIR until the batch's commit is checked (default: TMPDIR, else /tmp; room for the largest batch)
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Input files (standard input when none, or -)
@@ -115,6 +118,9 @@ pub struct MergeArgs {
     /// Write the merged batch to FILE (atomically) instead of standard output (- is standard output)
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Hold the part of a batch past its first 8 MiB in a temporary file in DIR until the batch's commit is checked (default: TMPDIR, else /tmp; room for the largest batch)
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Input files (standard input when none, or -)
@@ -141,6 +147,9 @@ pub struct CompactArgs {
     /// Output format
     #[arg(long, value_enum, default_value_t = Format::Jsonl)]
     pub output_format: Format,
+    /// Hold the part of a batch past its first 8 MiB in a temporary file in DIR until the batch's commit is checked (default: TMPDIR, else /tmp; room for the largest batch)
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Input files (standard input when none, or -)
@@ -364,6 +373,9 @@ pub struct SnapshotArgs {
     /// PostgreSQL: copy up to N tables at once, each session importing the same snapshot
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub jobs: usize,
+    /// PostgreSQL with --jobs: hold the tables copied ahead of their turn, past their first 4 MiB, in temporary files in DIR (default: TMPDIR, else /tmp)
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
 }
 
 /// What to do when a target's stored row contradicts an event.
@@ -451,6 +463,9 @@ pub struct ApplyArgs {
     /// One line per batch committed on standard error (its end, its events, the time)
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// ClickHouse targets: hold a batch's rows past the first 8 MiB of a table in a temporary file in DIR until the batch's commit is checked (default: TMPDIR, else /tmp; room for the largest batch's rows)
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
     /// Input files: snapshots or batch streams (standard input when none, or -)
@@ -510,8 +525,48 @@ pub struct AuditArgs {
     pub pg: PgArgs,
 }
 
-/// Every tool's command definition, by binary name.
+/// Every tool's command definition, by binary name, as the binaries parse
+/// with it (each subcommand's `--help` ending with an example: [`with_sub_help`]).
 pub fn commands() -> Vec<clap::Command> {
+    definitions().into_iter().map(with_sub_help).collect()
+}
+
+/// A tool's definition with each subcommand's `--help` ending, as the
+/// tools' own do, with an example and the exit statuses, from
+/// [`sub_man_sections`].
+pub fn with_sub_help(mut cmd: clap::Command) -> clap::Command {
+    let tool = cmd.get_name().to_string();
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    for sub in subs {
+        let sections = sub_man_sections(&tool, &sub);
+        let section = |title: &str| {
+            sections
+                .iter()
+                .find(|(t, _)| *t == title)
+                .map(|(_, text)| text.clone())
+                .unwrap_or_default()
+        };
+        let Some(example) = section("EXAMPLES")
+            .lines()
+            .next()
+            .map(|l| l.trim_start_matches("$ ").to_string())
+        else {
+            continue;
+        };
+        let text = format!(
+            "Example: {example}\n\nExit status: {}",
+            section("EXIT STATUS")
+        );
+        cmd = cmd.mut_subcommand(&sub, |s| s.after_help(text));
+    }
+    cmd
+}
+
+/// The clap definitions as derived.
+fn definitions() -> Vec<clap::Command> {
     vec![
         CaptureArgs::command(),
         SnapshotArgs::command(),
@@ -535,6 +590,71 @@ fn file_name_prefix(s: &str) -> Result<String, String> {
         );
     }
     Ok(s.to_string())
+}
+
+/// The sections a subcommand's man page (`<tool>-<sub>.1`) has beyond what
+/// the definitions give: EXAMPLES, ENVIRONMENT (where it opens a database),
+/// EXIT STATUS and SEE ALSO, as [`man_sections`] gives them for a tool.
+pub fn sub_man_sections(tool: &str, sub: &str) -> Vec<(&'static str, String)> {
+    let examples: &[&str] = match (tool, sub) {
+        ("mooncdc-capture", "init") => &[
+            "$ mooncdc-capture init --source sqlite:app.db",
+            "$ mooncdc-capture init --source postgres://app@db/shop --table public.orders --ddl",
+        ],
+        ("mooncdc-capture", "verify") => &[
+            "$ mooncdc-capture verify --source sqlite:app.db",
+            "$ mooncdc-capture verify --source postgres://app@db/shop --output-format json",
+        ],
+        ("mooncdc-capture", "upgrade") => &["$ mooncdc-capture upgrade --source sqlite:app.db"],
+        ("mooncdc-capture", "migrate") => &[
+            "$ mooncdc-capture migrate --source sqlite:app.db -- \"ALTER TABLE items DROP COLUMN stock\"",
+            "$ mooncdc-capture migrate --source sqlite:app.db --sql migrations/0042.sql",
+        ],
+        ("mooncdc-capture", "status") => &[
+            "$ mooncdc-capture status --source sqlite:app.db",
+            "$ mooncdc-capture status --source postgres://app@db/shop --output-format json",
+        ],
+        ("mooncdc-capture", "ack") => &[
+            "$ mooncdc-capture ack --source sqlite:app.db --cursor \"$(mooncdc-apply cursor --target sqlite:proj.db)\"",
+            "$ mooncdc-capture ack --source sqlite:app.db --through 1",
+        ],
+        ("mooncdc-capture", "read") => &[
+            "$ mooncdc-capture read --source sqlite:app.db --after \"$(mooncdc-apply cursor --target sqlite:proj.db)\" | mooncdc-apply --target sqlite:proj.db",
+            "$ mooncdc-capture read --source postgres://app@db/shop --follow --ack-from-target sqlite:proj.db | mooncdc-apply --target sqlite:proj.db",
+        ],
+        ("mooncdc-apply", "cursor") => &[
+            "$ mooncdc-apply cursor --target sqlite:proj.db",
+            "$ mooncdc-apply cursor --target clickhouse://default@localhost:8123/shop --source-identity sqlite:725cfa4f-3f24-4b2e-b4c7-747a3e92fb4a",
+        ],
+        _ => &[],
+    };
+    let exit = match (tool, sub) {
+        ("mooncdc-capture", "verify") => "0 capture is installed and current; 1 drift, and only drift (one drift: line each on standard error, or \"current\":false with --output-format json); 2 trouble: a missing database, a server that is down, a bad option.",
+        ("mooncdc-capture", "ack") => "0 acknowledged (also: a position at or before the one recorded, which changes nothing); 1 a cursor of another source, a position beyond the high water or the flushed WAL, or a failed operation; 2 usage.",
+        ("mooncdc-capture", "migrate") => "0 migrated and capture rebuilt; 1 a migration that fails or changes rows (nothing of it is kept), or a failed operation; 2 usage.",
+        ("mooncdc-apply", "cursor") => "0 the cursor printed; 1 the target holds no cursor, or one of another source than --source-identity, or a failed operation; 2 usage.",
+        _ => "0 success; 1 bad data or a failed operation; 2 usage.",
+    };
+    let env = "PGHOST, PGHOSTADDR, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSERVICE, PGSERVICEFILE, PGSYSCONFDIR, PGPASSFILE, PGSSLMODE, PGSSLROOTCERT, PGAPPNAME, PGCONNECT_TIMEOUT: as libpq, for postgres:// URLs (the URL wins, then a service, then the environment).";
+    let env = if tool == "mooncdc-apply" {
+        format!("{env} CLICKHOUSE_PASSWORD: the password of a clickhouse:// URL that has none.")
+    } else {
+        env.to_string()
+    };
+    let mut see_also = vec![format!("{tool}(1)")];
+    if let Some(cmd) = definitions().into_iter().find(|c| c.get_name() == tool) {
+        see_also.extend(
+            cmd.get_subcommands()
+                .filter(|s| !s.is_hide_set() && s.get_name() != sub && s.get_name() != "help")
+                .map(|s| format!("{tool}-{}(1)", s.get_name())),
+        );
+    }
+    vec![
+        ("EXAMPLES", examples.join("\n")),
+        ("ENVIRONMENT", env),
+        ("EXIT STATUS", exit.to_string()),
+        ("SEE ALSO", see_also.join(", ")),
+    ]
 }
 
 /// The sections a man page has beyond what the definitions give: EXAMPLES,
@@ -573,13 +693,21 @@ pub fn man_sections(tool: &str) -> Vec<(&'static str, String)> {
         _ => "0 success; 1 bad data or a failed operation; 2 usage.",
     };
     let env = "PGHOST, PGHOSTADDR, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSERVICE, PGSERVICEFILE, PGSYSCONFDIR, PGPASSFILE, PGSSLMODE, PGSSLROOTCERT, PGAPPNAME, PGCONNECT_TIMEOUT: as libpq, for postgres:// URLs (the URL wins, then a service, then the environment). CLICKHOUSE_PASSWORD: the password of a clickhouse:// URL that has none.";
+    let env = match tool {
+        "mooncdc-split" | "mooncdc-merge" | "mooncdc-compact" | "mooncdc-apply"
+        | "mooncdc-snapshot" => format!(
+            "{env} TMPDIR: the folder for spool files when --spool-dir names none (else /tmp)."
+        ),
+        _ => env.to_string(),
+    };
+    let spool = "A batch larger than 8 MiB is held, past its first 8 MiB, in an unnamed spool file until its commit is checked: in --spool-dir DIR, else TMPDIR, else /tmp (where /tmp is a tmpfs, that is memory). It needs room for about the largest batch; without it the tool fails with exit 1 naming the folder, before anything of the batch is written.";
     let pg_files = "~/.pgpass (or PGPASSFILE): passwords for postgres:// URLs, ignored with a warning when group or others can read it. ~/.pg_service.conf (or PGSERVICEFILE), then pg_service.conf in PGSYSCONFDIR (else /etc/postgresql-common): connection services for service=NAME.";
     let files = match tool {
         "mooncdc-capture" => format!("A SQLite source: capture keeps its change log, triggers and state in tables named _mooncdc_* inside the database itself; init, migrate and upgrade change them in the database's own transactions. A PostgreSQL source: the slot and publication named by --slot and --publication (mooncdc_main by default), and with init --ddl an event trigger. {pg_files}"),
-        "mooncdc-snapshot" => format!("-o FILE is written to a temporary file beside it and renamed into place when whole; a failed snapshot leaves no file. {pg_files}"),
-        "mooncdc-split" => "--output-dir DIR: one file per piece, DIR/PREFIX-START-END.jsonl (or .json, .objects.jsonl), each written to a temporary file and renamed into place when whole; the paths written are printed on standard output.".to_string(),
-        "mooncdc-merge" | "mooncdc-compact" => "-o FILE (merge) is written to a temporary file beside it and renamed into place when whole. A batch larger than 8 MiB is held in an unnamed temporary file (in TMPDIR) until its commit is checked.".to_string(),
-        "mooncdc-apply" => format!("A SQLite target: the projection database file (created at the first batch or snapshot, removed again if nothing was ever committed to it), its -wal and -shm files, and the cursor table _mooncdc_cursor in it. A PostgreSQL target: the table mooncdc.cursors. A ClickHouse target: the table _mooncdc_cursor. {pg_files}"),
+        "mooncdc-snapshot" => format!("-o FILE is written to a temporary file beside it and renamed into place when whole; a failed snapshot leaves no file. A new file is created mode 0600 (less the umask); a file written over keeps its mode. PostgreSQL with --jobs: tables copied ahead of their turn wait, past 4 MiB each, in unnamed spool files in --spool-dir DIR, else TMPDIR, else /tmp. {pg_files}"),
+        "mooncdc-split" => format!("--output-dir DIR: one file per piece, DIR/PREFIX-START-END.jsonl (or .json, .objects.jsonl), each written to a temporary file and renamed into place when whole; the paths written are printed on standard output. New pieces are created mode 0600 and folders made for them 0700 (less the umask); a piece written over keeps its mode. {spool}"),
+        "mooncdc-merge" | "mooncdc-compact" => format!("-o FILE (merge) is written to a temporary file beside it and renamed into place when whole; a new file is created mode 0600 (less the umask), a file written over keeps its mode. {spool}"),
+        "mooncdc-apply" => format!("A SQLite target: the projection database file (created mode 0600 less the umask at the first batch or snapshot, removed again if nothing was ever committed to it; an existing file keeps its mode), its -wal and -shm files (with the database file's mode), and the cursor table _mooncdc_cursor in it. A PostgreSQL target: the table mooncdc.cursors. A ClickHouse target: the table _mooncdc_cursor, and a batch's rows past 8 MiB per table held in an unnamed spool file until its commit is checked, in --spool-dir DIR, else TMPDIR, else /tmp (room for about the largest batch's rows; without it the batch fails with exit 1 naming the folder, before anything of it is sent). {pg_files}"),
         "mooncdc-audit" => format!("Reads only; it never creates a database, a table or a file. {pg_files}"),
         _ => String::new(),
     };
@@ -597,7 +725,7 @@ pub fn man_sections(tool: &str) -> Vec<(&'static str, String)> {
     .collect();
     vec![
         ("EXAMPLES", examples.join("\n")),
-        ("ENVIRONMENT", env.to_string()),
+        ("ENVIRONMENT", env),
         ("EXIT STATUS", exit.to_string()),
         ("FILES", files),
         (

@@ -122,6 +122,10 @@ pub fn sync_folder(dir: &Path) -> Result<()> {
     }
 }
 
+/// The mode of a new output file (`-o FILE`, `--output-dir` pieces), less
+/// the umask; docs/TOOLS.md "Inputs and outputs".
+pub const OUTPUT_MODE: u32 = 0o600;
+
 /// Write a file atomically: a temporary file in the same folder, synced,
 /// renamed into place, and the folder synced, so that once this returns the
 /// file is there whole after a crash too.
@@ -151,13 +155,24 @@ fn write_temporary(
 ) -> Result<tempfile::NamedTempFile> {
     let dir = folder_of(path);
     let name = path.display().to_string();
-    // Created 0666 less the umask, as any other new file would be.
+    // The file holds a copy of the database's rows: readable by its owner
+    // only (0600, less the umask), as pg_dump's output is. A file it
+    // replaces keeps the mode its owner gave it, as writing over it would.
     let tmp = tempfile::Builder::new()
         .prefix(".mooncdc-")
         .suffix(".tmp")
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(OUTPUT_MODE))
         .tempfile_in(dir)
         .map_err(|e| Error::io("cannot create a temporary file", e).in_file(&name))?;
+    if let Ok(existing) = std::fs::metadata(path) {
+        if existing.is_file() {
+            tmp.as_file()
+                .set_permissions(existing.permissions())
+                .map_err(|e| {
+                    Error::io("cannot give the new file the existing one's mode", e).in_file(&name)
+                })?;
+        }
+    }
     let mut w = std::io::BufWriter::with_capacity(1 << 16, tmp);
     write(&mut w)?;
     w.into_inner()
@@ -188,7 +203,12 @@ pub fn output_format(s: args::Format) -> OutputFormat {
 /// `mooncdc-x: what is wrong`, with clap's tip and usage after it, and the
 /// tool exits 2; `--help` and `--version` print and exit 0.
 pub fn parse_args<T: clap::Parser>(tool: &str) -> T {
-    match T::try_parse() {
+    let mut cmd = args::with_sub_help(T::command());
+    let parsed = cmd
+        .try_get_matches_from_mut(std::env::args_os())
+        .and_then(|mut m| T::from_arg_matches_mut(&mut m))
+        .map_err(|e| e.format(&mut cmd));
+    match parsed {
         Ok(a) => a,
         Err(e) => {
             use clap::error::ErrorKind as K;
@@ -335,9 +355,13 @@ impl<'a, W: Write> DirSink<'a, W> {
             .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
             .map(Path::to_path_buf)
             .collect();
-        std::fs::create_dir_all(dir).map_err(|e| {
-            Error::io("cannot create the output folder", e).in_file(&dir.display().to_string())
-        })?;
+        // Folders made here are the owner's only (0700, less the umask), as
+        // the pieces in them are.
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(dir)
+            .map_err(|e| {
+                Error::io("cannot create the output folder", e).in_file(&dir.display().to_string())
+            })?;
         Ok(DirSink {
             dir: dir.to_path_buf(),
             made,
@@ -807,11 +831,33 @@ pub fn man_page(tool: &str) -> Vec<u8> {
         .expect("one of the seven tools")
         .disable_help_subcommand(true);
     cmd.build();
+    render_man(cmd, args::man_sections(tool))
+}
+
+/// A subcommand's man page (`<tool>-<sub>.1`, the page its tool's
+/// SUBCOMMANDS section refers to), with EXAMPLES, EXIT STATUS and SEE ALSO
+/// as the tools' pages have them.
+pub fn sub_man_page(tool: &str, sub: &str) -> Vec<u8> {
+    let mut cmd = args::commands()
+        .into_iter()
+        .find(|c| c.get_name() == tool)
+        .expect("one of the seven tools")
+        .disable_help_subcommand(true);
+    // Built, so the subcommand knows its parent's name (`mooncdc-capture init`).
+    cmd.build();
+    let sub_cmd = cmd
+        .find_subcommand(sub)
+        .unwrap_or_else(|| panic!("{tool} has no subcommand {sub}"))
+        .clone();
+    render_man(sub_cmd, args::sub_man_sections(tool, sub))
+}
+
+fn render_man(cmd: clap::Command, sections: Vec<(&str, String)>) -> Vec<u8> {
     let mut out = Vec::new();
     clap_mangen::Man::new(cmd)
         .render(&mut out)
         .expect("rendering into memory cannot fail");
-    for (title, text) in args::man_sections(tool) {
+    for (title, text) in sections {
         out.extend_from_slice(format!(".SH \"{title}\"\n").as_bytes());
         for line in text.lines() {
             let roff = line.replace('\\', "\\e").replace('-', "\\-");

@@ -18,6 +18,7 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
         return cursor(&target, source_identity.as_deref());
     }
     crate::log::set_json(a.log_format == crate::cli::args::LogFormat::Json);
+    crate::ops::spool::set_dir(a.spool_dir.as_deref())?;
     let began = std::time::Instant::now();
     let url = a
         .target

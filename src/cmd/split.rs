@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 pub fn run(a: SplitArgs) -> anyhow::Result<ExitCode> {
     crate::log::set_quiet(a.quiet);
+    crate::ops::spool::set_dir(a.spool_dir.as_deref())?;
     let limits = cli::limits(&a.limits)?;
     let opts = SplitOptions {
         max_events: a.max_events,

@@ -4,19 +4,82 @@
 //! or a downstream target could apply half of a bad batch. A spool keeps the
 //! records in memory up to a limit and beyond it in an unnamed temporary file
 //! (deleted by the system when closed), so memory never depends on input size.
+//!
+//! The file goes in the folder `--spool-dir` names ([`set_dir`]), else in
+//! `TMPDIR`, else `/tmp`; a failure to create or write it names that folder,
+//! where its name came from, what was held, and the way out (docs/TOOLS.md
+//! "Spool files").
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
 
 /// Default in-memory part of a spool.
 pub const DEFAULT_SPOOL_MEMORY: usize = 8 << 20;
+
+/// The folder `--spool-dir` named, for every spool of this process.
+static DIR: std::sync::RwLock<Option<PathBuf>> = std::sync::RwLock::new(None);
+
+/// Put this process's spool files in `dir` (`--spool-dir`) instead of
+/// `TMPDIR`. It must be an existing folder: a usage error otherwise, at the
+/// start rather than at the first large batch.
+pub fn set_dir(dir: Option<&Path>) -> Result<()> {
+    if let Some(d) = dir {
+        if !d.is_dir() {
+            return Err(Error::usage(format!(
+                "--spool-dir {}: {}",
+                d.display(),
+                if d.exists() {
+                    "not a folder"
+                } else {
+                    "no such folder"
+                }
+            )));
+        }
+    }
+    *DIR.write().unwrap_or_else(|e| e.into_inner()) = dir.map(Path::to_path_buf);
+    Ok(())
+}
+
+/// Where spool files go now, and what chose that folder.
+pub fn dir() -> (PathBuf, &'static str) {
+    if let Some(d) = DIR.read().unwrap_or_else(|e| e.into_inner()).clone() {
+        return (d, "--spool-dir");
+    }
+    let from = match std::env::var_os("TMPDIR") {
+        Some(v) if !v.is_empty() => "TMPDIR",
+        _ => "the default: TMPDIR is not set",
+    };
+    (std::env::temp_dir(), from)
+}
+
+/// A spool file that could not be created, written or read back: in which
+/// folder, chosen by what, how much was held, and how to get room.
+fn spool_error(what: &str, held: u64, spool: &Spool, e: std::io::Error) -> Error {
+    let (dir, from) = dir();
+    let mib = |n: u64| format!("{:.1} MiB", n as f64 / (1 << 20) as f64);
+    Error::new(
+        ErrorKind::Io,
+        format!(
+            "cannot {what} the spool file in {} ({from}): {}; {} waits there, past its first {} in memory, {} ({} held when this failed): give a folder with room for the largest with --spool-dir DIR (or TMPDIR=DIR)",
+            dir.display(),
+            crate::error::strip_os_error(&e.to_string()),
+            spool.holds.0,
+            mib(spool.mem_limit as u64),
+            spool.holds.1,
+            mib(held),
+        ),
+    )
+}
 
 pub struct Spool {
     mem: Vec<u8>,
     file: Option<BufWriter<File>>,
     mem_limit: usize,
     len: u64,
+    /// What waits in the spool, and until when, for messages.
+    holds: (&'static str, &'static str),
 }
 
 impl Spool {
@@ -26,7 +89,15 @@ impl Spool {
             file: None,
             mem_limit,
             len: 0,
+            holds: ("a batch", "until its commit is checked"),
         }
+    }
+
+    /// Say what waits in the spool, and until when, for its messages
+    /// (default: "a batch", "until its commit is checked").
+    pub fn holding(mut self, what: &'static str, until: &'static str) -> Self {
+        self.holds = (what, until);
+        self
     }
 
     /// Bytes held.
@@ -38,22 +109,27 @@ impl Spool {
         self.len == 0
     }
 
+    fn error(&self, what: &str, e: std::io::Error) -> Error {
+        spool_error(what, self.len, self, e)
+    }
+
     pub fn push(&mut self, bytes: &[u8]) -> Result<()> {
         self.len += bytes.len() as u64;
         if let Some(f) = &mut self.file {
-            return f
-                .write_all(bytes)
-                .map_err(|e| Error::io("cannot write the spool file", e));
+            return match f.write_all(bytes) {
+                Ok(()) => Ok(()),
+                Err(e) => Err(self.error("write", e)),
+            };
         }
         if self.mem.len() + bytes.len() <= self.mem_limit {
             self.mem.extend_from_slice(bytes);
             return Ok(());
         }
-        let f = tempfile::tempfile().map_err(|e| Error::io("cannot create a spool file", e))?;
+        let f = tempfile::tempfile_in(dir().0).map_err(|e| self.error("create", e))?;
         let mut w = BufWriter::with_capacity(1 << 16, f);
         w.write_all(&self.mem)
             .and_then(|_| w.write_all(bytes))
-            .map_err(|e| Error::io("cannot write the spool file", e))?;
+            .map_err(|e| self.error("write", e))?;
         self.mem = Vec::new();
         self.file = Some(w);
         Ok(())
@@ -62,7 +138,7 @@ impl Spool {
     /// Everything pushed so far, from the start; the spool is left empty.
     /// The reader owns what it reads.
     pub fn drain(&mut self) -> Result<Box<dyn BufRead + Send>> {
-        self.len = 0;
+        let held = std::mem::take(&mut self.len);
         match self.file.take() {
             None => {
                 let mem = std::mem::take(&mut self.mem);
@@ -71,9 +147,9 @@ impl Spool {
             Some(w) => {
                 let mut f = w
                     .into_inner()
-                    .map_err(|e| Error::io("cannot write the spool file", e.into_error()))?;
+                    .map_err(|e| spool_error("write", held, self, e.into_error()))?;
                 f.seek(SeekFrom::Start(0))
-                    .map_err(|e| Error::io("cannot read the spool file", e))?;
+                    .map_err(|e| spool_error("read", held, self, e))?;
                 Ok(Box::new(BufReader::with_capacity(
                     1 << 16,
                     f.take(u64::MAX),
@@ -94,7 +170,7 @@ pub enum Shared {
 impl Spool {
     /// [`Spool::drain`], shared: read any part of it with [`Shared::part`].
     pub fn drain_shared(&mut self) -> Result<Shared> {
-        self.len = 0;
+        let held = std::mem::take(&mut self.len);
         match self.file.take() {
             None => Ok(Shared::Mem(std::sync::Arc::new(std::mem::take(
                 &mut self.mem,
@@ -102,7 +178,7 @@ impl Spool {
             Some(w) => {
                 let f = w
                     .into_inner()
-                    .map_err(|e| Error::io("cannot write the spool file", e.into_error()))?;
+                    .map_err(|e| spool_error("write", held, self, e.into_error()))?;
                 Ok(Shared::File(std::sync::Arc::new(f)))
             }
         }

@@ -721,3 +721,54 @@ pub fn mode(path: &Path) -> u32 {
         .mode()
         & 0o777
 }
+
+/// A folder with 1 MiB of room: a tmpfs of that size mounted on a new
+/// temporary folder (the tests run as root), so writing past it fails with
+/// "No space left on device", as a full `/tmp` does. Unmounted and removed
+/// when dropped, also when the test fails.
+pub struct SmallFolder {
+    dir: Option<tempfile::TempDir>,
+}
+
+impl SmallFolder {
+    #[track_caller]
+    pub fn new() -> SmallFolder {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m,mode=0700", "mooncdc-small"])
+            .arg(dir.path())
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "cannot mount a 1 MiB tmpfs on {} (this test needs root): {}",
+            dir.path().display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        SmallFolder { dir: Some(dir) }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.as_ref().expect("mounted").path()
+    }
+}
+
+impl Drop for SmallFolder {
+    fn drop(&mut self) {
+        let Some(dir) = self.dir.take() else { return };
+        let umount = |lazy: bool| {
+            let mut c = std::process::Command::new("umount");
+            if lazy {
+                c.arg("-l");
+            }
+            c.arg(dir.path()).status().is_ok_and(|s| s.success())
+        };
+        // A file still open there keeps it busy: detach it lazily then.
+        if !umount(false) && !umount(true) {
+            eprintln!("cannot unmount {}", dir.path().display());
+            std::mem::forget(dir);
+            return;
+        }
+        drop(dir);
+    }
+}

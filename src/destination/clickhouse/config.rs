@@ -49,6 +49,9 @@ pub(super) fn pct_encode(s: &str) -> String {
     out
 }
 
+/// The way out of a URL broken by a password's special characters.
+const CH_PASSWORD_HINT: &str = "a password holding /, ?, # or @ must be percent-encoded in a URL (/ as %2F, ? as %3F, # as %23, @ as %40, % as %25), or given by CLICKHOUSE_PASSWORD instead";
+
 impl ChConfig {
     pub fn parse(url: &str) -> Result<ChConfig> {
         let (scheme, rest) = if let Some(r) = url.strip_prefix("clickhouses://") {
@@ -66,6 +69,13 @@ impl ChConfig {
             Some((u, h)) => (Some(u), h),
             None => (None, authority),
         };
+        // A password holding an unescaped `/` or `?` ends the host part
+        // early (`user:pa` / `ss@host…`): nothing of it is echoed.
+        if userinfo.is_none() && (db.contains('@') || query.contains('@')) {
+            return Err(Error::usage(format!(
+                "the ClickHouse URL is not valid: an @ comes after the host part (after :// up to the first / or ?); {CH_PASSWORD_HINT}"
+            )));
+        }
         let (user, password) = match userinfo {
             Some(u) => match u.split_once(':') {
                 Some((a, b)) => (
@@ -90,8 +100,15 @@ impl ChConfig {
         let base = format!("{scheme}://{hostport}/");
         // A bad host or port is the user's typing, not a failed request.
         reqwest::Url::parse(&base).map_err(|e| {
+            // Without a user part, "host:port" may be a user and the start
+            // of a password: not echoed.
+            let named = if userinfo.is_some() {
+                format!(" {hostport:?}")
+            } else {
+                String::new()
+            };
             Error::usage(format!(
-                "the ClickHouse URL's host and port {hostport:?} are not valid ({e}); write clickhouse://user@host:8123/db"
+                "the ClickHouse URL's host and port{named} are not valid ({e}); write clickhouse://user@host:8123/db; {CH_PASSWORD_HINT}"
             ))
         })?;
         let mut c = ChConfig {

@@ -79,7 +79,10 @@ pub(super) struct Held {
 impl Held {
     fn new() -> Self {
         Held {
-            spool: crate::ops::spool::Spool::new(crate::ops::spool::DEFAULT_SPOOL_MEMORY),
+            spool: crate::ops::spool::Spool::new(crate::ops::spool::DEFAULT_SPOOL_MEMORY).holding(
+                "a table's rows of a batch",
+                "until the batch's commit is checked",
+            ),
             bounds: Vec::new(),
             since: 0,
             row: Vec::with_capacity(256),

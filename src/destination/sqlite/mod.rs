@@ -101,8 +101,9 @@ impl SqliteTarget {
     /// the cursor table in it for a database that is not a projection yet.
     pub(super) fn begin(&mut self) -> Result<()> {
         if self.conn.is_none() {
+            // Removed again on a rollback only if this apply made it.
+            self.created = create_private(&self.path)?;
             self.conn = Some(open_or_create(&self.path)?);
-            self.created = true;
         }
         let conn = self.db();
         conn.set_prepared_statement_cache_capacity(256);
@@ -171,6 +172,31 @@ impl SqliteTarget {
         }
     }
 }
+
+/// Create a new projection's database file, empty (SQLite takes an empty
+/// file as an empty database), readable by its owner only: 0600 less the
+/// umask. SQLite gives its -wal, -shm and -journal files the database
+/// file's mode. A file that appeared meanwhile is left as it is: false.
+fn create_private(path: &Path) -> Result<bool> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(PROJECTION_MODE)
+        .open(path)
+    {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => {
+            Err(Error::io("cannot create the target database", e)
+                .in_file(&path.display().to_string()))
+        }
+    }
+}
+
+/// The mode of a new projection database file, less the umask;
+/// docs/SQLITE.md.
+pub const PROJECTION_MODE: u32 = 0o600;
 
 /// The cursor stored in a target database (one source per target).
 pub fn stored_cursor(conn: &Connection) -> Result<Option<Cursor>> {

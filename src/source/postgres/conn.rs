@@ -180,6 +180,22 @@ pub const KEYS: &[&str] = &[
     "client_encoding",
 ];
 
+/// The way out of a URL broken by a password's special characters.
+const PASSWORD_HINT: &str = "a password holding /, ?, # or @ must be percent-encoded in a URL (/ as %2F, ? as %3F, # as %23, @ as %40, % as %25), or given by PGPASSWORD or ~/.pgpass (PGPASSFILE) instead";
+
+/// An `@` after a URL's host part that no user part before it explains: in
+/// the path, or in a query option that is not one of libpq's (whose values,
+/// `user=app@corp`, may hold one).
+fn stray_at(path: Option<&str>, query: Option<&str>) -> bool {
+    path.is_some_and(|p| p.contains('@'))
+        || query.is_some_and(|q| {
+            q.split('&').any(|pair| {
+                let key = pair.split_once('=').map_or(pair, |(k, _)| k);
+                key.contains('@') || (pair.contains('@') && !KEYS.contains(&key))
+            })
+        })
+}
+
 impl PgConn {
     /// Parse a libpq URL (`postgres://user:pass@host:port/db?sslmode=…`) or a
     /// `key=value` string, with the process environment filling what it leaves out.
@@ -207,6 +223,15 @@ impl PgConn {
                 Some((u, h)) => (Some(u), h),
                 None => (None, authority),
             };
+            // A password holding an unescaped `/` or `?` ends the host part
+            // early: what follows it (`…@host/db`) lands in the database
+            // name or the options, and its first part in the host and port.
+            // None of it is echoed: it is part of a password.
+            if userinfo.is_none() && stray_at(path, query) {
+                return Err(Error::usage(format!(
+                    "the PostgreSQL URL is not valid: an @ comes after the host part (after :// up to the first / or ?); {PASSWORD_HINT}"
+                )));
+            }
             if let Some(u) = userinfo {
                 match u.split_once(':') {
                     Some((user, pw)) => {
@@ -236,6 +261,13 @@ impl PgConn {
                     kv.push(("host".into(), crate::util::percent_decode(&h)?));
                 }
                 if let Some(p) = p {
+                    // Without a user part, the "host:port" may be a user
+                    // and the start of a password: not echoed.
+                    if userinfo.is_none() && p.parse::<u16>().is_err() {
+                        return Err(Error::usage(format!(
+                            "the PostgreSQL URL's port (after the host's :) is not a number; {PASSWORD_HINT}"
+                        )));
+                    }
                     kv.push(("port".into(), p));
                 }
             }
