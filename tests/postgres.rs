@@ -4797,3 +4797,217 @@ fn generated_columns_are_carried_only_when_the_publication_publishes_them() {
         src.audit_equal();
     }
 }
+
+/// The rows of `public.a` in a projection: (count, sum of ids).
+fn count_sum(proj: &std::path::Path) -> (i64, i64) {
+    let c = rusqlite::Connection::open(proj).unwrap();
+    c.query_row(
+        "SELECT count(*), coalesce(sum(id), 0) FROM \"public.a\"",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .unwrap_or((0, 0))
+}
+
+#[test]
+fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
+    if pg::major_version() < 17 {
+        eprintln!(
+            "SKIPPED a_failover_slot_survives_the_primary_loss_and_the_standby_promotion: PostgreSQL {} has no failover slots (the matrix runs it on 17 and 18)",
+            pg::major_version()
+        );
+        return;
+    }
+    let primary: &'static pg::Cluster = pg::private_cluster();
+    let db = primary.create_db("failover");
+    let s = db.session();
+    s.exec("CREATE TABLE a (id int8 PRIMARY KEY, v text)");
+    s.exec("INSERT INTO a SELECT g, 'before' FROM generate_series(1, 50) g");
+    let standby = primary.standby(
+        "phys1",
+        "sync_replication_slots = on\nhot_standby_feedback = on",
+    );
+    // Set after the base backup: the promoted standby has no phys1 to wait for.
+    primary.admin("ALTER SYSTEM SET synchronized_standby_slots = 'phys1'");
+    primary.admin("SELECT pg_reload_conf()");
+    let url = format!(
+        "postgres://{}:{}@127.0.0.1:{},127.0.0.1:{}/{}?target_session_attrs=read-write",
+        pg::ROLE,
+        pg::url_encode(pg::PASSWORD),
+        primary.port,
+        standby.port,
+        db.dbname
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let proj = dir.path().join("proj.db");
+    let proj2 = dir.path().join("proj2.db");
+    let t = format!("sqlite:{}", proj.display());
+    let t2 = format!("sqlite:{}", proj2.display());
+    // One failover slot, one plain slot for the same tables.
+    let r = run(
+        CAPTURE,
+        &[
+            "init",
+            "--source",
+            &url,
+            "--slot",
+            "s_fo",
+            "--table",
+            "public.a",
+            "--failover",
+        ],
+        None,
+    );
+    expect(&r, 0, "init --failover");
+    assert!(r.stderr.contains("is a failover slot"), "{}", r.stderr);
+    assert_eq!(
+        s.value("SELECT failover FROM pg_replication_slots WHERE slot_name = 's_fo'"),
+        "t"
+    );
+    let r = run(
+        CAPTURE,
+        &[
+            "init", "--source", &url, "--slot", "s_plain", "--table", "public.a",
+        ],
+        None,
+    );
+    expect(&r, 0, "init of a plain slot");
+    for (slot, target) in [("s_fo", &t), ("s_plain", &t2)] {
+        let r = pipeline(&format!(
+            "{{snapshot}} --source {u} --slot {slot} -q | {{apply}} --target {t} -q",
+            u = shell_quote(&url),
+            t = shell_quote(target)
+        ));
+        expect(&r, 0, "snapshot | apply");
+    }
+    let follow = |slot: &str, target: &str, log: &std::path::Path| {
+        let after = run(APPLY, &["cursor", "--target", target], None)
+            .stdout_str()
+            .trim()
+            .to_string();
+        let mut capture = Command::new(bin(CAPTURE))
+            .args([
+                "--source",
+                &url,
+                "--slot",
+                slot,
+                "--after",
+                &after,
+                "--follow",
+                "--ack-from-target",
+                target,
+            ])
+            .args([
+                "--retry-delay-ms",
+                "200",
+                "--max-retries",
+                "200",
+                "--receive-timeout-ms",
+                "5000",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("start capture --follow");
+        let apply = Command::new(bin(APPLY))
+            .args(["--target", target, "-q"])
+            .stdin(Stdio::from(capture.stdout.take().unwrap()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start apply");
+        (capture, apply)
+    };
+    let log = dir.path().join("fo.log");
+    let log2 = dir.path().join("plain.log");
+    let (capture, apply) = follow("s_fo", &t, &log);
+    let (mut capture2, apply2) = follow("s_plain", &t2, &log2);
+    let wait_count = |p: &std::path::Path, n: i64, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while count_sum(p).0 < n {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {} rows of {n}\n{}",
+                count_sum(p).0,
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    for i in 51..=150 {
+        s.exec(&format!(
+            "INSERT INTO a VALUES ({i}, 'on the first primary')"
+        ));
+    }
+    wait_count(&proj, 150, "the first primary's rows");
+    wait_count(&proj2, 150, "the first primary's rows (plain slot)");
+    // The standby has synchronized the failover slot past the snapshot.
+    let sb = pg::Session::connect(standby.port, &db.dbname);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let synced = sb.value(
+            "SELECT coalesce((SELECT synced AND confirmed_flush_lsn > '0/0' FROM pg_replication_slots WHERE slot_name = 's_fo'), false)",
+        );
+        if synced == "t" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the standby never synchronized the failover slot"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(sb);
+    // Lose the primary; promote the standby; write on the new primary.
+    drop(s);
+    primary.stop_immediate();
+    standby.promote();
+    let s2 = pg::Session::connect(standby.port, &db.dbname);
+    for i in 151..=200 {
+        s2.exec(&format!("INSERT INTO a VALUES ({i}, 'on the new primary')"));
+    }
+    wait_count(
+        &proj,
+        200,
+        "the new primary's rows, through the failover slot",
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("timeline changed"), "{text}");
+    let (code, err) = sigterm_and_wait(capture);
+    assert_eq!(code, Some(0), "{err}");
+    let (acode, aerr) = finish(apply, false);
+    assert_eq!(acode, Some(0), "{aerr}");
+    // Every key once: count and sum against the new primary's.
+    let src: (i64, i64) = {
+        let c = s2.value("SELECT count(*) || ' ' || sum(id) FROM a");
+        let (a, b) = c.split_once(' ').unwrap();
+        (a.parse().unwrap(), b.parse().unwrap())
+    };
+    assert_eq!(count_sum(&proj), src);
+    let r = run(
+        AUDIT,
+        &["--source", &url, "--slot", "s_fo", "--target", &t, "-q"],
+        None,
+    );
+    expect(&r, 0, "audit against the new primary");
+    // The plain slot is not on the new primary: its follower stops, naming
+    // --failover, with nothing wrong applied.
+    assert!(
+        wait_until_exit(&mut capture2, Duration::from_secs(90)),
+        "the plain slot's follower stops"
+    );
+    let (code2, _) = finish(capture2, false);
+    let text2 = std::fs::read_to_string(&log2).unwrap();
+    assert_eq!(code2, Some(1), "{text2}");
+    assert!(
+        text2.contains("--failover") && text2.contains("new snapshot"),
+        "{text2}"
+    );
+    let _ = finish(apply2, false);
+    assert_eq!(
+        count_sum(&proj2).0,
+        150,
+        "nothing after the failover reached the plain slot's target"
+    );
+}

@@ -272,6 +272,11 @@ pub enum CaptureCommand {
         /// carried (needs the right to create event triggers)
         #[arg(long)]
         ddl: bool,
+        /// PostgreSQL 17+: make the slot a failover slot, which a standby
+        /// with sync_replication_slots keeps, so capture goes on after the
+        /// standby is promoted (an existing slot is altered)
+        #[arg(long)]
+        failover: bool,
         #[command(flatten)]
         pg: PgArgs,
     },

@@ -23,11 +23,15 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
             source,
             tables,
             ddl,
+            failover,
             pg,
         }) => {
             let src = open(&source, &pg)?;
             if ddl && src.kind() != crate::source::SourceKind::Postgres {
                 return Err(src.install_ddl().unwrap_err().into());
+            }
+            if failover && src.kind() != crate::source::SourceKind::Postgres {
+                return Err(src.make_failover().unwrap_err().into());
             }
             let (identity, tables) = src.init(&tables)?;
             for t in &tables {
@@ -35,6 +39,9 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
             }
             if ddl {
                 crate::log::info(&src.install_ddl()?);
+            }
+            if failover {
+                crate::log::info(&src.make_failover()?);
             }
             println!("{identity}");
             Ok(ExitCode::SUCCESS)

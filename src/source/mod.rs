@@ -190,6 +190,13 @@ pub trait Source {
             "--ddl is for PostgreSQL sources (a SQLite source's schema changes go through mooncdc-capture migrate)",
         ))
     }
+    /// Make the slot survive a failover to a standby that synchronizes
+    /// slots (`init --failover`); returns what it did.
+    fn make_failover(&self) -> Result<String> {
+        Err(Error::usage(
+            "--failover is for PostgreSQL sources (17 or later, with a standby that synchronizes slots)",
+        ))
+    }
     /// What differs from what this version would install (empty: current).
     fn verify(&self) -> Result<Vec<String>>;
     /// Bring capture up to date; returns what it did, one line each.

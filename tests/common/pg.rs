@@ -162,26 +162,7 @@ impl Cluster {
             .keep();
         // The watchdog first: from now on, whatever happens to this process,
         // the server is stopped and the folder removed once it is gone.
-        let stop = format!(
-            "{} -D {} -m fast -t 10 -w stop || {} -D {} -m immediate -w stop",
-            pg_bin("pg_ctl").display(),
-            shq(&dir.join("data").display().to_string()),
-            pg_bin("pg_ctl").display(),
-            shq(&dir.join("data").display().to_string()),
-        );
-        let stop = if as_root {
-            format!("runuser -u postgres -- sh -c {}", shq(&stop))
-        } else {
-            stop
-        };
-        let script = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 0.3; done; \
-             if [ -f {data}/postmaster.pid ]; then {stop}; fi >/dev/null 2>&1; rm -rf {dir}",
-            pid = std::process::id(),
-            data = shq(&dir.join("data").display().to_string()),
-            dir = shq(&dir.display().to_string()),
-        );
-        super::spawn_watchdog(&script, "the PostgreSQL test cluster");
+        watch(&dir, as_root);
         if as_root {
             run_checked(
                 Command::new("chown").arg("postgres:postgres").arg(&dir),
@@ -401,6 +382,100 @@ impl Cluster {
             .success()
     }
 
+    /// A physical standby of this cluster (`pg_basebackup -R` through the
+    /// physical slot `slot`, which this makes), started with `conf` added,
+    /// on a free port in its own folder; stopped like any test cluster.
+    pub fn standby(&self, slot: &str, conf: &str) -> Cluster {
+        self.admin(&format!(
+            "SELECT pg_create_physical_replication_slot('{slot}')"
+        ));
+        let dir = tempfile::Builder::new()
+            .prefix("mooncdc-pg-standby-")
+            .tempdir()
+            .expect("temporary folder for the standby")
+            .keep();
+        watch(&dir, self.as_root);
+        if self.as_root {
+            run_checked(
+                Command::new("chown").arg("postgres:postgres").arg(&dir),
+                "chown the standby folder",
+            );
+        }
+        let data = dir.join("data");
+        run_checked(
+            self.server_cmd("pg_basebackup")
+                .env("PGPASSWORD", SUPERUSER_PASSWORD)
+                .arg("-D")
+                .arg(&data)
+                .args(["-R", "-S", slot, "-X", "stream", "-c", "fast"])
+                .arg("-d")
+                .arg(format!(
+                    "host=127.0.0.1 port={} user=postgres dbname=postgres",
+                    self.port
+                )),
+            "pg_basebackup",
+        );
+        let port = free_port();
+        let mut c =
+            std::fs::read_to_string(data.join("postgresql.conf")).expect("read postgresql.conf");
+        c.push_str(&format!(
+            "\n# the standby's own\nport = {port}\nunix_socket_directories = '{}'\n\
+             primary_conninfo = 'host=127.0.0.1 port={} user=postgres password={SUPERUSER_PASSWORD} dbname=postgres'\n\
+             primary_slot_name = '{slot}'\nhot_standby = on\n{conf}\n",
+            dir.display(),
+            self.port
+        ));
+        std::fs::write(data.join("postgresql.conf"), c).expect("write postgresql.conf");
+        if self.as_root {
+            run_checked(
+                Command::new("chown")
+                    .arg("-R")
+                    .arg("postgres:postgres")
+                    .arg(&dir),
+                "chown the standby",
+            );
+        }
+        let standby = Cluster {
+            port,
+            dir,
+            as_root: self.as_root,
+        };
+        standby.start_again();
+        standby
+    }
+
+    /// `pg_ctl promote`, waiting until the server takes writes.
+    pub fn promote(&self) {
+        let ok = self
+            .server_cmd("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-w", "-t", "60", "promote"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run pg_ctl promote")
+            .success();
+        assert!(ok, "pg_ctl promote failed:\n{}", self.log());
+    }
+
+    /// `pg_ctl stop -m immediate`: the server is gone at once, as in a crash.
+    pub fn stop_immediate(&self) {
+        let ok = self
+            .server_cmd("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "stop"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run pg_ctl stop")
+            .success();
+        assert!(ok, "pg_ctl stop -m immediate failed:\n{}", self.log());
+    }
+
     /// A new database `t_<name>` owned by [`ROLE`].
     pub fn create_db(&'static self, name: &str) -> PgDb {
         assert!(
@@ -422,6 +497,30 @@ impl Cluster {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
+}
+
+/// Stop the server in `dir` and remove `dir` once this process is gone.
+fn watch(dir: &Path, as_root: bool) {
+    let stop = format!(
+        "{} -D {} -m fast -t 10 -w stop || {} -D {} -m immediate -w stop",
+        pg_bin("pg_ctl").display(),
+        shq(&dir.join("data").display().to_string()),
+        pg_bin("pg_ctl").display(),
+        shq(&dir.join("data").display().to_string()),
+    );
+    let stop = if as_root {
+        format!("runuser -u postgres -- sh -c {}", shq(&stop))
+    } else {
+        stop
+    };
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.3; done; \
+         if [ -f {data}/postmaster.pid ]; then {stop}; fi >/dev/null 2>&1; rm -rf {dir}",
+        pid = std::process::id(),
+        data = shq(&dir.join("data").display().to_string()),
+        dir = shq(&dir.display().to_string()),
+    );
+    super::spawn_watchdog(&script, "the PostgreSQL test cluster");
 }
 
 fn server_cmd(as_root: bool, program: &str) -> Command {

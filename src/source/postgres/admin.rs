@@ -118,6 +118,35 @@ impl PgSource {
         })
     }
 
+    /// Make the slot a failover slot (PostgreSQL 17+): `ALTER_REPLICATION_SLOT
+    /// … (FAILOVER true)` on a replication session, which a new slot and an
+    /// existing one alike take.
+    pub fn make_failover(&self) -> Result<String> {
+        runtime()?.block_on(async {
+            let c = self.client("init --failover").await?;
+            let v = server_version(&c).await?;
+            if v < 170000 {
+                return Err(Error::state(format!(
+                    "failover slots need PostgreSQL 17 or later; the server runs {}: after a failover the slot is not on the new primary, and the way back is a new snapshot (docs/POSTGRES.md, \"Versions and topologies\")",
+                    v / 10000
+                )));
+            }
+            let (mut r, _) = self.replication_session().await?;
+            r.simple_query(&format!(
+                "ALTER_REPLICATION_SLOT {} (FAILOVER true)",
+                quote_ident(&self.slot)
+            ))
+            .await
+            .map_err(repl_err("cannot make the slot a failover slot"))?;
+            r.close().await;
+            Ok(format!(
+                "slot {:?} is a failover slot: a standby with sync_replication_slots = on, hot_standby_feedback = on and a \
+                 primary_slot_name listed in the primary's synchronized_standby_slots keeps it, so capture goes on after its promotion",
+                self.slot
+            ))
+        })
+    }
+
     /// Re-apply what `init` set up, for the tables already published: replica
     /// identity FULL on each, and the slot if it is missing. Adds no table.
     pub fn upgrade(&self) -> Result<Vec<String>> {

@@ -40,6 +40,18 @@ impl SslMode {
     }
 }
 
+fn bad_attrs(v: &str) -> Error {
+    Error::usage(format!(
+        "unknown target_session_attrs {v:?}; choose any, read-write, read-only, primary, standby or prefer-standby"
+    ))
+}
+
+fn bad_balance(v: &str) -> Error {
+    Error::usage(format!(
+        "unknown load_balance_hosts {v:?}; choose disable or random"
+    ))
+}
+
 /// Parsed connection settings.
 #[derive(Clone)]
 pub struct PgConn {
@@ -59,6 +71,102 @@ pub struct PgConn {
     /// `schema=`: a target's schema for a SQLite source's tables (a
     /// PostgreSQL source's tables keep their own).
     pub target_schema: Option<String>,
+    /// Every server of a multi-host string (`host=h1,h2 port=p1,p2`, or
+    /// `postgres://u@h1:p1,h2:p2/db`), in order, the first being
+    /// `host`/`port`; one entry for a single host.
+    pub hosts: Vec<(String, u16)>,
+    /// `target_session_attrs`: which server of `hosts` a session takes.
+    pub session_attrs: SessionAttrs,
+    /// `load_balance_hosts=random`: try `hosts` in a random order.
+    pub load_balance: bool,
+}
+
+/// libpq's `target_session_attrs`: which kind of server a session accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionAttrs {
+    Any,
+    ReadWrite,
+    ReadOnly,
+    Primary,
+    Standby,
+    /// A standby if one answers, else any.
+    PreferStandby,
+}
+
+impl SessionAttrs {
+    fn named(v: &str) -> Option<SessionAttrs> {
+        Some(match v {
+            "any" => SessionAttrs::Any,
+            "read-write" => SessionAttrs::ReadWrite,
+            "read-only" => SessionAttrs::ReadOnly,
+            "primary" => SessionAttrs::Primary,
+            "standby" => SessionAttrs::Standby,
+            "prefer-standby" => SessionAttrs::PreferStandby,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionAttrs::Any => "any",
+            SessionAttrs::ReadWrite => "read-write",
+            SessionAttrs::ReadOnly => "read-only",
+            SessionAttrs::Primary => "primary",
+            SessionAttrs::Standby => "standby",
+            SessionAttrs::PreferStandby => "prefer-standby",
+        }
+    }
+
+    /// Whether a server in recovery (`in_recovery`) whose sessions are
+    /// read-only by default (`read_only`) suits; `PreferStandby`'s second
+    /// pass takes any.
+    pub fn accepts(self, in_recovery: bool, read_only: bool) -> bool {
+        match self {
+            SessionAttrs::Any => true,
+            SessionAttrs::ReadWrite => !read_only && !in_recovery,
+            SessionAttrs::ReadOnly => read_only || in_recovery,
+            SessionAttrs::Primary => !in_recovery,
+            SessionAttrs::Standby | SessionAttrs::PreferStandby => in_recovery,
+        }
+    }
+}
+
+impl PgConn {
+    /// One single-host configuration per server to try, in the order to
+    /// try them (shuffled with `load_balance_hosts=random`).
+    pub fn candidates(&self) -> Vec<PgConn> {
+        let mut order: Vec<usize> = (0..self.hosts.len()).collect();
+        if self.load_balance && order.len() > 1 {
+            // A shuffle seeded by the clock and the process: spreading
+            // sessions is all it is for.
+            let mut x = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+                ^ ((std::process::id() as u64) << 32)
+                | 1;
+            for i in (1..order.len()).rev() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                order.swap(i, (x % (i as u64 + 1)) as usize);
+            }
+        }
+        order
+            .into_iter()
+            .map(|i| {
+                let (h, p) = &self.hosts[i];
+                let mut c = self.clone();
+                if i != 0 {
+                    c.hostaddr = None;
+                }
+                c.host = h.clone();
+                c.port = *p;
+                c.hosts = vec![(h.clone(), *p)];
+                c
+            })
+            .collect()
+    }
 }
 
 impl std::fmt::Debug for PgConn {
@@ -173,6 +281,7 @@ pub const KEYS: &[&str] = &[
     "keepalives_count",
     "options",
     "target_session_attrs",
+    "load_balance_hosts",
     "sslcompression",
     "gssencmode",
     "channel_binding",
@@ -241,7 +350,14 @@ impl PgConn {
                     None => kv.push(("user".into(), crate::util::percent_decode(u)?)),
                 }
             }
-            if !hostport.is_empty() {
+            // Several servers: `h1:p1,h2:p2` (libpq's multi-host URL).
+            let mut url_hosts: Vec<String> = Vec::new();
+            let mut url_ports: Vec<String> = Vec::new();
+            let many = hostport.contains(',');
+            for hostport in hostport.split(',') {
+                if hostport.is_empty() && !many {
+                    continue;
+                }
                 let (h, p) = if let Some(rest) = hostport.strip_prefix('[') {
                     match rest.split_once(']') {
                         Some((h, p)) => (h.to_string(), p.strip_prefix(':').map(str::to_string)),
@@ -257,10 +373,7 @@ impl PgConn {
                         None => (hostport.to_string(), None),
                     }
                 };
-                if !h.is_empty() {
-                    kv.push(("host".into(), crate::util::percent_decode(&h)?));
-                }
-                if let Some(p) = p {
+                if let Some(p) = &p {
                     // Without a user part, the "host:port" may be a user
                     // and the start of a password: not echoed.
                     if userinfo.is_none() && p.parse::<u16>().is_err() {
@@ -268,8 +381,15 @@ impl PgConn {
                             "the PostgreSQL URL's port (after the host's :) is not a number; {PASSWORD_HINT}"
                         )));
                     }
-                    kv.push(("port".into(), p));
                 }
+                url_hosts.push(crate::util::percent_decode(&h)?);
+                url_ports.push(p.unwrap_or_default());
+            }
+            if url_hosts.iter().any(|h| !h.is_empty()) {
+                kv.push(("host".into(), url_hosts.join(",")));
+            }
+            if url_ports.iter().any(|p| !p.is_empty()) {
+                kv.push(("port".into(), url_ports.join(",")));
             }
             if let Some(p) = path.filter(|p| !p.is_empty()) {
                 kv.push(("dbname".into(), crate::util::percent_decode(p)?));
@@ -304,7 +424,16 @@ impl PgConn {
         }
         let mut host = env("PGHOST");
         let mut hostaddr = env("PGHOSTADDR");
-        let mut port: u16 = env("PGPORT").and_then(|p| p.parse().ok()).unwrap_or(5432);
+        let mut port_list: String = env("PGPORT").unwrap_or_default();
+        let mut session_attrs = match env("PGTARGETSESSIONATTRS") {
+            None => SessionAttrs::Any,
+            Some(v) => SessionAttrs::named(&v).ok_or_else(|| bad_attrs(&v))?,
+        };
+        let mut load_balance = match env("PGLOADBALANCEHOSTS").as_deref() {
+            None | Some("disable") => false,
+            Some("random") => true,
+            Some(v) => return Err(bad_balance(v)),
+        };
         let mut user = env("PGUSER")
             .or_else(|| env("USER"))
             .unwrap_or_else(|| "postgres".into());
@@ -329,10 +458,16 @@ impl PgConn {
             match k.as_str() {
                 "host" => host = Some(v),
                 "hostaddr" => hostaddr = Some(v),
-                "port" => {
-                    port = v
-                        .parse()
-                        .map_err(|_| Error::usage(format!("port {v:?} is not a number")))?
+                "port" => port_list = v,
+                "target_session_attrs" => {
+                    session_attrs = SessionAttrs::named(&v).ok_or_else(|| bad_attrs(&v))?
+                }
+                "load_balance_hosts" => {
+                    load_balance = match v.as_str() {
+                        "disable" => false,
+                        "random" => true,
+                        _ => return Err(bad_balance(&v)),
+                    }
                 }
                 "user" => user = v,
                 "password" => password = Some(v),
@@ -365,15 +500,50 @@ impl PgConn {
                 "schema" => target_schema = Some(v),
                 "service" => {}
                 // Options MoonCDC sets itself or that have no meaning here.
-                "keepalives" | "keepalives_interval" | "keepalives_count" | "options" | "target_session_attrs"
+                "keepalives" | "keepalives_interval" | "keepalives_count" | "options"
                 | "sslcompression" | "gssencmode" | "channel_binding" | "replication" | "client_encoding" => {}
                 other => return Err(Error::usage(format!("unknown PostgreSQL connection option {other:?}"))),
             }
         }
         // An address alone names the server too (for TLS, that address).
-        let host = host
+        let host_list = host
             .or_else(|| hostaddr.clone())
             .unwrap_or_else(|| "localhost".into());
+        let names: Vec<String> = host_list
+            .split(',')
+            .map(|h| {
+                if h.is_empty() {
+                    "localhost".to_string()
+                } else {
+                    h.to_string()
+                }
+            })
+            .collect();
+        let ports: Vec<&str> = port_list.split(',').collect();
+        if ports.len() > 1 && ports.len() != names.len() {
+            return Err(Error::usage(format!(
+                "{} ports for {} hosts: give one port, or one for each host",
+                ports.len(),
+                names.len()
+            )));
+        }
+        let mut hosts = Vec::with_capacity(names.len());
+        for (i, h) in names.iter().enumerate() {
+            let p = if ports.len() > 1 { ports[i] } else { ports[0] };
+            let p: u16 = if p.is_empty() {
+                5432
+            } else {
+                p.parse()
+                    .map_err(|_| Error::usage(format!("port {p:?} is not a number")))?
+            };
+            hosts.push((h.clone(), p));
+        }
+        if hosts.len() > 1 && hostaddr.is_some() {
+            return Err(Error::usage(
+                "hostaddr goes with one host; with several, name them in host",
+            ));
+        }
+        let (host, port) = hosts[0].clone();
         if let Some(a) = &hostaddr {
             a.parse::<std::net::IpAddr>()
                 .map_err(|_| Error::usage(format!("hostaddr {a:?} is not a numeric IP address")))?;
@@ -424,14 +594,20 @@ impl PgConn {
             keepalives_idle,
             application_name,
             target_schema,
+            hosts,
+            session_attrs,
+            load_balance,
         })
     }
 
     /// For messages: never includes the password.
     pub fn display(&self) -> String {
+        let hosts: Vec<String> = self.hosts.iter().map(|(h, p)| format!("{h}:{p}")).collect();
         format!(
-            "postgres://{}@{}:{}/{}",
-            self.user, self.host, self.port, self.dbname
+            "postgres://{}@{}/{}",
+            self.user,
+            hosts.join(","),
+            self.dbname
         )
     }
 
@@ -598,6 +774,69 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.host, "central.example");
+    }
+
+    #[test]
+    fn multi_host_strings_as_libpq_takes_them() {
+        let c = parse("postgres://u@h1:5433,h2:5434,[::1]:5435/d?target_session_attrs=read-write")
+            .unwrap();
+        assert_eq!(
+            c.hosts,
+            vec![
+                ("h1".into(), 5433),
+                ("h2".into(), 5434),
+                ("::1".into(), 5435)
+            ]
+        );
+        assert_eq!((c.host.as_str(), c.port), ("h1", 5433));
+        assert_eq!(c.session_attrs, SessionAttrs::ReadWrite);
+        assert_eq!(c.display(), "postgres://u@h1:5433,h2:5434,::1:5435/d");
+        let order: Vec<(String, u16)> = c
+            .candidates()
+            .iter()
+            .map(|c| (c.host.clone(), c.port))
+            .collect();
+        assert_eq!(order, c.hosts, "in order without load balancing");
+        // One port for every host, or one each; a host without a port.
+        let k = parse("host=a,b port=6000 user=u dbname=d target_session_attrs=standby").unwrap();
+        assert_eq!(k.hosts, vec![("a".into(), 6000), ("b".into(), 6000)]);
+        assert_eq!(k.session_attrs, SessionAttrs::Standby);
+        let k = parse("postgres://u@a,b:7000/d").unwrap();
+        assert_eq!(k.hosts, vec![("a".into(), 5432), ("b".into(), 7000)]);
+        assert!(parse("host=a,b,c port=1,2 user=u dbname=d").is_err());
+        assert!(parse("host=a user=u dbname=d target_session_attrs=writer").is_err());
+        assert!(parse("host=a,b hostaddr=10.0.0.1 user=u dbname=d").is_err());
+        let lb = parse("postgres://u@a,b,c,d,e,f/d?load_balance_hosts=random").unwrap();
+        assert!(lb.load_balance);
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..50 {
+            let mut v: Vec<String> = lb.candidates().iter().map(|c| c.host.clone()).collect();
+            seen.insert(v.clone());
+            v.sort();
+            assert_eq!(v, ["a", "b", "c", "d", "e", "f"], "each host once");
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        assert!(seen.len() > 1, "random order varies");
+        assert!(parse("postgres://u@a/d?load_balance_hosts=sometimes").is_err());
+    }
+
+    #[test]
+    fn session_attributes_accept_the_servers_they_name() {
+        use SessionAttrs::*;
+        // (in recovery, read only by default)
+        let primary = (false, false);
+        let standby = (true, true);
+        let read_only_primary = (false, true);
+        for (a, accepts) in [
+            (Any, [true, true, true]),
+            (ReadWrite, [true, false, false]),
+            (ReadOnly, [false, true, true]),
+            (Primary, [true, false, true]),
+            (Standby, [false, true, false]),
+        ] {
+            let got = [primary, standby, read_only_primary].map(|(r, o)| a.accepts(r, o));
+            assert_eq!(got, accepts, "{a:?}");
+        }
     }
 
     #[test]

@@ -55,7 +55,7 @@ use crate::wire::snapshot::SnapshotWriter;
 use crate::wire::{
     Column, Commit, Cursor, Event, Header, Operation, Row, Schema, SchemaChange, Sequence, Value,
 };
-use conn::PgConn;
+use conn::{PgConn, SessionAttrs};
 use futures_util::StreamExt;
 use pgoutput::{Cell, Message, Relation};
 use replication::{IdentifySystem, ReplClient, ReplError, ReplEvent};
@@ -224,6 +224,9 @@ impl Source for PgSource {
     }
     fn install_ddl(&self) -> Result<String> {
         PgSource::install_ddl(self)
+    }
+    fn make_failover(&self) -> Result<String> {
+        PgSource::make_failover(self)
     }
     fn verify(&self) -> Result<Vec<String>> {
         PgSource::verify(self)

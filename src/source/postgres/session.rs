@@ -4,8 +4,145 @@
 use super::*;
 
 /// A SQL session (`role` names it in `application_name`), every phase of
-/// connecting bounded by `connect_timeout`.
+/// connecting bounded by `connect_timeout`, with the first server of a
+/// multi-host string that suits its `target_session_attrs` (libpq's order:
+/// hosts in turn, each within the connect timeout; `prefer-standby` takes
+/// any server when no standby answers).
 pub async fn connect_client(conn: &PgConn, role: &str) -> Result<Client> {
+    if conn.hosts.len() <= 1 && conn.session_attrs == SessionAttrs::Any {
+        return connect_one(conn, role).await;
+    }
+    let mut tried = Vec::new();
+    let mut last = None;
+    for attrs in passes(conn.session_attrs) {
+        for cand in conn.candidates() {
+            match connect_one(&cand, role).await {
+                Ok(c) => {
+                    if attrs == SessionAttrs::Any {
+                        return Ok(c);
+                    }
+                    let row = c
+                        .query_one(
+                            "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
+                            &[],
+                        )
+                        .await
+                        .map_err(pg_err("cannot ask a server whether it is a standby"))?;
+                    if attrs.accepts(row.get(0), row.get(1)) {
+                        return Ok(c);
+                    }
+                    tried.push(format!(
+                        "{}:{} is not {}",
+                        cand.host,
+                        cand.port,
+                        attrs.as_str()
+                    ));
+                }
+                Err(e) => {
+                    tried.push(format!("{}:{}: {}", cand.host, cand.port, e.full_message()));
+                    last = Some(e);
+                }
+            }
+        }
+    }
+    // One server that cannot be reached: its own error, as a single host.
+    if conn.hosts.len() == 1 && tried.len() == 1 {
+        if let Some(e) = last {
+            return Err(e);
+        }
+    }
+    Err(no_server(conn, &tried))
+}
+
+/// The passes over the hosts: `prefer-standby` looks for a standby first.
+fn passes(attrs: SessionAttrs) -> Vec<SessionAttrs> {
+    match attrs {
+        SessionAttrs::PreferStandby => vec![SessionAttrs::Standby, SessionAttrs::Any],
+        a => vec![a],
+    }
+}
+
+/// No server suited: worth retrying (a standby being promoted, a primary
+/// restarting), so it is a transient failure.
+fn no_server(conn: &PgConn, tried: &[String]) -> Error {
+    let text = format!(
+        "no server of {} took a {} session ({})",
+        conn.display(),
+        conn.session_attrs.as_str(),
+        tried.join("; ")
+    );
+    Error::new(ErrorKind::Database, text.clone()).with_source(Cause {
+        text,
+        inner: ReplError::Io(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            "no suitable server",
+        )),
+    })
+}
+
+/// A replication connection to the first server of `conn` that suits its
+/// `target_session_attrs`, as [`connect_client`] chooses.
+pub(super) async fn repl_connect(
+    conn: &PgConn,
+    app: &str,
+) -> std::result::Result<ReplClient, ReplError> {
+    if conn.hosts.len() <= 1 && conn.session_attrs == SessionAttrs::Any {
+        return ReplClient::connect(conn, app).await;
+    }
+    let mut tried = Vec::new();
+    let mut last = None;
+    for attrs in passes(conn.session_attrs) {
+        for cand in conn.candidates() {
+            match ReplClient::connect(&cand, app).await {
+                Ok(mut c) => {
+                    if attrs == SessionAttrs::Any {
+                        return Ok(c);
+                    }
+                    let rows = c
+                        .simple_query("SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'")
+                        .await?;
+                    let flag = |i: usize| {
+                        rows.first()
+                            .and_then(|r| r.get(i))
+                            .and_then(|v| v.as_deref())
+                            == Some(b"t".as_slice())
+                    };
+                    if attrs.accepts(flag(0), flag(1)) {
+                        return Ok(c);
+                    }
+                    c.close().await;
+                    tried.push(format!(
+                        "{}:{} is not {}",
+                        cand.host,
+                        cand.port,
+                        attrs.as_str()
+                    ));
+                }
+                Err(e) => {
+                    tried.push(format!("{}:{}: {e}", cand.host, cand.port));
+                    last = Some(e);
+                }
+            }
+        }
+    }
+    if conn.hosts.len() == 1 && tried.len() == 1 {
+        if let Some(e) = last {
+            return Err(e);
+        }
+    }
+    Err(ReplError::Io(std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        format!(
+            "no server of {} took a {} replication session ({})",
+            conn.display(),
+            conn.session_attrs.as_str(),
+            tried.join("; ")
+        ),
+    )))
+}
+
+/// One server's SQL session.
+async fn connect_one(conn: &PgConn, role: &str) -> Result<Client> {
     let tls = conn.tls()?;
     let config = conn.tokio_config(role);
     let connecting = async {
@@ -98,17 +235,13 @@ impl PgSource {
                 self.conn.display()
             );
             let app = format!("{} stream", self.conn.application_name);
-            let mut c = ReplClient::connect(&self.conn, &app)
-                .await
-                .map_err(|e| match e {
-                    // A role without REPLICATION is refused at startup.
-                    ReplError::Server { ref code, .. } if code == "42501" => {
-                        repl_err(&format!(
-                            "{opening} (does the role have the REPLICATION attribute?)"
-                        ))(e)
-                    }
-                    e => repl_err(&opening)(e),
-                })?;
+            let mut c = repl_connect(&self.conn, &app).await.map_err(|e| match e {
+                // A role without REPLICATION is refused at startup.
+                ReplError::Server { ref code, .. } if code == "42501" => repl_err(&format!(
+                    "{opening} (does the role have the REPLICATION attribute?)"
+                ))(e),
+                e => repl_err(&opening)(e),
+            })?;
             let id = c.identify_system().await.map_err(repl_err(
                 "IDENTIFY_SYSTEM failed (does the role have the REPLICATION attribute?)",
             ))?;
@@ -127,7 +260,7 @@ impl PgSource {
     ) -> Result<ReplClient> {
         self.connecting(async {
             let app = format!("{} stream", self.conn.application_name);
-            let mut client = ReplClient::connect(&self.conn, &app)
+            let mut client = repl_connect(&self.conn, &app)
                 .await
                 .map_err(repl_err("cannot open the replication stream"))?;
             client

@@ -44,7 +44,7 @@ impl PgSource {
         let mut last_heartbeat = std::time::Instant::now();
         let mut last_slot_look = std::time::Instant::now() - Duration::from_secs(60);
         let mut c = self.client("read").await?;
-        let (id, timeline) = self.identity_and_timeline().await?;
+        let (id, mut timeline) = self.identity_and_timeline().await?;
         let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
             Error::state(format!(
                 "slot {:?} does not exist (run mooncdc-capture init)",
@@ -487,9 +487,10 @@ impl PgSource {
                     .resume(&id, &timeline, (w.position >> 64) as u64, acked, messages)
                     .await
                 {
-                    Ok((sql, repl)) => {
+                    Ok((sql, repl, now_timeline)) => {
                         c = sql;
                         client = Some(repl);
+                        timeline = now_timeline;
                         break;
                     }
                     Err(e) if is_transient(&e) => {}
@@ -610,7 +611,7 @@ impl PgSource {
         lsn: u64,
         acked: u64,
         messages: bool,
-    ) -> Result<(Client, ReplClient)> {
+    ) -> Result<(Client, ReplClient, String)> {
         let (now, now_timeline) = self.identity_and_timeline().await?;
         if now != id {
             return Err(Error::state(format!(
@@ -618,13 +619,36 @@ impl PgSource {
             )));
         }
         if now_timeline != timeline {
-            return Err(Error::state(format!(
-                "the server's timeline changed from {timeline} to {now_timeline} (a promotion or a point-in-time recovery): its history may differ from what was read; take a new snapshot"
-            )));
+            // A promotion (a failover) or a point-in-time recovery: the new
+            // timeline's history says where the old one ended; what was
+            // read up to there is the new server's history too.
+            let fork = self.fork_point(timeline, &now_timeline).await?;
+            if lsn > fork {
+                return Err(Error::state(format!(
+                    "the server's timeline changed from {timeline} to {now_timeline} at LSN {}, before the position read ({}): \
+                     changes read after the fork are not in this server's history; take a new snapshot (docs/OPERATIONS.md, \"Starting over\")",
+                    lsn_text(fork),
+                    lsn_text(lsn)
+                )));
+            }
+            crate::log::warn(
+                &format!(
+                    "the server's timeline changed from {timeline} to {now_timeline} (a failover or a recovery) at LSN {}; \
+                     everything read (up to {}) is in its history: going on",
+                    lsn_text(fork),
+                    lsn_text(lsn)
+                ),
+                &[("event", "timeline-changed".into())],
+            );
         }
         let c = self.client("read").await?;
         let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
-            Error::state(format!("slot {:?} is gone: take a new snapshot", self.slot))
+            Error::state(format!(
+                "slot {:?} is not on this server: after a failover, only a slot made with `mooncdc-capture init --failover` \
+                 (PostgreSQL 17+, with a standby that synchronizes slots) is on the new primary. Take a new snapshot into a new \
+                 target (docs/OPERATIONS.md, \"Starting over\"), and make the slot with init --failover to survive the next one",
+                self.slot
+            ))
         })?;
         if slot.lost {
             return Err(slot.invalidated(&self.slot));
@@ -638,7 +662,35 @@ impl PgSource {
         let repl = self
             .replication_stream(lsn, acked.max(slot.confirmed), messages)
             .await?;
-        Ok((c, repl))
+        Ok((c, repl, now_timeline))
+    }
+
+    /// Where timeline `old` ended in the history of timeline `new` (its
+    /// `TIMELINE_HISTORY`: `tli<TAB>switchpoint<TAB>reason` lines).
+    async fn fork_point(&self, old: &str, new: &str) -> Result<u64> {
+        let (mut c, _) = self.replication_session().await?;
+        let rows = c
+            .simple_query(&format!("TIMELINE_HISTORY {new}"))
+            .await
+            .map_err(repl_err("cannot read the new timeline's history"))?;
+        c.close().await;
+        let content = rows
+            .first()
+            .and_then(|r| r.get(1))
+            .and_then(|v| v.as_deref())
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default();
+        for line in content.lines() {
+            let mut f = line.split('\t');
+            if f.next().map(str::trim) == Some(old) {
+                if let Some(at) = f.next() {
+                    return parse_lsn(at.trim());
+                }
+            }
+        }
+        Err(Error::state(format!(
+            "the server is on timeline {new}, whose history does not pass through timeline {old} that was read: take a new snapshot"
+        )))
     }
 }
 
