@@ -7,7 +7,7 @@ complete -c mooncdc-snapshot -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-snapshot -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-snapshot -l slot-timeout -d 'PostgreSQL: how long to wait for open transactions when creating the snapshot\'s slot, in seconds' -r
 complete -c mooncdc-snapshot -l jobs -d 'PostgreSQL: copy up to N tables at once, each session importing the same snapshot' -r
-complete -c mooncdc-snapshot -l spool-dir -d 'PostgreSQL with --jobs: hold the tables copied ahead of their turn, past their first 4 MiB, in temporary files in DIR (default: TMPDIR, else /tmp)' -r -F
+complete -c mooncdc-snapshot -l spool-dir -d 'PostgreSQL with --jobs N (N > 1): hold each table\'s rows, past their first 4 MiB, in a temporary file in DIR until every table has been copied (default: TMPDIR, else /tmp; room for about the whole snapshot)' -r -F
 complete -c mooncdc-snapshot -s q -l quiet -d 'No progress on standard error'
 complete -c mooncdc-snapshot -s v -l verbose -d 'One line per table written and a summary on standard error (rows, the cursor, the time)'
 complete -c mooncdc-snapshot -s h -l help -d 'Print help (see more with \'--help\')'

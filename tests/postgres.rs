@@ -663,6 +663,62 @@ fn snapshot_with_jobs_gives_the_same_rows_as_one_job() {
     assert_eq!(rows, 6000);
 }
 
+/// `--jobs N` holds every table's rows, past 4 MiB each, in spool files
+/// until every table has been copied. When that folder is full, the error
+/// names it, what chose it and the way out (it used to say only `cannot
+/// write the spool file: No space left on device`); `-o FILE` is not
+/// created. `--spool-dir` with room is the way out.
+#[test]
+fn snapshot_jobs_with_a_full_spool_folder_names_it() {
+    let src = Src::new("snapspool");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, t text)");
+    s.exec("CREATE TABLE b (id int PRIMARY KEY, t text)");
+    src.init(&["public.a", "public.b"]);
+    // About 9.6 MiB of rows in table a.
+    s.exec("INSERT INTO a SELECT g, repeat(md5(g::text), 100) FROM generate_series(1, 3000) g");
+    s.exec("INSERT INTO b SELECT g, 'x' FROM generate_series(1, 10) g");
+    let small = common::SmallFolder::new();
+    let small_dir = small.path().to_str().unwrap().to_string();
+    let dir = common::tempdir();
+    let out = dir.path().join("snap.jsonl");
+    let out_s = out.to_str().unwrap();
+    let r = src.tool(
+        SNAPSHOT,
+        &[],
+        &["-q", "--jobs", "2", "--spool-dir", &small_dir, "-o", out_s],
+    );
+    expect(&r, 1, "snapshot --jobs 2 with a full --spool-dir");
+    for needle in [
+        format!("spool file in {small_dir} (--spool-dir)"),
+        "No space left on device".to_string(),
+        "copied by --jobs".to_string(),
+        "--spool-dir DIR (or TMPDIR=DIR)".to_string(),
+    ] {
+        assert!(
+            r.stderr.contains(&needle),
+            "the error should say {needle:?}:\n{}",
+            r.stderr
+        );
+    }
+    assert!(!out.exists(), "a failed snapshot leaves no file");
+    let roomy = common::tempdir();
+    let r = src.tool(
+        SNAPSHOT,
+        &[],
+        &[
+            "-q",
+            "--jobs",
+            "2",
+            "--spool-dir",
+            roomy.path().to_str().unwrap(),
+        ],
+    );
+    expect(&r, 0, "snapshot --jobs 2 with room");
+    let (_, rows) = parse_snapshot(&r.stdout);
+    assert_eq!(rows["public.a"].len() + rows["public.b"].len(), 3010);
+}
+
 // ---------------------------------------------------------------- transactions
 
 #[test]

@@ -198,9 +198,14 @@ fn key_values(s: &str) -> Result<Vec<(String, String)>> {
             chars.next();
         }
         if chars.next() != Some('=') {
-            return Err(Error::usage(format!(
-                "connection option {key:?} has no value"
-            )));
+            // After a password, the word may be the rest of a password
+            // holding a space: not echoed.
+            return Err(Error::usage(match out.last() {
+                Some((k, _)) if k == "password" => format!(
+                    "the connection string has a word without =VALUE after password=… (not shown: it may be part of the password); {KV_PASSWORD_HINT}"
+                ),
+                _ => format!("connection option {key:?} has no value"),
+            }));
         }
         while chars.peek().is_some_and(|c| c.is_whitespace()) {
             chars.next();
@@ -291,6 +296,9 @@ pub const KEYS: &[&str] = &[
 
 /// The way out of a URL broken by a password's special characters.
 const PASSWORD_HINT: &str = "a password holding /, ?, # or @ must be percent-encoded in a URL (/ as %2F, ? as %3F, # as %23, @ as %40, % as %25), or given by PGPASSWORD or ~/.pgpass (PGPASSFILE) instead";
+
+/// The way out of a `key=value` string broken by a password's spaces.
+const KV_PASSWORD_HINT: &str = "a value holding spaces is quoted, password='a b' (with \\' and \\\\ for a quote and a backslash in it), or the password given by PGPASSWORD or ~/.pgpass (PGPASSFILE) instead";
 
 /// An `@` after a URL's host part that no user part before it explains: in
 /// the path, or in a query option that is not one of libpq's (whose values,
@@ -454,7 +462,9 @@ impl PgConn {
         let mut keepalives_idle = Duration::from_secs(30);
         let mut application_name = env("PGAPPNAME").unwrap_or_else(|| "mooncdc".to_string());
         let mut target_schema = None;
+        let mut after_password = false;
         for (k, v) in kv {
+            let follows_password = std::mem::replace(&mut after_password, k == "password");
             match k.as_str() {
                 "host" => host = Some(v),
                 "hostaddr" => hostaddr = Some(v),
@@ -502,6 +512,13 @@ impl PgConn {
                 // Options MoonCDC sets itself or that have no meaning here.
                 "keepalives" | "keepalives_interval" | "keepalives_count" | "options"
                 | "sslcompression" | "gssencmode" | "channel_binding" | "replication" | "client_encoding" => {}
+                // A password holding a space and an `=` would leave its
+                // rest here: not echoed.
+                _ if follows_password => {
+                    return Err(Error::usage(format!(
+                        "unknown PostgreSQL connection option right after password=… (not shown: it may be part of the password); {KV_PASSWORD_HINT}"
+                    )))
+                }
                 other => return Err(Error::usage(format!("unknown PostgreSQL connection option {other:?}"))),
             }
         }

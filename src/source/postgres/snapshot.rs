@@ -133,7 +133,10 @@ impl PgSource {
                         let mut spools = Vec::new();
                         for i in mine {
                             let mut spool = crate::ops::spool::Spool::new(4 << 20)
-                                .holding("a table copied ahead of its turn", "until its turn to be written");
+                                .holding(
+                                    "a table's rows copied by --jobs",
+                                    "until every table has been copied (the output comes in table order)",
+                                );
                             let mut rows = copy_table(sess, &schemas[i], &classes[i], &reads[i]).await?;
                             let mut line = Vec::with_capacity(256);
                             while let Some(row) = rows.next().await? {
