@@ -207,6 +207,61 @@ impl BatchGate {
     }
 }
 
+/// How a table a target holds becomes the schema a batch header gives for
+/// it, when no schema record says (a follower started after the change, or
+/// a capture without the source's record of it): the same; columns added at
+/// the end; columns dropped, the rest in order with the same key; or
+/// anything else, which the header alone cannot tell apart (a rename, a
+/// move, a drop and an add) and a target refuses. A pure add and a pure drop
+/// are carried whichever way a target meets them, header or schema record
+/// (docs/FORMAT.md, "Schema records").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderShape {
+    Same,
+    /// The table's columns are the header's first ones; the rest are new.
+    Added,
+    /// The header's columns are the table's without these (their positions
+    /// in the table), in the same order, with the same key.
+    Dropped(Vec<usize>),
+    /// Anything else.
+    Unknown,
+}
+
+impl HeaderShape {
+    /// `have`: the table's column names in order; `have_key`: its key where
+    /// the target records one (`None`: not recorded, not compared).
+    pub fn of(have: &[&str], have_key: Option<&[String]>, want: &Schema) -> HeaderShape {
+        if have_key.is_some_and(|k| k != want.key.as_slice()) {
+            return HeaderShape::Unknown;
+        }
+        let want: Vec<&str> = want.columns.iter().map(|c| c.name.as_str()).collect();
+        if have == want.as_slice() {
+            return HeaderShape::Same;
+        }
+        if have.len() < want.len() && want[..have.len()] == *have {
+            return HeaderShape::Added;
+        }
+        if have.len() > want.len() {
+            let mut dropped = Vec::new();
+            let mut j = 0;
+            for (i, h) in have.iter().enumerate() {
+                if want.get(j) == Some(h) {
+                    j += 1;
+                } else {
+                    dropped.push(i);
+                }
+            }
+            // Every header column found in order, and no name twice (a
+            // column dropped and another of its name kept is not a drop).
+            let unique = dropped.iter().all(|&i| !want.contains(&have[i]));
+            if j == want.len() && unique {
+                return HeaderShape::Dropped(dropped);
+            }
+        }
+        HeaderShape::Unknown
+    }
+}
+
 /// A compacted batch (`"compacted":true` in its header) had events folded into
 /// later ones, so a target holding only part of its interval would miss the
 /// changes folded into events it already has (DESIGN §8). Such a target

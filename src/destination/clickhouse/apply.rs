@@ -277,7 +277,7 @@ impl ClickHouse {
                     // yet held, with the schema changes the target holds.
                     ensured = false;
                     if !gate.as_ref().expect("just opened").overlaps() {
-                        self.ensure_all(&mut in_force, kind, &mut layouts, &mut deferred)?;
+                        self.ensure_all(&mut in_force, kind, &mut layouts, &mut deferred, true)?;
                         ensured = true;
                     }
                 }
@@ -289,7 +289,7 @@ impl ClickHouse {
                         continue;
                     }
                     if !ensured {
-                        self.ensure_all(&mut in_force, kind, &mut layouts, &mut deferred)?;
+                        self.ensure_all(&mut in_force, kind, &mut layouts, &mut deferred, false)?;
                         ensured = true;
                     }
                     self.queue_changes(&mut pending, &mut layouts, &mut bufs, kind)?;
@@ -326,7 +326,7 @@ impl ClickHouse {
                     // made when the batch moves the cursor.
                     if moves && !pending.is_empty() {
                         if !ensured {
-                            self.ensure_all(&mut in_force, kind, &mut layouts, &mut deferred)?;
+                            self.ensure_all(&mut in_force, kind, &mut layouts, &mut deferred, false)?;
                             ensured = true;
                         }
                         self.queue_changes(&mut pending, &mut layouts, &mut bufs, kind)?;
@@ -410,16 +410,19 @@ impl ClickHouse {
 
     /// `ensure` for the header's tables; a table whose columns differ is
     /// noted in `deferred` (see `apply_stream`), any other failure is one.
+    /// `drop`: a batch that does not overlap the cursor, whose header is the
+    /// tables' shape now (see [`ClickHouse::ensure_or_mismatch`]).
     fn ensure_all(
         &self,
         in_force: &mut Vec<Schema>,
         kind: SourceKind,
         layouts: &mut HashMap<String, Layout>,
         deferred: &mut HashMap<String, Error>,
+        drop: bool,
     ) -> Result<()> {
         for s in in_force.drain(..) {
             let l = Layout::new(&s, kind);
-            if let Some(mismatch) = self.ensure_or_mismatch(&l)? {
+            if let Some(mismatch) = self.ensure_or_mismatch(&l, drop)? {
                 deferred.insert(s.table.clone(), mismatch);
             }
             layouts.insert(s.table.clone(), l);

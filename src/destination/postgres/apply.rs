@@ -405,7 +405,7 @@ impl PgTarget {
                     crate::destination::snapshot_allowed(rt.block_on(read_cursor(c))?.as_ref())?;
                     let kind = SourceKind::of_identity(&cur.source);
                     for s in &schemas {
-                        let t = rt.block_on(self.ensure(c, s, kind))?;
+                        let t = rt.block_on(self.ensure(c, s, kind, true))?;
                         let held: bool = rt
                             .block_on(c.query_one(
                                 &format!("SELECT EXISTS (SELECT 1 FROM {})", t.qname),
@@ -487,6 +487,10 @@ impl PgTarget {
         olds: &mut HashMap<String, Schema>,
         mut deferred: Option<&mut HashMap<String, Error>>,
     ) -> Result<()> {
+        // A replay overlapping the cursor (`deferred`) changes no table's
+        // columns: its header is their shape at its start, which the
+        // target may have moved past.
+        let reshape = deferred.is_none();
         for s in in_force.drain(..) {
             olds.insert(s.table.clone(), s.clone());
             let known = self
@@ -499,7 +503,7 @@ impl PgTarget {
                 tables.insert(s.table.clone(), t);
                 continue;
             }
-            match self.rt.block_on(self.ensure(c, &s, kind)) {
+            match self.rt.block_on(self.ensure(c, &s, kind, reshape)) {
                 Ok(t) => {
                     self.known.borrow_mut().insert(s.table.clone(), t.clone());
                     tables.insert(s.table.clone(), t);
@@ -529,7 +533,7 @@ impl PgTarget {
         // The table changes: what was known of it no longer holds.
         self.known.borrow_mut().remove(&new.table);
         let Some(old) = old else {
-            return self.ensure(c, new, kind).await;
+            return self.ensure(c, new, kind, false).await;
         };
         let (ns, name) = target_name(&new.table, kind, &self.schema)?;
         let q = format!("{}.{}", quote_ident(&ns), quote_ident(&name));
@@ -539,7 +543,7 @@ impl PgTarget {
         let names: Vec<&str> = have.iter().map(|c| c.name.as_str()).collect();
         let new_names: Vec<&str> = new.columns.iter().map(|c| c.name.as_str()).collect();
         if names == new_names && key == new.key {
-            return self.ensure(c, new, kind).await;
+            return self.ensure(c, new, kind, false).await;
         }
         let old_names: Vec<&str> = old.columns.iter().map(|c| c.name.as_str()).collect();
         if names != old_names || key != old.key {
@@ -629,7 +633,7 @@ impl PgTarget {
                 .await
                 .map_err(pg_err("cannot change a target table's schema"))?;
         }
-        self.ensure(c, new, kind).await
+        self.ensure(c, new, kind, false).await
     }
 }
 

@@ -230,7 +230,17 @@ pub(super) async fn read_columns(
 impl PgTarget {
     /// The table a stream's schema maps to: created when missing (schema
     /// too), else checked (names in order, key); its statements prepared.
-    pub(super) async fn ensure(&self, c: &Client, s: &Schema, kind: SourceKind) -> Result<Table> {
+    /// With `reshape`, a table whose columns are the schema's first ones
+    /// gets the rest added, and one that has columns the schema lacks, and
+    /// nothing else different, has them dropped
+    /// ([`crate::destination::HeaderShape`]).
+    pub(super) async fn ensure(
+        &self,
+        c: &Client,
+        s: &Schema,
+        kind: SourceKind,
+        reshape: bool,
+    ) -> Result<Table> {
         if s.key.is_empty() {
             return Err(Error::data(format!(
                 "table {:?} has no key; a PostgreSQL target identifies rows by their key",
@@ -274,11 +284,17 @@ impl PgTarget {
                     .ok_or_else(|| Error::state("a created table is not there"))?
             }
         };
+        let (cols, key) = if reshape {
+            self.reshape(c, s, kind, &qname, (&ns, &name), cols, key)
+                .await?
+        } else {
+            (cols, key)
+        };
         let have: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
         let want: Vec<&str> = s.columns.iter().map(|c| c.name.as_str()).collect();
         if have != want || key != s.key {
             return Err(Error::state(format!(
-                "target table {qname} has columns {have:?} and key {key:?}, but the stream's schema has columns {want:?} and key {:?}; the stream does not say how one became the other: change the target table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
+                "target table {qname} has columns {have:?} and key {key:?}, but the stream's schema has columns {want:?} and key {:?}; the stream does not say how one became the other (a column renamed or moved, or one dropped and another added, while no capture was reading, say): change the target table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
                 s.key
             )));
         }
@@ -298,6 +314,59 @@ impl PgTarget {
         }
         let key: Vec<usize> = s.key_indices();
         self.statements(c, s.clone(), qname, cols, key).await
+    }
+
+    /// Columns added at the end, or dropped, as the header says (see
+    /// [`PgTarget::ensure`]); any other difference is left for `ensure` to
+    /// refuse. Returns the table's columns and key as they are now.
+    #[allow(clippy::too_many_arguments)]
+    async fn reshape(
+        &self,
+        c: &Client,
+        s: &Schema,
+        kind: SourceKind,
+        qname: &str,
+        (ns, name): (&str, &str),
+        cols: Vec<Col>,
+        key: Vec<String>,
+    ) -> Result<(Vec<Col>, Vec<String>)> {
+        let have: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
+        let mut steps: Vec<String> = Vec::new();
+        match crate::destination::HeaderShape::of(&have, Some(&key), s) {
+            crate::destination::HeaderShape::Added => {
+                for col in &s.columns[have.len()..] {
+                    let ty = column_type(c, col, kind, &s.table).await?;
+                    // Without NOT NULL, as for a schema record: the rows the
+                    // table holds get NULL.
+                    steps.push(format!(
+                        "ALTER TABLE {qname} ADD COLUMN {} {ty}",
+                        quote_ident(&col.name)
+                    ));
+                }
+            }
+            crate::destination::HeaderShape::Dropped(gone) => {
+                for i in gone {
+                    steps.push(format!(
+                        "ALTER TABLE {qname} DROP COLUMN {}",
+                        quote_ident(&cols[i].name)
+                    ));
+                }
+            }
+            _ => return Ok((cols, key)),
+        }
+        // ALTER TABLE refuses a table with deferred checks pending.
+        steps.insert(
+            0,
+            "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED".into(),
+        );
+        for sql in steps {
+            c.batch_execute(&sql)
+                .await
+                .map_err(pg_err("cannot change a target table's columns"))?;
+        }
+        read_columns(c, ns, name)
+            .await?
+            .ok_or_else(|| Error::state(format!("target table {qname} is gone")))
     }
 
     /// Prepare a table's statements.

@@ -305,6 +305,7 @@ impl SqliteTarget {
                                 self.db(),
                                 s,
                                 crate::source::SourceKind::of_identity(&c.source),
+                                true,
                             )?;
                             empty_or_replace(self.db(), &s.table, existing)?;
                             tables.insert(s.table.clone(), t);
@@ -361,9 +362,13 @@ fn ensure_in_force(
     olds: &mut HashMap<String, Schema>,
     mut deferred: Option<&mut HashMap<String, Error>>,
 ) -> Result<()> {
+    // A replay overlapping the cursor (`deferred`) drops nothing: its
+    // header is the tables' shape at its start, which the target may have
+    // moved past.
+    let drop = deferred.is_none();
     for s in in_force.drain(..) {
         olds.insert(s.table.clone(), s.clone());
-        match ensure_table(conn, &s, kind) {
+        match ensure_table(conn, &s, kind, drop) {
             Ok(t) => {
                 tables.insert(s.table.clone(), t);
             }
