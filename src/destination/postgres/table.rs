@@ -90,11 +90,33 @@ pub(super) async fn column_type(
                 .await
                 .map_err(pg_err("cannot look up a column type"))?
                 .get(0);
-            Ok(if known.is_some() {
-                col.decl_type.clone()
-            } else {
-                "text".to_string()
-            })
+            let Some(known) = known else {
+                return Ok("text".to_string());
+            };
+            // A `reg*` value names an object of the source's own catalog
+            // (`regclass` 't_int8'), which the target need not have: its
+            // text form, exactly as the source wrote it, is what is kept.
+            if REG_TYPES.contains(&known.trim_end_matches("[]")) {
+                return Ok("text".to_string());
+            }
+            // The name as `format_type` spells it (`INTEGER` is `integer`,
+            // `VARCHAR(5)` is `character varying(5)`), so that a table made
+            // from it is the one later checks expect: the type and modifier
+            // a cast to it has, spelled by the server.
+            let st = c
+                .prepare(&format!("SELECT NULL::{}", col.decl_type))
+                .await
+                .map_err(pg_err("cannot look up a column type"))?;
+            let (oid, typmod) = st
+                .columns()
+                .first()
+                .map(|k| (k.type_().oid(), k.type_modifier()))
+                .ok_or_else(|| Error::state("a type look-up returned no column"))?;
+            c.query_one("SELECT format_type($1, $2)", &[&oid, &typmod])
+                .await
+                .map_err(pg_err("cannot look up a column type"))?
+                .try_get::<_, String>(0)
+                .map_err(pg_err("cannot look up a column type"))
         }
         _ => match crate::destination::sqlite::affinity(&col.decl_type) {
             Affinity::Integer => Ok("bigint".into()),
@@ -109,9 +131,26 @@ pub(super) async fn column_type(
     }
 }
 
+/// PostgreSQL's object identifier alias types: their values are names in
+/// the source's catalog, carried into a target as text.
+const REG_TYPES: &[&str] = &[
+    "regclass",
+    "regcollation",
+    "regconfig",
+    "regdictionary",
+    "regnamespace",
+    "regoper",
+    "regoperator",
+    "regproc",
+    "regprocedure",
+    "regrole",
+    "regtype",
+];
+
 /// Whether `s` is only a type name as `format_type` writes them: words and
-/// quoted identifiers, dots between them, a type modifier of digits and
-/// commas in parentheses, `[]` suffixes. Nothing else (no `;`, no other
+/// quoted identifiers, dots between them, a type modifier of integers
+/// (`numeric(5,-2)`: a negative scale, PostgreSQL 15 and later) and commas
+/// in parentheses, `[]` suffixes. Nothing else (no `;`, no other
 /// quote, no expression) can appear.
 pub(super) fn type_name_only(s: &str) -> bool {
     let b = s.as_bytes();
@@ -137,7 +176,12 @@ pub(super) fn type_name_only(s: &str) -> bool {
             }
             b'(' => {
                 i += 1;
-                while i < b.len() && (b[i].is_ascii_digit() || b[i] == b',' || b[i] == b' ') {
+                while i < b.len()
+                    && (b[i].is_ascii_digit()
+                        || b[i] == b','
+                        || b[i] == b' '
+                        || (b[i] == b'-' && b.get(i + 1).is_some_and(u8::is_ascii_digit)))
+                {
                     i += 1;
                 }
                 if b.get(i) != Some(&b')') {
@@ -473,6 +517,7 @@ mod tests {
         for ok in [
             "integer",
             "numeric(10,2)",
+            "numeric(5,-2)",
             "character varying(5)",
             "timestamp(3) with time zone",
             "double precision",
@@ -489,6 +534,8 @@ mod tests {
         assert!(!type_name_only(""));
         assert!(!type_name_only("int); DROP TABLE x; --"));
         assert!(!type_name_only("numeric(1+1)"));
+        assert!(!type_name_only("numeric(5,-)"));
+        assert!(!type_name_only("numeric(5,--2)"));
         assert!(!type_name_only("int'"));
         assert!(!type_name_only("int -- x"));
         assert!(!type_name_only("\"unterminated"));
