@@ -487,7 +487,11 @@ fn header_drops_and_adds_are_carried_for_every_target() {
         ],
         &["id"],
     );
-    let s2 = schema("t", &[("id", "INTEGER", false), ("w", "INTEGER", true)], &["id"]);
+    let s2 = schema(
+        "t",
+        &[("id", "INTEGER", false), ("w", "INTEGER", true)],
+        &["id"],
+    );
     let s3 = schema(
         "t",
         &[
@@ -502,9 +506,11 @@ fn header_drops_and_adds_are_carried_for_every_target() {
         ins(2, "t", json!([int(2), text("b"), vnull()])),
     ]);
     // `v` dropped while no capture was reading.
-    let b2 = Spec::new(2, 3)
-        .schemas(vec![s2.clone()])
-        .events(vec![ins(3, "t", json!([int(3), int(9)]))]);
+    let b2 = Spec::new(2, 3).schemas(vec![s2.clone()]).events(vec![ins(
+        3,
+        "t",
+        json!([int(3), int(9)]),
+    )]);
     // `x` added.
     let b3 = Spec::new(3, 4).schemas(vec![s3.clone()]).events(vec![upd(
         4,
@@ -556,7 +562,8 @@ fn header_drops_and_adds_are_carried_for_every_target() {
             let e = apply(t, &b.jsonl()).expect_err("ambiguous");
             assert_eq!(e.kind(), mooncdc::ErrorKind::State, "{}: {e}", k.name);
             assert!(
-                e.to_string().contains("does not say how one became the other"),
+                e.to_string()
+                    .contains("does not say how one became the other"),
                 "{}: {e}",
                 k.name
             );

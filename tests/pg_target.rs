@@ -644,7 +644,15 @@ fn negative_scale_numerics_and_reg_types_reach_a_postgres_target() {
     let slot = "s_regs";
     let r = exec(
         CAPTURE,
-        &["init", "--source", &src.url(), "--slot", slot, "--table", "public.r"],
+        &[
+            "init",
+            "--source",
+            &src.url(),
+            "--slot",
+            slot,
+            "--table",
+            "public.r",
+        ],
         None,
     );
     expect(&r, 0, "capture init");
@@ -668,7 +676,10 @@ fn negative_scale_numerics_and_reg_types_reach_a_postgres_target() {
         "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 'public.r'::regclass AND attnum > 0 ORDER BY attnum",
     );
     let types: Vec<String> = types.into_iter().map(|r| r[0].clone().unwrap()).collect();
-    assert_eq!(types, ["integer", "numeric(5,-2)", "text", "text", "text", "text"]);
+    assert_eq!(
+        types,
+        ["integer", "numeric(5,-2)", "text", "text", "text", "text"]
+    );
     let q = "SELECT id::text, n::text, c::text, ty::text, f::text, ns::text FROM r ORDER BY id";
     assert_eq!(src.session().query(q), tgt.session().query(q));
 }
@@ -720,7 +731,11 @@ fn hand_made_type_spellings_make_a_table_a_later_apply_accepts() {
             .schemas(vec![schema("t", &cols, &["id"])])
             .events(vec![common::ins(2, "t", row(2))]);
         let r = apply_with(&url, &b2.jsonl(), &[]);
-        expect(&r, 0, &format!("{name}: a later apply takes the table it made"));
+        expect(
+            &r,
+            0,
+            &format!("{name}: a later apply takes the table it made"),
+        );
         assert_eq!(tgt.session().value("SELECT count(*) FROM t"), "2", "{name}");
     }
 }

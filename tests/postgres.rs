@@ -2903,7 +2903,11 @@ fn a_drop_read_first_by_a_restarted_follower_is_carried() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let r = run(AUDIT, &args, None);
         expect(&r, 0, what);
-        assert!(r.stdout_str().trim_end().ends_with("equal"), "{}", r.stdout_str());
+        assert!(
+            r.stdout_str().trim_end().ends_with("equal"),
+            "{}",
+            r.stdout_str()
+        );
     };
     audit_pg("audit of the PostgreSQL target after the drop");
     assert_eq!(

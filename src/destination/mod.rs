@@ -262,6 +262,19 @@ impl HeaderShape {
     }
 }
 
+/// Said when a stop (SIGTERM, SIGINT) came while a batch header's tables
+/// were being made or checked: the batch was rolled back (or, where the
+/// target has no transactions, left without its rows and cursor), so the
+/// cursor has not moved and running the same command again applies it
+/// (docs/OPERATIONS.md, stopping).
+pub fn stopped_in_header() {
+    crate::log::write(
+        "info",
+        "stopped while making the tables of a batch's header: nothing of that batch was committed and the cursor did not move; run the same command again to apply it",
+        &[("event", "stopped".into())],
+    );
+}
+
 /// A compacted batch (`"compacted":true` in its header) had events folded into
 /// later ones, so a target holding only part of its interval would miss the
 /// changes folded into events it already has (DESIGN §8). Such a target

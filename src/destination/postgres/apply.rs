@@ -258,7 +258,16 @@ impl PgTarget {
                     // cursor is checked at its first event not yet held.
                     ensured = false;
                     if !gate.as_ref().expect("opened").overlaps() {
-                        self.ensure_in_force(c, &mut in_force, kind, &mut tables, &mut olds, None)?;
+                        if !self.ensure_in_force(
+                            c,
+                            &mut in_force,
+                            kind,
+                            &mut tables,
+                            &mut olds,
+                            None,
+                        )? {
+                            return self.stop_in_header(c, busy, stats);
+                        }
                         ensured = true;
                     }
                 }
@@ -270,14 +279,16 @@ impl PgTarget {
                         continue;
                     }
                     if !ensured {
-                        self.ensure_in_force(
+                        if !self.ensure_in_force(
                             c,
                             &mut in_force,
                             kind,
                             &mut tables,
                             &mut olds,
                             Some(&mut deferred),
-                        )?;
+                        )? {
+                            return self.stop_in_header(c, busy, stats);
+                        }
                         ensured = true;
                     }
                     if !pending.is_empty() {
@@ -328,14 +339,16 @@ impl PgTarget {
                     let moves = gate.take().expect("validated stream").close(&cm.end)?;
                     if moves && !pending.is_empty() {
                         if !ensured {
-                            self.ensure_in_force(
+                            if !self.ensure_in_force(
                                 c,
                                 &mut in_force,
                                 kind,
                                 &mut tables,
                                 &mut olds,
                                 Some(&mut deferred),
-                            )?;
+                            )? {
+                                return self.stop_in_header(c, busy, stats);
+                            }
                             ensured = true;
                         }
                         for ch in pending.drain(..) {
@@ -476,8 +489,27 @@ impl PgTarget {
         Ok(stats)
     }
 
+    /// A stop asked for while a header's tables were being made: the batch
+    /// is rolled back (the tables made in it too), the cursor unmoved.
+    fn stop_in_header(
+        &self,
+        c: &Client,
+        busy: Option<crate::util::stop::Busy>,
+        stats: ApplyStats,
+    ) -> Result<ApplyStats> {
+        self.rt
+            .block_on(c.batch_execute("ROLLBACK"))
+            .map_err(pg_err("cannot roll back a stopped batch"))?;
+        self.known.borrow_mut().clear();
+        drop(busy);
+        crate::destination::stopped_in_header();
+        Ok(stats)
+    }
+
     /// Check or create the tables in force; with `deferred`, a table that
     /// does not match is noted instead of failing (see the SQLite target).
+    /// `Ok(false)`: a stop was asked for between two tables (see the SQLite
+    /// target); the caller rolls the batch back.
     fn ensure_in_force(
         &self,
         c: &Client,
@@ -486,12 +518,15 @@ impl PgTarget {
         tables: &mut HashMap<String, Table>,
         olds: &mut HashMap<String, Schema>,
         mut deferred: Option<&mut HashMap<String, Error>>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         // A replay overlapping the cursor (`deferred`) changes no table's
         // columns: its header is their shape at its start, which the
         // target may have moved past.
         let reshape = deferred.is_none();
         for s in in_force.drain(..) {
+            if crate::util::stop::requested() {
+                return Ok(false);
+            }
             olds.insert(s.table.clone(), s.clone());
             let known = self
                 .known
@@ -517,7 +552,7 @@ impl PgTarget {
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// A schema record in the batch's transaction: the table must be as the
