@@ -1198,6 +1198,7 @@ fn sigterm_while_a_header_makes_thousands_of_tables_stops_between_tables() {
     let began = Instant::now();
     let locked = || {
         let c = rusqlite::Connection::open(&proj).unwrap();
+        c.busy_timeout(Duration::ZERO).unwrap();
         c.execute_batch("BEGIN IMMEDIATE; ROLLBACK").is_err()
     };
     while !locked() {
