@@ -3084,3 +3084,81 @@ fn sqlite_migrations_reach_clickhouse() {
     assert!(r.stderr.contains("RENAME COLUMN"), "{}", r.stderr);
     assert_eq!(cursor_seq(&url), held, "cursor unchanged");
 }
+
+/// A batch header that drops a column, with no schema record (a follower
+/// restarted after the change), through `mooncdc-apply`: the replacing
+/// engine drops the column and remakes the view; the history engine keeps
+/// it (later rows NULL there), as for a schema record. A header with a
+/// column gone and another new is still refused by the replacing engine,
+/// nothing written (the history engine, which drops nothing, keeps the old
+/// column and adds the new one, as it always has).
+#[test]
+fn a_dropped_column_in_a_header_reaches_both_engines() {
+    let wide = schema(
+        "t",
+        &[
+            ("id", "INTEGER", false),
+            ("v", "TEXT", true),
+            ("w", "INTEGER", true),
+        ],
+        &["id"],
+    );
+    let narrow = schema(
+        "t",
+        &[("id", "INTEGER", false), ("w", "INTEGER", true)],
+        &["id"],
+    );
+    let renamed = schema(
+        "t",
+        &[("id", "INTEGER", false), ("x", "INTEGER", true)],
+        &["id"],
+    );
+    let b1 = Spec::new(0, 1).schemas(vec![wide]).events(vec![ins(
+        1,
+        "t",
+        vec![int(1), text("a"), int(7)],
+    )]);
+    let b2 = Spec::new(1, 2)
+        .schemas(vec![narrow])
+        .events(vec![ins(2, "t", vec![int(2), int(9)])]);
+    let b3 = Spec::new(2, 3)
+        .schemas(vec![renamed])
+        .events(vec![ins(3, "t", vec![int(3), int(1)])]);
+    for (name, extra) in [
+        ("hdr_drop", &[][..]),
+        ("hdr_drop_hist", &["--engine", "history"][..]),
+    ] {
+        let db = ch::db(name);
+        let url = db.url();
+        apply_ok(&url, b1.jsonl().as_bytes(), extra);
+        apply_ok(&url, b2.jsonl().as_bytes(), extra);
+        let cols = db.rows(
+            "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = 't' AND name NOT LIKE 'cdc_%' AND name NOT LIKE '_etl_%'",
+        );
+        if extra.is_empty() {
+            assert_rows("replacing: v dropped", &strs(&[&["id"], &["w"]]), &cols);
+            assert_rows(
+                "the view after the drop",
+                &strs(&[&["1", "7"], &["2", "9"]]),
+                &db.rows("SELECT id, w FROM t__current ORDER BY id"),
+            );
+        } else {
+            assert_rows("history: v kept", &strs(&[&["id"], &["v"], &["w"]]), &cols);
+            assert_eq!(
+                db.query("SELECT count() FROM t WHERE v IS NULL").trim(),
+                "1",
+                "the row after the drop has NULL there"
+            );
+        }
+        if extra.is_empty() {
+            let r = apply(&url, b3.jsonl().as_bytes(), extra);
+            expect(&r, 1, "a column gone and another new");
+            assert!(
+                r.stderr.contains("does not say how one became the other"),
+                "{}",
+                r.stderr
+            );
+            assert_eq!(cursor_seq(&url), Some(2), "{name}");
+        }
+    }
+}
