@@ -739,3 +739,80 @@ fn hand_made_type_spellings_make_a_table_a_later_apply_accepts() {
         assert_eq!(tgt.session().value("SELECT count(*) FROM t"), "2", "{name}");
     }
 }
+
+/// A SIGTERM while a batch header makes hundreds of tables in a
+/// PostgreSQL target: apply stops between two tables, rolls the batch back
+/// (no table of it, the cursor unmoved), exits 0; the re-run applies it.
+#[test]
+fn sigterm_while_a_header_makes_many_tables_rolls_the_batch_back() {
+    use common::{ins, kv_schema, row, Spec};
+    let tgt = target("stop_header");
+    let url = tgt.url();
+    let b1 = Spec::new(0, 1)
+        .schemas(vec![kv_schema("t")])
+        .events(vec![ins(1, "t", row(1, "a"))]);
+    expect(&apply_with(&url, &b1.jsonl(), &[]), 0, "first batch");
+    // Each table costs tens of milliseconds here (made, read back, its
+    // statements prepared): a few hundred keep the batch going for seconds.
+    let n = 400;
+    let schemas: Vec<serde_json::Value> = (0..n).map(|i| kv_schema(&format!("n{i}"))).collect();
+    let b2 = Spec::new(1, 2)
+        .schemas(schemas)
+        .events(vec![ins(2, "n0", row(1, "b"))]);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("many.jsonl");
+    std::fs::write(&input, b2.jsonl()).unwrap();
+    let tables = || {
+        tgt.session().value(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'n%'",
+        )
+    };
+    let mut child = Command::new(common::sqlite::bin(APPLY))
+        .args(["--target", &url, "-q", input.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // In the batch: the apply's session has a transaction open.
+    let began = Instant::now();
+    let q = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND xact_start IS NOT NULL AND pid <> pg_backend_pid()";
+    while tgt.session().value(q) == "0" {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "apply never began the batch"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let took = asked.elapsed();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("nothing of that batch was committed"),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(3), "the stop waited {took:?}");
+    let cursor = || -> serde_json::Value { serde_json::from_str(&cursor_of(&url)).unwrap() };
+    assert_eq!(
+        cursor(),
+        common::cursor(common::SRC, 1),
+        "the cursor did not move"
+    );
+    assert_eq!(tables(), "0", "no table of the stopped batch");
+    let r = exec(
+        APPLY,
+        &["--target", &url, "-q", input.to_str().unwrap()],
+        None,
+    );
+    expect(&r, 0, "the re-run");
+    assert_eq!(tables(), n.to_string());
+    assert_eq!(cursor(), common::cursor(common::SRC, 2));
+    eprintln!("stopped {took:?} after SIGTERM, with {n} tables in the header");
+}

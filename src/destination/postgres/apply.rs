@@ -208,6 +208,7 @@ impl PgTarget {
                 let _ = self.rt.block_on(c.batch_execute("ROLLBACK"));
             }
             self.known.borrow_mut().clear();
+            self.spellings.borrow_mut().clear();
         }
         self.committed = committed;
         result
@@ -630,7 +631,7 @@ impl PgTarget {
         for (j, nc) in new.columns.iter().enumerate() {
             match from[j] {
                 None => {
-                    let ty = column_type(c, nc, kind, &new.table).await?;
+                    let ty = self.column_type(c, nc, kind, &new.table).await?;
                     // Without NOT NULL: the rows the table holds get NULL
                     // (the stream does not say the source's default).
                     steps.push(format!(
@@ -641,7 +642,7 @@ impl PgTarget {
                 Some(i) => {
                     let oc = &old.columns[i];
                     if kind == SourceKind::Postgres && oc.decl_type != nc.decl_type {
-                        let ty = column_type(c, nc, kind, &new.table).await?;
+                        let ty = self.column_type(c, nc, kind, &new.table).await?;
                         steps.push(format!(
                             "ALTER TABLE {q} ALTER COLUMN {n} TYPE {ty} USING {n}::{ty}",
                             n = quote_ident(&nc.name)

@@ -305,7 +305,7 @@ impl PgTarget {
             None => {
                 let mut defs = Vec::new();
                 for col in &s.columns {
-                    let ty = column_type(c, col, kind, &s.table).await?;
+                    let ty = self.column_type(c, col, kind, &s.table).await?;
                     defs.push(format!(
                         "{} {ty}{}",
                         quote_ident(&col.name),
@@ -347,7 +347,7 @@ impl PgTarget {
             // columns: a value cast into another type (a shorter varchar, a
             // real for a double) would change without a word.
             for (col, sc) in cols.iter().zip(&s.columns) {
-                let want = column_type(c, sc, kind, &s.table).await?;
+                let want = self.column_type(c, sc, kind, &s.table).await?;
                 if col.sql_type != want {
                     return Err(Error::state(format!(
                         "target table {qname} column {:?} is {}, but the stream's {:?} column lands in {want}; a value cast into another type could change: make the column {want}, or give the table a new snapshot",
@@ -358,6 +358,28 @@ impl PgTarget {
         }
         let key: Vec<usize> = s.key_indices();
         self.statements(c, s.clone(), qname, cols, key).await
+    }
+
+    /// [`column_type`], a PostgreSQL source's spellings asked once.
+    pub(super) async fn column_type(
+        &self,
+        c: &Client,
+        col: &Column,
+        kind: SourceKind,
+        table: &str,
+    ) -> Result<String> {
+        if kind != SourceKind::Postgres {
+            return column_type(c, col, kind, table).await;
+        }
+        let held = self.spellings.borrow().get(&col.decl_type).cloned();
+        if let Some(ty) = held {
+            return Ok(ty);
+        }
+        let ty = column_type(c, col, kind, table).await?;
+        self.spellings
+            .borrow_mut()
+            .insert(col.decl_type.clone(), ty.clone());
+        Ok(ty)
     }
 
     /// Columns added at the end, or dropped, as the header says (see
@@ -379,7 +401,7 @@ impl PgTarget {
         match crate::destination::HeaderShape::of(&have, Some(&key), s) {
             crate::destination::HeaderShape::Added => {
                 for col in &s.columns[have.len()..] {
-                    let ty = column_type(c, col, kind, &s.table).await?;
+                    let ty = self.column_type(c, col, kind, &s.table).await?;
                     // Without NOT NULL, as for a schema record: the rows the
                     // table holds get NULL.
                     steps.push(format!(
