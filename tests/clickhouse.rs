@@ -3162,3 +3162,74 @@ fn a_dropped_column_in_a_header_reaches_both_engines() {
         }
     }
 }
+
+/// A SIGTERM while a batch header makes hundreds of ClickHouse tables: apply
+/// stops between two tables without writing any row or the cursor (the
+/// tables made so far stay, empty of the batch, as after a crash), exits 0;
+/// the re-run makes the rest and applies the batch.
+#[test]
+fn sigterm_while_a_header_makes_many_tables_writes_no_row_and_no_cursor() {
+    let db = ch::db("stop_header");
+    let url = db.url();
+    seed_kv(&url);
+    let n = 200;
+    let schemas: Vec<J> = (0..n).map(|i| kv_schema(&format!("n{i}"))).collect();
+    let b = Spec::new(2, 3)
+        .schemas(schemas)
+        .events(vec![ins(3, "n0", vec![int(1), text("b")])]);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("many.jsonl");
+    std::fs::write(&input, b.jsonl()).unwrap();
+    let made = || {
+        db.query("SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'n%' AND name NOT LIKE '%__current'")
+            .trim()
+            .parse::<usize>()
+            .unwrap()
+    };
+    let mut child = Command::new(common::sqlite::bin(APPLY))
+        .args(["--target", &url, "-q", input.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    while made() < 3 {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "apply made no table"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let asked = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let took = asked.elapsed();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .as_mut()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("nothing of that batch was committed"),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(3), "the stop waited {took:?}");
+    assert_eq!(cursor_seq(&url), Some(2), "the cursor did not move");
+    assert!(made() < n, "stopped between tables, not after all of them");
+    assert_eq!(
+        db.query("SELECT count() FROM n0").trim(),
+        "0",
+        "no row written"
+    );
+    apply_ok(&url, b.jsonl().as_bytes(), &[]);
+    assert_eq!(cursor_seq(&url), Some(3));
+    assert_eq!(made(), n);
+    assert_eq!(db.query("SELECT count() FROM n0__current").trim(), "1");
+    eprintln!("stopped {took:?} after SIGTERM, with {n} tables in the header");
+}
