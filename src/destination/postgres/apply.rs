@@ -419,7 +419,7 @@ impl PgTarget {
                     crate::destination::snapshot_allowed(rt.block_on(read_cursor(c))?.as_ref())?;
                     let kind = SourceKind::of_identity(&cur.source);
                     for s in &schemas {
-                        let t = rt.block_on(self.ensure(c, s, kind, true))?;
+                        let t = rt.block_on(self.ensure(c, s, kind, false))?;
                         let held: bool = rt
                             .block_on(c.query_one(
                                 &format!("SELECT EXISTS (SELECT 1 FROM {})", t.qname),

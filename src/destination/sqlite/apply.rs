@@ -322,7 +322,9 @@ impl SqliteTarget {
                                 self.db(),
                                 s,
                                 crate::source::SourceKind::of_identity(&c.source),
-                                true,
+                                // A snapshot follows no stream: a table
+                                // with other columns is refused as before.
+                                false,
                             )?;
                             empty_or_replace(self.db(), &s.table, existing)?;
                             tables.insert(s.table.clone(), t);
