@@ -296,3 +296,56 @@ pub fn check_compacted(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::HeaderShape;
+    use crate::wire::Schema;
+
+    fn schema(cols: &[&str], key: &[&str]) -> Schema {
+        let columns: Vec<serde_json::Value> = cols
+            .iter()
+            .map(|c| serde_json::json!({"name": c, "type": "", "nullable": true}))
+            .collect();
+        serde_json::from_value(serde_json::json!({"table": "t", "columns": columns, "key": key}))
+            .unwrap()
+    }
+
+    #[test]
+    fn only_pure_adds_and_pure_drops_are_carried() {
+        let key = vec!["id".to_string()];
+        let of = |have: &[&str], want: &[&str]| {
+            HeaderShape::of(have, Some(&key), &schema(want, &["id"]))
+        };
+        assert_eq!(of(&["id", "a"], &["id", "a"]), HeaderShape::Same);
+        assert_eq!(of(&["id", "a"], &["id", "a", "b"]), HeaderShape::Added);
+        assert_eq!(
+            of(&["id", "a", "b", "c"], &["id", "c"]),
+            HeaderShape::Dropped(vec![1, 2])
+        );
+        assert_eq!(
+            of(&["id", "a", "b"], &["id", "a"]),
+            HeaderShape::Dropped(vec![2])
+        );
+        // A rename (or a drop and an add), a move, a drop with an add.
+        assert_eq!(of(&["id", "a"], &["id", "b"]), HeaderShape::Unknown);
+        assert_eq!(
+            of(&["id", "a", "b"], &["id", "b", "a"]),
+            HeaderShape::Unknown
+        );
+        assert_eq!(of(&["id", "a", "b"], &["id", "c"]), HeaderShape::Unknown);
+        assert_eq!(
+            of(&["id", "a", "b"], &["id", "b", "c"]),
+            HeaderShape::Unknown
+        );
+        // Another key, whatever the columns.
+        let other = HeaderShape::of(&["id", "a"], Some(&key), &schema(&["a"], &["a"]));
+        assert_eq!(other, HeaderShape::Unknown);
+        // A target that records no key: the columns decide.
+        let s = schema(&["id"], &["id"]);
+        assert_eq!(
+            HeaderShape::of(&["id", "a"], None, &s),
+            HeaderShape::Dropped(vec![1])
+        );
+    }
+}
