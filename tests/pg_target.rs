@@ -816,3 +816,52 @@ fn sigterm_while_a_header_makes_many_tables_rolls_the_batch_back() {
     assert_eq!(cursor(), common::cursor(common::SRC, 2));
     eprintln!("stopped {took:?} after SIGTERM, with {n} tables in the header");
 }
+
+/// A snapshot value the target's own type refuses when the staged rows are
+/// cast into the table (here an enum of the same name without the label):
+/// the error names the table, and nothing is loaded.
+#[test]
+fn a_staged_value_the_target_type_refuses_names_the_table() {
+    let src = pg::db("staged_src");
+    let s = src.session();
+    s.exec(
+        "CREATE TYPE mood AS ENUM ('sad', 'ok'); \
+         CREATE TABLE public.d (id int PRIMARY KEY, p mood); INSERT INTO d VALUES (1, 'ok')",
+    );
+    let slot = "s_staged";
+    let r = exec(
+        CAPTURE,
+        &[
+            "init",
+            "--source",
+            &src.url(),
+            "--slot",
+            slot,
+            "--table",
+            "public.d",
+        ],
+        None,
+    );
+    expect(&r, 0, "capture init");
+    let tgt = target("staged_tgt");
+    tgt.session().exec("CREATE TYPE mood AS ENUM ('sad')");
+    let url = tgt.url();
+    let r = pipeline(&format!(
+        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {} -q",
+        shell_quote(&src.url()),
+        shell_quote(&url)
+    ));
+    expect(&r, 1, "a value the target's domain refuses");
+    assert!(
+        r.stderr.contains("snapshot rows of table \"public.d\""),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("mood"), "{}", r.stderr);
+    assert_eq!(cursor_of(&url), "");
+    assert_eq!(
+        tgt.session()
+            .value("SELECT count(*) FROM pg_tables WHERE tablename = 'd'"),
+        "0"
+    );
+}

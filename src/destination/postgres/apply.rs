@@ -683,6 +683,9 @@ struct Loader {
     /// Rows checked and waiting to be written (up to [`COPY_CHUNK`]), so the
     /// runtime is entered once per chunk, not per row.
     rows: Vec<Row>,
+    /// The stream's table and the target table, for messages.
+    table: String,
+    qname: String,
 }
 
 /// Snapshot rows written to the COPY in one go.
@@ -801,6 +804,8 @@ impl Loader {
             writer: Box::pin(BinaryCopyInWriter::new(sink, &types)),
             staged,
             rows: Vec::with_capacity(COPY_CHUNK),
+            table: t.schema.table.clone(),
+            qname: t.qname.clone(),
         })
     }
 
@@ -828,11 +833,15 @@ impl Loader {
 
     async fn finish(self, c: &Client) -> Result<()> {
         let mut w = self.writer;
-        w.as_mut().finish().await.map_err(pg_err("COPY failed"))?;
+        w.as_mut().finish().await.map_err(pg_err(&format!(
+            "COPY of table {:?} into {} failed",
+            self.table, self.qname
+        )))?;
         if let Some(sql) = self.staged {
-            c.batch_execute(&sql)
-                .await
-                .map_err(pg_err("cannot move staged rows into a target table"))?;
+            c.batch_execute(&sql).await.map_err(pg_err(&format!(
+                "snapshot rows of table {:?}: a value does not cast into its column's type in {}",
+                self.table, self.qname
+            )))?;
         }
         Ok(())
     }
