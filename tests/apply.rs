@@ -1352,3 +1352,109 @@ fn output_files_and_the_projection_are_readable_by_their_owner_only() {
     expect(&r, 0, "snapshot -o over an existing file");
     assert_eq!(common::mode(&dir.join("snap.jsonl")), 0o640);
 }
+
+/// A batch whose header makes thousands of tables: a SIGTERM while they are
+/// being made stops between two tables (it does not wait for the rest),
+/// rolls the batch back (no table of it, the cursor unmoved) and exits 0;
+/// the same command again applies it whole.
+#[test]
+fn sigterm_while_a_header_makes_thousands_of_tables_stops_between_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let proj = dir.path().join("proj.db");
+    let url = format!("sqlite:{}", proj.display());
+    // A projection holding one batch first, so the stopped batch is not its
+    // first (whose rollback removes the file) but one after a cursor.
+    let b1 = Spec::new(0, 1)
+        .schemas(vec![kv_schema("t")])
+        .events(vec![common::ins(1, "t", row(1, "a"))]);
+    expect(
+        &exec(
+            APPLY,
+            &["--target", &url, "-q"],
+            Some(b1.jsonl().as_bytes()),
+        ),
+        0,
+        "first batch",
+    );
+    let n = 4000;
+    let schemas: Vec<serde_json::Value> = (0..n).map(|i| kv_schema(&format!("n{i}"))).collect();
+    let b2 = Spec::new(1, 2)
+        .schemas(schemas)
+        .events(vec![common::ins(2, "n0", row(1, "b"))]);
+    let input = dir.path().join("many.jsonl");
+    std::fs::write(&input, b2.jsonl()).unwrap();
+    let tables = |what: &str| -> i64 {
+        rusqlite::Connection::open(&proj)
+            .unwrap()
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name LIKE 'n%'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+    };
+    let mut child = Command::new(bin(APPLY))
+        .args(["--target", &url, "-q", input.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // In the batch: its write transaction holds the database's write lock
+    // (a projection is in WAL mode, so readers still see the last commit).
+    let began = Instant::now();
+    let locked = || {
+        let c = rusqlite::Connection::open(&proj).unwrap();
+        c.busy_timeout(Duration::ZERO).unwrap();
+        c.execute_batch("BEGIN IMMEDIATE; ROLLBACK").is_err()
+    };
+    while !locked() {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "apply never began the batch"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let took = asked.elapsed();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("nothing of that batch was committed"),
+        "{stderr}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "the stop waited {took:?} for the header's tables"
+    );
+    let cursor = || -> serde_json::Value {
+        serde_json::from_str(
+            exec(APPLY, &["cursor", "--target", &url], None)
+                .stdout_str()
+                .trim(),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        cursor(),
+        common::cursor(common::SRC, 1),
+        "the cursor did not move"
+    );
+    assert_eq!(tables("after the stop"), 0, "no table of the stopped batch");
+    // The same command again: the whole batch.
+    let r = exec(
+        APPLY,
+        &["--target", &url, "-q", input.to_str().unwrap()],
+        None,
+    );
+    expect(&r, 0, "the re-run");
+    assert_eq!(tables("after the re-run"), n as i64);
+    assert_eq!(cursor(), common::cursor(common::SRC, 2));
+    eprintln!("stopped {took:?} after SIGTERM, with {n} tables in the header");
+}

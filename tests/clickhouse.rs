@@ -3132,3 +3132,152 @@ fn sqlite_migrations_reach_clickhouse() {
     assert!(r.stderr.contains("RENAME COLUMN"), "{}", r.stderr);
     assert_eq!(cursor_seq(&url), held, "cursor unchanged");
 }
+
+/// A batch header that drops a column, with no schema record (a follower
+/// restarted after the change), through `mooncdc-apply`: the replacing
+/// engine drops the column and remakes the view; the history engine keeps
+/// it (later rows NULL there), as for a schema record. A header with a
+/// column gone and another new is still refused by the replacing engine,
+/// nothing written (the history engine, which drops nothing, keeps the old
+/// column and adds the new one, as it always has).
+#[test]
+fn a_dropped_column_in_a_header_reaches_both_engines() {
+    let wide = schema(
+        "t",
+        &[
+            ("id", "INTEGER", false),
+            ("v", "TEXT", true),
+            ("w", "INTEGER", true),
+        ],
+        &["id"],
+    );
+    let narrow = schema(
+        "t",
+        &[("id", "INTEGER", false), ("w", "INTEGER", true)],
+        &["id"],
+    );
+    let renamed = schema(
+        "t",
+        &[("id", "INTEGER", false), ("x", "INTEGER", true)],
+        &["id"],
+    );
+    let b1 = Spec::new(0, 1).schemas(vec![wide]).events(vec![ins(
+        1,
+        "t",
+        vec![int(1), text("a"), int(7)],
+    )]);
+    let b2 = Spec::new(1, 2)
+        .schemas(vec![narrow])
+        .events(vec![ins(2, "t", vec![int(2), int(9)])]);
+    let b3 = Spec::new(2, 3)
+        .schemas(vec![renamed])
+        .events(vec![ins(3, "t", vec![int(3), int(1)])]);
+    for (name, extra) in [
+        ("hdr_drop", &[][..]),
+        ("hdr_drop_hist", &["--engine", "history"][..]),
+    ] {
+        let db = ch::db(name);
+        let url = db.url();
+        apply_ok(&url, b1.jsonl().as_bytes(), extra);
+        apply_ok(&url, b2.jsonl().as_bytes(), extra);
+        let cols = db.rows(
+            "SELECT name FROM system.columns WHERE database = currentDatabase() AND table = 't' AND name NOT LIKE 'cdc_%' AND name NOT LIKE '_etl_%'",
+        );
+        if extra.is_empty() {
+            assert_rows("replacing: v dropped", &strs(&[&["id"], &["w"]]), &cols);
+            assert_rows(
+                "the view after the drop",
+                &strs(&[&["1", "7"], &["2", "9"]]),
+                &db.rows("SELECT id, w FROM t__current ORDER BY id"),
+            );
+        } else {
+            assert_rows("history: v kept", &strs(&[&["id"], &["v"], &["w"]]), &cols);
+            assert_eq!(
+                db.query("SELECT count() FROM t WHERE v IS NULL").trim(),
+                "1",
+                "the row after the drop has NULL there"
+            );
+        }
+        if extra.is_empty() {
+            let r = apply(&url, b3.jsonl().as_bytes(), extra);
+            expect(&r, 1, "a column gone and another new");
+            assert!(
+                r.stderr.contains("does not say how one became the other"),
+                "{}",
+                r.stderr
+            );
+            assert_eq!(cursor_seq(&url), Some(2), "{name}");
+        }
+    }
+}
+
+/// A SIGTERM while a batch header makes hundreds of ClickHouse tables: apply
+/// stops between two tables without writing any row or the cursor (the
+/// tables made so far stay, empty of the batch, as after a crash), exits 0;
+/// the re-run makes the rest and applies the batch.
+#[test]
+fn sigterm_while_a_header_makes_many_tables_writes_no_row_and_no_cursor() {
+    let db = ch::db("stop_header");
+    let url = db.url();
+    seed_kv(&url);
+    let n = 200;
+    let schemas: Vec<J> = (0..n).map(|i| kv_schema(&format!("n{i}"))).collect();
+    let b = Spec::new(2, 3)
+        .schemas(schemas)
+        .events(vec![ins(3, "n0", vec![int(1), text("b")])]);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("many.jsonl");
+    std::fs::write(&input, b.jsonl()).unwrap();
+    let made = || {
+        db.query("SELECT count() FROM system.tables WHERE database = currentDatabase() AND name LIKE 'n%' AND name NOT LIKE '%__current'")
+            .trim()
+            .parse::<usize>()
+            .unwrap()
+    };
+    let mut child = Command::new(common::sqlite::bin(APPLY))
+        .args(["--target", &url, "-q", input.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let began = Instant::now();
+    while made() < 3 {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "apply made no table"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let asked = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let took = asked.elapsed();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .as_mut()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("nothing of that batch was committed"),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(3), "the stop waited {took:?}");
+    assert_eq!(cursor_seq(&url), Some(2), "the cursor did not move");
+    assert!(made() < n, "stopped between tables, not after all of them");
+    assert_eq!(
+        db.query("SELECT count() FROM n0").trim(),
+        "0",
+        "no row written"
+    );
+    apply_ok(&url, b.jsonl().as_bytes(), &[]);
+    assert_eq!(cursor_seq(&url), Some(3));
+    assert_eq!(made(), n);
+    assert_eq!(db.query("SELECT count() FROM n0__current").trim(), "1");
+    eprintln!("stopped {took:?} after SIGTERM, with {n} tables in the header");
+}

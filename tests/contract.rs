@@ -468,3 +468,107 @@ fn schema_changes_in_the_stream_for_every_target() {
         assert_eq!(seq(t), Some(at), "{}", k.name);
     }
 }
+
+/// A batch header that gives a table another shape than the target holds,
+/// with no schema record to say how (a follower started after the change):
+/// columns dropped (the rest in order) and columns added at the end are
+/// carried, as a schema record would carry them; anything else (a column
+/// gone and another new, a move) is refused with cursor and rows unchanged.
+#[test]
+fn header_drops_and_adds_are_carried_for_every_target() {
+    use common::{int, schema, text, vnull};
+    let dir = tempfile::tempdir().unwrap();
+    let s1 = schema(
+        "t",
+        &[
+            ("id", "INTEGER", false),
+            ("v", "TEXT", true),
+            ("w", "INTEGER", true),
+        ],
+        &["id"],
+    );
+    let s2 = schema(
+        "t",
+        &[("id", "INTEGER", false), ("w", "INTEGER", true)],
+        &["id"],
+    );
+    let s3 = schema(
+        "t",
+        &[
+            ("id", "INTEGER", false),
+            ("w", "INTEGER", true),
+            ("x", "TEXT", true),
+        ],
+        &["id"],
+    );
+    let b1 = Spec::new(0, 2).schemas(vec![s1.clone()]).events(vec![
+        ins(1, "t", json!([int(1), text("a"), int(7)])),
+        ins(2, "t", json!([int(2), text("b"), vnull()])),
+    ]);
+    // `v` dropped while no capture was reading.
+    let b2 = Spec::new(2, 3).schemas(vec![s2.clone()]).events(vec![ins(
+        3,
+        "t",
+        json!([int(3), int(9)]),
+    )]);
+    // `x` added.
+    let b3 = Spec::new(3, 4).schemas(vec![s3.clone()]).events(vec![upd(
+        4,
+        "t",
+        json!([int(2), vnull(), vnull()]),
+        json!([int(2), int(5), text("q")]),
+    )]);
+    let after_b3 = json!([
+        [int(1), int(7), vnull()],
+        [int(2), int(5), text("q")],
+        [int(3), int(9), vnull()]
+    ]);
+    // Not a pure drop or add: `x` gone and `y` new (a rename?), or moved.
+    let renamed = schema(
+        "t",
+        &[
+            ("id", "INTEGER", false),
+            ("w", "INTEGER", true),
+            ("y", "TEXT", true),
+        ],
+        &["id"],
+    );
+    let moved = schema(
+        "t",
+        &[
+            ("id", "INTEGER", false),
+            ("x", "TEXT", true),
+            ("w", "INTEGER", true),
+        ],
+        &["id"],
+    );
+    let key_dropped = schema("t", &[("w", "INTEGER", false)], &["w"]);
+    for k in kinds() {
+        let mut t = (k.make)(dir.path(), "header_shapes", TargetOptions::default());
+        let t = &mut *t;
+        apply(t, &b1.jsonl()).unwrap();
+        apply(t, &b2.jsonl()).unwrap_or_else(|e| panic!("{}: pure drop: {e}", k.name));
+        expect_rows_as(
+            &k,
+            t,
+            &s2,
+            json!([[int(1), int(7)], [int(2), vnull()], [int(3), int(9)]]),
+        );
+        apply(t, &b3.jsonl()).unwrap_or_else(|e| panic!("{}: pure add: {e}", k.name));
+        expect_rows_as(&k, t, &s3, after_b3.clone());
+        assert_eq!(seq(t), Some(4), "{}", k.name);
+        for bad in [&renamed, &moved, &key_dropped] {
+            let b = Spec::new(4, 5).schemas(vec![bad.clone()]).events(vec![]);
+            let e = apply(t, &b.jsonl()).expect_err("ambiguous");
+            assert_eq!(e.kind(), mooncdc::ErrorKind::State, "{}: {e}", k.name);
+            assert!(
+                e.to_string()
+                    .contains("does not say how one became the other"),
+                "{}: {e}",
+                k.name
+            );
+            assert_eq!(seq(t), Some(4), "{}", k.name);
+            expect_rows_as(&k, t, &s3, after_b3.clone());
+        }
+    }
+}

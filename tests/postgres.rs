@@ -2908,6 +2908,81 @@ fn schema_changes_are_carried_inside_their_transaction() {
     src.audit_equal();
 }
 
+/// Without the DDL trigger, a column dropped while the follower was down: the
+/// restarted read's first batch has the new shape in its header and no
+/// schema record. A pure drop is unambiguous, so the SQLite projection and a
+/// PostgreSQL target drop the column as a running follower's schema record
+/// would have them (docs/FORMAT.md, "Schema records"); a column added at the
+/// end the same way is added.
+#[test]
+fn a_drop_read_first_by_a_restarted_follower_is_carried() {
+    let src = Src::new("drop_restart");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text, gone text, w int)");
+    src.init(&["public.a"]);
+    s.exec("INSERT INTO a VALUES (1, 'x', 'g1', 1), (2, 'y', 'g2', 2)");
+    let tgt = pg::db("drop_restart_tgt");
+    let pg_url = tgt.url();
+    let apply_pg = |bytes: &[u8]| {
+        let r = run(APPLY, &["--target", &pg_url, "-q"], Some(bytes));
+        expect(&r, 0, "apply to PostgreSQL");
+    };
+    let (bytes, _) = src.capture_ok(&[]);
+    src.apply_ok(&bytes);
+    apply_pg(&bytes);
+    let names = |src: &Src| -> Vec<String> {
+        open(&src.proj())
+            .prepare("SELECT name FROM pragma_table_info('public.a') ORDER BY cid")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect()
+    };
+    assert_eq!(names(&src), ["id", "v", "gone", "w"]);
+    // The follower is down: a column dropped, rows written in the new shape.
+    s.exec("ALTER TABLE a DROP COLUMN gone");
+    s.exec("INSERT INTO a VALUES (3, 'z', 3); UPDATE a SET v = 'x2' WHERE id = 1");
+    let cur = src.target_cursor().unwrap().to_json();
+    let (rest, b) = src.capture_ok(&["--after", &cur]);
+    assert!(
+        b.iter().all(|b| b.changes.is_empty()),
+        "the restarted read has no schema record: the header has the new shape"
+    );
+    src.apply_ok(&rest);
+    apply_pg(&rest);
+    assert_eq!(names(&src), ["id", "v", "w"], "the projection dropped it");
+    src.audit_equal();
+    let audit_pg = |what: &str| {
+        let mut args: Vec<String> = src.source_args();
+        args.extend(["--target".into(), pg_url.clone(), "-q".into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let r = run(AUDIT, &args, None);
+        expect(&r, 0, what);
+        assert!(
+            r.stdout_str().trim_end().ends_with("equal"),
+            "{}",
+            r.stdout_str()
+        );
+    };
+    audit_pg("audit of the PostgreSQL target after the drop");
+    assert_eq!(
+        tgt.session()
+            .value("SELECT string_agg(attname, ',' ORDER BY attnum) FROM pg_attribute WHERE attrelid = 'public.a'::regclass AND attnum > 0 AND NOT attisdropped"),
+        "id,v,w"
+    );
+    // A column added at the end while the follower is down: added alike.
+    s.exec("ALTER TABLE a ADD COLUMN more text");
+    s.exec("INSERT INTO a VALUES (4, 'q', 4, 'm')");
+    let cur = src.target_cursor().unwrap().to_json();
+    let (rest, _) = src.capture_ok(&["--after", &cur]);
+    src.apply_ok(&rest);
+    apply_pg(&rest);
+    assert_eq!(names(&src), ["id", "v", "w", "more"]);
+    src.audit_equal();
+    audit_pg("audit of the PostgreSQL target after the add");
+}
+
 #[test]
 fn with_the_ddl_trigger_renames_are_carried() {
     let src = Src::new("ddl_trig");

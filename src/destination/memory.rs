@@ -52,10 +52,46 @@ impl MemoryTarget {
         // A batch overlapping the cursor describes tables as they were at its
         // start; the target's own schemas (with the changes it holds) win.
         let mut next_schemas = self.schemas.clone();
+        let mut next = self.tables.clone();
         for s in schemas {
-            if !gate.overlaps() || !next_schemas.contains_key(&s.table) {
-                next_schemas.insert(s.table.clone(), s.clone());
+            if gate.overlaps() && next_schemas.contains_key(&s.table) {
+                continue;
             }
+            // Like the database targets: a table the header gives another
+            // shape follows it only when the shape says how (columns added
+            // at the end, or dropped and nothing else).
+            if let Some(old) = next_schemas.get(&s.table) {
+                let have: Vec<&str> = old.columns.iter().map(|c| c.name.as_str()).collect();
+                let keep: Vec<Option<usize>> = match super::HeaderShape::of(&have, Some(&old.key), s)
+                {
+                    super::HeaderShape::Same => (0..have.len()).map(Some).collect(),
+                    super::HeaderShape::Added => (0..s.columns.len())
+                        .map(|j| (j < have.len()).then_some(j))
+                        .collect(),
+                    super::HeaderShape::Dropped(gone) => (0..have.len())
+                        .filter(|i| !gone.contains(i))
+                        .map(Some)
+                        .collect(),
+                    super::HeaderShape::Unknown => {
+                        return Err(Error::state(format!(
+                            "table {:?} has columns {have:?} and key {:?}, but the stream's schema has columns {:?} and key {:?}; the stream does not say how one became the other",
+                            s.table,
+                            old.key,
+                            s.columns.iter().map(|c| &c.name).collect::<Vec<_>>(),
+                            s.key
+                        )))
+                    }
+                };
+                if let Some(rows) = next.get_mut(&s.table) {
+                    for row in rows.values_mut() {
+                        *row = keep
+                            .iter()
+                            .map(|k| k.map_or(Value::Null, |i| row[i].clone()))
+                            .collect();
+                    }
+                }
+            }
+            next_schemas.insert(s.table.clone(), s.clone());
         }
         let mut shapes: HashMap<String, TableShape> = next_schemas
             .values()
@@ -69,7 +105,6 @@ impl MemoryTarget {
                 )
             })
             .collect();
-        let mut next = self.tables.clone();
         let mut changes = batch.changes.iter().peekable();
         for i in 0..=batch.events.len() {
             // A schema change goes with the event after it (at the end, with

@@ -207,6 +207,74 @@ impl BatchGate {
     }
 }
 
+/// How a table a target holds becomes the schema a batch header gives for
+/// it, when no schema record says (a follower started after the change, or
+/// a capture without the source's record of it): the same; columns added at
+/// the end; columns dropped, the rest in order with the same key; or
+/// anything else, which the header alone cannot tell apart (a rename, a
+/// move, a drop and an add) and a target refuses. A pure add and a pure drop
+/// are carried whichever way a target meets them, header or schema record
+/// (docs/FORMAT.md, "Schema records").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderShape {
+    Same,
+    /// The table's columns are the header's first ones; the rest are new.
+    Added,
+    /// The header's columns are the table's without these (their positions
+    /// in the table), in the same order, with the same key.
+    Dropped(Vec<usize>),
+    /// Anything else.
+    Unknown,
+}
+
+impl HeaderShape {
+    /// `have`: the table's column names in order; `have_key`: its key where
+    /// the target records one (`None`: not recorded, not compared).
+    pub fn of(have: &[&str], have_key: Option<&[String]>, want: &Schema) -> HeaderShape {
+        if have_key.is_some_and(|k| k != want.key.as_slice()) {
+            return HeaderShape::Unknown;
+        }
+        let want: Vec<&str> = want.columns.iter().map(|c| c.name.as_str()).collect();
+        if have == want.as_slice() {
+            return HeaderShape::Same;
+        }
+        if have.len() < want.len() && want[..have.len()] == *have {
+            return HeaderShape::Added;
+        }
+        if have.len() > want.len() {
+            let mut dropped = Vec::new();
+            let mut j = 0;
+            for (i, h) in have.iter().enumerate() {
+                if want.get(j) == Some(h) {
+                    j += 1;
+                } else {
+                    dropped.push(i);
+                }
+            }
+            // Every header column found in order, and no name twice (a
+            // column dropped and another of its name kept is not a drop).
+            let unique = dropped.iter().all(|&i| !want.contains(&have[i]));
+            if j == want.len() && unique {
+                return HeaderShape::Dropped(dropped);
+            }
+        }
+        HeaderShape::Unknown
+    }
+}
+
+/// Said when a stop (SIGTERM, SIGINT) came while a batch header's tables
+/// were being made or checked: the batch was rolled back (or, where the
+/// target has no transactions, left without its rows and cursor), so the
+/// cursor has not moved and running the same command again applies it
+/// (docs/OPERATIONS.md, stopping).
+pub fn stopped_in_header() {
+    crate::log::write(
+        "info",
+        "stopped while making the tables of a batch's header: nothing of that batch was committed and the cursor did not move; run the same command again to apply it",
+        &[("event", "stopped".into())],
+    );
+}
+
 /// A compacted batch (`"compacted":true` in its header) had events folded into
 /// later ones, so a target holding only part of its interval would miss the
 /// changes folded into events it already has (DESIGN §8). Such a target
@@ -227,4 +295,57 @@ pub fn check_compacted(
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HeaderShape;
+    use crate::wire::Schema;
+
+    fn schema(cols: &[&str], key: &[&str]) -> Schema {
+        let columns: Vec<serde_json::Value> = cols
+            .iter()
+            .map(|c| serde_json::json!({"name": c, "type": "", "nullable": true}))
+            .collect();
+        serde_json::from_value(serde_json::json!({"table": "t", "columns": columns, "key": key}))
+            .unwrap()
+    }
+
+    #[test]
+    fn only_pure_adds_and_pure_drops_are_carried() {
+        let key = vec!["id".to_string()];
+        let of = |have: &[&str], want: &[&str]| {
+            HeaderShape::of(have, Some(&key), &schema(want, &["id"]))
+        };
+        assert_eq!(of(&["id", "a"], &["id", "a"]), HeaderShape::Same);
+        assert_eq!(of(&["id", "a"], &["id", "a", "b"]), HeaderShape::Added);
+        assert_eq!(
+            of(&["id", "a", "b", "c"], &["id", "c"]),
+            HeaderShape::Dropped(vec![1, 2])
+        );
+        assert_eq!(
+            of(&["id", "a", "b"], &["id", "a"]),
+            HeaderShape::Dropped(vec![2])
+        );
+        // A rename (or a drop and an add), a move, a drop with an add.
+        assert_eq!(of(&["id", "a"], &["id", "b"]), HeaderShape::Unknown);
+        assert_eq!(
+            of(&["id", "a", "b"], &["id", "b", "a"]),
+            HeaderShape::Unknown
+        );
+        assert_eq!(of(&["id", "a", "b"], &["id", "c"]), HeaderShape::Unknown);
+        assert_eq!(
+            of(&["id", "a", "b"], &["id", "b", "c"]),
+            HeaderShape::Unknown
+        );
+        // Another key, whatever the columns.
+        let other = HeaderShape::of(&["id", "a"], Some(&key), &schema(&["a"], &["a"]));
+        assert_eq!(other, HeaderShape::Unknown);
+        // A target that records no key: the columns decide.
+        let s = schema(&["id"], &["id"]);
+        assert_eq!(
+            HeaderShape::of(&["id", "a"], None, &s),
+            HeaderShape::Dropped(vec![1])
+        );
+    }
 }

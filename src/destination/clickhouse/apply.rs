@@ -277,7 +277,17 @@ impl ClickHouse {
                     // yet held, with the schema changes the target holds.
                     ensured = false;
                     if !gate.as_ref().expect("just opened").overlaps() {
-                        self.ensure_all(&mut in_force, kind, &mut layouts, &mut deferred)?;
+                        if !self.ensure_all(
+                            &mut in_force,
+                            kind,
+                            &mut layouts,
+                            &mut deferred,
+                            true,
+                        )? {
+                            drop(busy.take());
+                            crate::destination::stopped_in_header();
+                            return Ok(stats);
+                        }
                         ensured = true;
                     }
                 }
@@ -289,7 +299,17 @@ impl ClickHouse {
                         continue;
                     }
                     if !ensured {
-                        self.ensure_all(&mut in_force, kind, &mut layouts, &mut deferred)?;
+                        if !self.ensure_all(
+                            &mut in_force,
+                            kind,
+                            &mut layouts,
+                            &mut deferred,
+                            false,
+                        )? {
+                            drop(busy.take());
+                            crate::destination::stopped_in_header();
+                            return Ok(stats);
+                        }
                         ensured = true;
                     }
                     self.queue_changes(&mut pending, &mut layouts, &mut bufs, kind)?;
@@ -326,7 +346,17 @@ impl ClickHouse {
                     // made when the batch moves the cursor.
                     if moves && !pending.is_empty() {
                         if !ensured {
-                            self.ensure_all(&mut in_force, kind, &mut layouts, &mut deferred)?;
+                            if !self.ensure_all(
+                                &mut in_force,
+                                kind,
+                                &mut layouts,
+                                &mut deferred,
+                                false,
+                            )? {
+                                drop(busy.take());
+                                crate::destination::stopped_in_header();
+                                return Ok(stats);
+                            }
                             ensured = true;
                         }
                         self.queue_changes(&mut pending, &mut layouts, &mut bufs, kind)?;
@@ -410,21 +440,30 @@ impl ClickHouse {
 
     /// `ensure` for the header's tables; a table whose columns differ is
     /// noted in `deferred` (see `apply_stream`), any other failure is one.
+    /// `Ok(false)`: a stop was asked for between two tables.
+    /// `drop`: a batch that does not overlap the cursor, whose header is the
+    /// tables' shape now (see [`ClickHouse::ensure_or_mismatch`]).
     fn ensure_all(
         &self,
         in_force: &mut Vec<Schema>,
         kind: SourceKind,
         layouts: &mut HashMap<String, Layout>,
         deferred: &mut HashMap<String, Error>,
-    ) -> Result<()> {
+        drop: bool,
+    ) -> Result<bool> {
         for s in in_force.drain(..) {
+            // A stop between two tables: the batch ends here, no row and no
+            // cursor written (the tables made so far stay, empty of it).
+            if crate::util::stop::requested() {
+                return Ok(false);
+            }
             let l = Layout::new(&s, kind);
-            if let Some(mismatch) = self.ensure_or_mismatch(&l)? {
+            if let Some(mismatch) = self.ensure_or_mismatch(&l, drop)? {
                 deferred.insert(s.table.clone(), mismatch);
             }
             layouts.insert(s.table.clone(), l);
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Whether the table is already past segment `k`: a column its rows

@@ -66,7 +66,7 @@ impl ClickHouse {
     /// has and the table lacks; refuse any other difference (names, types,
     /// engine), before anything is written.
     pub(super) fn ensure(&self, l: &Layout) -> Result<()> {
-        match self.ensure_or_mismatch(l)? {
+        match self.ensure_or_mismatch(l, false)? {
             None => Ok(()),
             Some(mismatch) => Err(mismatch),
         }
@@ -76,14 +76,18 @@ impl ClickHouse {
     /// schema does not describe given back as `Some(error)`, nothing changed:
     /// a replay that overlaps the cursor may bring a schema the table has
     /// already moved past, and decides only at its first event not yet held.
-    pub(super) fn ensure_or_mismatch(&self, l: &Layout) -> Result<Option<Error>> {
+    /// With `drop`, the replacing engine drops the columns a table has and
+    /// the stream's schema lacks when that is all that differs (a pure
+    /// drop, [`crate::destination::HeaderShape`]); the history engine keeps
+    /// them, as for a schema record.
+    pub(super) fn ensure_or_mismatch(&self, l: &Layout, drop: bool) -> Result<Option<Error>> {
         // Made or checked for this very schema already by this process:
         // nothing to ask the server again (a follower ensures its tables at
         // every batch; on a cluster that is several requests each).
         if self.ensured.borrow().get(&l.schema.table) == Some(&l.schema) {
             return Ok(None);
         }
-        let r = self.ensure_on_server(l)?;
+        let r = self.ensure_on_server(l, drop)?;
         if r.is_none() {
             self.ensured
                 .borrow_mut()
@@ -92,7 +96,7 @@ impl ClickHouse {
         Ok(r)
     }
 
-    fn ensure_on_server(&self, l: &Layout) -> Result<Option<Error>> {
+    fn ensure_on_server(&self, l: &Layout, drop: bool) -> Result<Option<Error>> {
         let db = qi(&self.cfg.database);
         if l.key.is_empty() && self.engine == Engine::Replacing {
             return Err(Error::data(format!(
@@ -199,11 +203,48 @@ impl ClickHouse {
                     }
                 )));
             }
-            let data: Vec<&(String, String)> = have
+            let mut data: Vec<&(String, String)> = have
                 .iter()
                 .filter(|(n, _)| !meta.iter().any(|(m, _)| m == n))
                 .collect();
             let expected = l.expected_columns();
+            if drop && self.engine == Engine::Replacing {
+                let names: Vec<&str> = data.iter().map(|(n, _)| n.as_str()).collect();
+                if let crate::destination::HeaderShape::Dropped(gone) =
+                    crate::destination::HeaderShape::of(&names, None, &l.schema)
+                {
+                    // Kept columns with their types, dropped ones not of the
+                    // key (key columns are the only ones not Nullable).
+                    let kept: Vec<&&(String, String)> = data
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| !gone.contains(i))
+                        .map(|(_, c)| c)
+                        .collect();
+                    let same = kept.len() == expected.len()
+                        && kept.iter().zip(&expected).all(|(h, e)| h.1 == e.1);
+                    if same && gone.iter().all(|&i| data[i].1.starts_with("Nullable(")) {
+                        for &i in &gone {
+                            self.query(
+                                &format!(
+                                    "ALTER TABLE {db}.{}{on} DROP COLUMN {}",
+                                    qi(&stored),
+                                    qi(&data[i].0)
+                                ),
+                                None,
+                                Timeout::Ddl,
+                            )?;
+                        }
+                        // The view names its columns: made again below.
+                        added = true;
+                        let mut i = 0;
+                        data.retain(|_| {
+                            i += 1;
+                            !gone.contains(&(i - 1))
+                        });
+                    }
+                }
+            }
             // The history engine keeps columns a schema change dropped
             // (nullable, anywhere); the stream's columns must then be there
             // with their types, or missing and added. Otherwise the table's
@@ -225,7 +266,7 @@ impl ClickHouse {
             };
             if !fits {
                 return Ok(Some(Error::state(format!(
-                    "ClickHouse table {} has columns {:?}, but the stream's schema needs {:?} (names and types); the stream does not say how one became the other (a column renamed, dropped or moved while no capture was reading, say): change the table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
+                    "ClickHouse table {} has columns {:?}, but the stream's schema needs {:?} (names and types); the stream does not say how one became the other (a column renamed or moved, or one dropped and another added, while no capture was reading, say): change the table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
                     stored,
                     data.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>(),
                     expected.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>()

@@ -208,6 +208,7 @@ impl PgTarget {
                 let _ = self.rt.block_on(c.batch_execute("ROLLBACK"));
             }
             self.known.borrow_mut().clear();
+            self.spellings.borrow_mut().clear();
         }
         self.committed = committed;
         result
@@ -258,7 +259,16 @@ impl PgTarget {
                     // cursor is checked at its first event not yet held.
                     ensured = false;
                     if !gate.as_ref().expect("opened").overlaps() {
-                        self.ensure_in_force(c, &mut in_force, kind, &mut tables, &mut olds, None)?;
+                        if !self.ensure_in_force(
+                            c,
+                            &mut in_force,
+                            kind,
+                            &mut tables,
+                            &mut olds,
+                            None,
+                        )? {
+                            return self.stop_in_header(c, busy, stats);
+                        }
                         ensured = true;
                     }
                 }
@@ -270,14 +280,16 @@ impl PgTarget {
                         continue;
                     }
                     if !ensured {
-                        self.ensure_in_force(
+                        if !self.ensure_in_force(
                             c,
                             &mut in_force,
                             kind,
                             &mut tables,
                             &mut olds,
                             Some(&mut deferred),
-                        )?;
+                        )? {
+                            return self.stop_in_header(c, busy, stats);
+                        }
                         ensured = true;
                     }
                     if !pending.is_empty() {
@@ -328,14 +340,16 @@ impl PgTarget {
                     let moves = gate.take().expect("validated stream").close(&cm.end)?;
                     if moves && !pending.is_empty() {
                         if !ensured {
-                            self.ensure_in_force(
+                            if !self.ensure_in_force(
                                 c,
                                 &mut in_force,
                                 kind,
                                 &mut tables,
                                 &mut olds,
                                 Some(&mut deferred),
-                            )?;
+                            )? {
+                                return self.stop_in_header(c, busy, stats);
+                            }
                             ensured = true;
                         }
                         for ch in pending.drain(..) {
@@ -405,7 +419,7 @@ impl PgTarget {
                     crate::destination::snapshot_allowed(rt.block_on(read_cursor(c))?.as_ref())?;
                     let kind = SourceKind::of_identity(&cur.source);
                     for s in &schemas {
-                        let t = rt.block_on(self.ensure(c, s, kind))?;
+                        let t = rt.block_on(self.ensure(c, s, kind, false))?;
                         let held: bool = rt
                             .block_on(c.query_one(
                                 &format!("SELECT EXISTS (SELECT 1 FROM {})", t.qname),
@@ -476,8 +490,27 @@ impl PgTarget {
         Ok(stats)
     }
 
+    /// A stop asked for while a header's tables were being made: the batch
+    /// is rolled back (the tables made in it too), the cursor unmoved.
+    fn stop_in_header(
+        &self,
+        c: &Client,
+        busy: Option<crate::util::stop::Busy>,
+        stats: ApplyStats,
+    ) -> Result<ApplyStats> {
+        self.rt
+            .block_on(c.batch_execute("ROLLBACK"))
+            .map_err(pg_err("cannot roll back a stopped batch"))?;
+        self.known.borrow_mut().clear();
+        drop(busy);
+        crate::destination::stopped_in_header();
+        Ok(stats)
+    }
+
     /// Check or create the tables in force; with `deferred`, a table that
     /// does not match is noted instead of failing (see the SQLite target).
+    /// `Ok(false)`: a stop was asked for between two tables (see the SQLite
+    /// target); the caller rolls the batch back.
     fn ensure_in_force(
         &self,
         c: &Client,
@@ -486,8 +519,15 @@ impl PgTarget {
         tables: &mut HashMap<String, Table>,
         olds: &mut HashMap<String, Schema>,
         mut deferred: Option<&mut HashMap<String, Error>>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
+        // A replay overlapping the cursor (`deferred`) changes no table's
+        // columns: its header is their shape at its start, which the
+        // target may have moved past.
+        let reshape = deferred.is_none();
         for s in in_force.drain(..) {
+            if crate::util::stop::requested() {
+                return Ok(false);
+            }
             olds.insert(s.table.clone(), s.clone());
             let known = self
                 .known
@@ -499,7 +539,7 @@ impl PgTarget {
                 tables.insert(s.table.clone(), t);
                 continue;
             }
-            match self.rt.block_on(self.ensure(c, &s, kind)) {
+            match self.rt.block_on(self.ensure(c, &s, kind, reshape)) {
                 Ok(t) => {
                     self.known.borrow_mut().insert(s.table.clone(), t.clone());
                     tables.insert(s.table.clone(), t);
@@ -513,7 +553,7 @@ impl PgTarget {
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// A schema record in the batch's transaction: the table must be as the
@@ -529,7 +569,7 @@ impl PgTarget {
         // The table changes: what was known of it no longer holds.
         self.known.borrow_mut().remove(&new.table);
         let Some(old) = old else {
-            return self.ensure(c, new, kind).await;
+            return self.ensure(c, new, kind, false).await;
         };
         let (ns, name) = target_name(&new.table, kind, &self.schema)?;
         let q = format!("{}.{}", quote_ident(&ns), quote_ident(&name));
@@ -539,7 +579,7 @@ impl PgTarget {
         let names: Vec<&str> = have.iter().map(|c| c.name.as_str()).collect();
         let new_names: Vec<&str> = new.columns.iter().map(|c| c.name.as_str()).collect();
         if names == new_names && key == new.key {
-            return self.ensure(c, new, kind).await;
+            return self.ensure(c, new, kind, false).await;
         }
         let old_names: Vec<&str> = old.columns.iter().map(|c| c.name.as_str()).collect();
         if names != old_names || key != old.key {
@@ -591,7 +631,7 @@ impl PgTarget {
         for (j, nc) in new.columns.iter().enumerate() {
             match from[j] {
                 None => {
-                    let ty = column_type(c, nc, kind, &new.table).await?;
+                    let ty = self.column_type(c, nc, kind, &new.table).await?;
                     // Without NOT NULL: the rows the table holds get NULL
                     // (the stream does not say the source's default).
                     steps.push(format!(
@@ -602,7 +642,7 @@ impl PgTarget {
                 Some(i) => {
                     let oc = &old.columns[i];
                     if kind == SourceKind::Postgres && oc.decl_type != nc.decl_type {
-                        let ty = column_type(c, nc, kind, &new.table).await?;
+                        let ty = self.column_type(c, nc, kind, &new.table).await?;
                         steps.push(format!(
                             "ALTER TABLE {q} ALTER COLUMN {n} TYPE {ty} USING {n}::{ty}",
                             n = quote_ident(&nc.name)
@@ -629,7 +669,7 @@ impl PgTarget {
                 .await
                 .map_err(pg_err("cannot change a target table's schema"))?;
         }
-        self.ensure(c, new, kind).await
+        self.ensure(c, new, kind, false).await
     }
 }
 
@@ -643,6 +683,9 @@ struct Loader {
     /// Rows checked and waiting to be written (up to [`COPY_CHUNK`]), so the
     /// runtime is entered once per chunk, not per row.
     rows: Vec<Row>,
+    /// The stream's table and the target table, for messages.
+    table: String,
+    qname: String,
 }
 
 /// Snapshot rows written to the COPY in one go.
@@ -761,6 +804,8 @@ impl Loader {
             writer: Box::pin(BinaryCopyInWriter::new(sink, &types)),
             staged,
             rows: Vec::with_capacity(COPY_CHUNK),
+            table: t.schema.table.clone(),
+            qname: t.qname.clone(),
         })
     }
 
@@ -788,11 +833,15 @@ impl Loader {
 
     async fn finish(self, c: &Client) -> Result<()> {
         let mut w = self.writer;
-        w.as_mut().finish().await.map_err(pg_err("COPY failed"))?;
+        w.as_mut().finish().await.map_err(pg_err(&format!(
+            "COPY of table {:?} into {} failed",
+            self.table, self.qname
+        )))?;
         if let Some(sql) = self.staged {
-            c.batch_execute(&sql)
-                .await
-                .map_err(pg_err("cannot move staged rows into a target table"))?;
+            c.batch_execute(&sql).await.map_err(pg_err(&format!(
+                "snapshot rows of table {:?}: a value does not cast into its column's type in {}",
+                self.table, self.qname
+            )))?;
         }
         Ok(())
     }

@@ -57,6 +57,9 @@ pub struct PgTarget {
     /// tables asks the catalog nothing. Forgotten when an apply fails (its
     /// transaction may have made them).
     known: std::cell::RefCell<HashMap<String, Table>>,
+    /// A PostgreSQL source's declared types as the target spells them (or
+    /// `text`), asked once per process (three round trips each).
+    spellings: std::cell::RefCell<HashMap<String, String>>,
 }
 
 const CURSORS: &str = "mooncdc.cursors";
@@ -76,6 +79,7 @@ impl PgTarget {
             committed: ApplyStats::default(),
             schema,
             known: Default::default(),
+            spellings: Default::default(),
         })
     }
 

@@ -90,11 +90,33 @@ pub(super) async fn column_type(
                 .await
                 .map_err(pg_err("cannot look up a column type"))?
                 .get(0);
-            Ok(if known.is_some() {
-                col.decl_type.clone()
-            } else {
-                "text".to_string()
-            })
+            let Some(known) = known else {
+                return Ok("text".to_string());
+            };
+            // A `reg*` value names an object of the source's own catalog
+            // (`regclass` 't_int8'), which the target need not have: its
+            // text form, exactly as the source wrote it, is what is kept.
+            if REG_TYPES.contains(&known.trim_end_matches("[]")) {
+                return Ok("text".to_string());
+            }
+            // The name as `format_type` spells it (`INTEGER` is `integer`,
+            // `VARCHAR(5)` is `character varying(5)`), so that a table made
+            // from it is the one later checks expect: the type and modifier
+            // a cast to it has, spelled by the server.
+            let st = c
+                .prepare(&format!("SELECT NULL::{}", col.decl_type))
+                .await
+                .map_err(pg_err("cannot look up a column type"))?;
+            let (oid, typmod) = st
+                .columns()
+                .first()
+                .map(|k| (k.type_().oid(), k.type_modifier()))
+                .ok_or_else(|| Error::state("a type look-up returned no column"))?;
+            c.query_one("SELECT format_type($1, $2)", &[&oid, &typmod])
+                .await
+                .map_err(pg_err("cannot look up a column type"))?
+                .try_get::<_, String>(0)
+                .map_err(pg_err("cannot look up a column type"))
         }
         _ => match crate::destination::sqlite::affinity(&col.decl_type) {
             Affinity::Integer => Ok("bigint".into()),
@@ -109,9 +131,26 @@ pub(super) async fn column_type(
     }
 }
 
+/// PostgreSQL's object identifier alias types: their values are names in
+/// the source's catalog, carried into a target as text.
+const REG_TYPES: &[&str] = &[
+    "regclass",
+    "regcollation",
+    "regconfig",
+    "regdictionary",
+    "regnamespace",
+    "regoper",
+    "regoperator",
+    "regproc",
+    "regprocedure",
+    "regrole",
+    "regtype",
+];
+
 /// Whether `s` is only a type name as `format_type` writes them: words and
-/// quoted identifiers, dots between them, a type modifier of digits and
-/// commas in parentheses, `[]` suffixes. Nothing else (no `;`, no other
+/// quoted identifiers, dots between them, a type modifier of integers
+/// (`numeric(5,-2)`: a negative scale, PostgreSQL 15 and later) and commas
+/// in parentheses, `[]` suffixes. Nothing else (no `;`, no other
 /// quote, no expression) can appear.
 pub(super) fn type_name_only(s: &str) -> bool {
     let b = s.as_bytes();
@@ -137,7 +176,12 @@ pub(super) fn type_name_only(s: &str) -> bool {
             }
             b'(' => {
                 i += 1;
-                while i < b.len() && (b[i].is_ascii_digit() || b[i] == b',' || b[i] == b' ') {
+                while i < b.len()
+                    && (b[i].is_ascii_digit()
+                        || b[i] == b','
+                        || b[i] == b' '
+                        || (b[i] == b'-' && b.get(i + 1).is_some_and(u8::is_ascii_digit)))
+                {
                     i += 1;
                 }
                 if b.get(i) != Some(&b')') {
@@ -230,7 +274,17 @@ pub(super) async fn read_columns(
 impl PgTarget {
     /// The table a stream's schema maps to: created when missing (schema
     /// too), else checked (names in order, key); its statements prepared.
-    pub(super) async fn ensure(&self, c: &Client, s: &Schema, kind: SourceKind) -> Result<Table> {
+    /// With `reshape`, a table whose columns are the schema's first ones
+    /// gets the rest added, and one that has columns the schema lacks, and
+    /// nothing else different, has them dropped
+    /// ([`crate::destination::HeaderShape`]).
+    pub(super) async fn ensure(
+        &self,
+        c: &Client,
+        s: &Schema,
+        kind: SourceKind,
+        reshape: bool,
+    ) -> Result<Table> {
         if s.key.is_empty() {
             return Err(Error::data(format!(
                 "table {:?} has no key; a PostgreSQL target identifies rows by their key",
@@ -251,7 +305,7 @@ impl PgTarget {
             None => {
                 let mut defs = Vec::new();
                 for col in &s.columns {
-                    let ty = column_type(c, col, kind, &s.table).await?;
+                    let ty = self.column_type(c, col, kind, &s.table).await?;
                     defs.push(format!(
                         "{} {ty}{}",
                         quote_ident(&col.name),
@@ -274,11 +328,17 @@ impl PgTarget {
                     .ok_or_else(|| Error::state("a created table is not there"))?
             }
         };
+        let (cols, key) = if reshape {
+            self.reshape(c, s, kind, &qname, (&ns, &name), cols, key)
+                .await?
+        } else {
+            (cols, key)
+        };
         let have: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
         let want: Vec<&str> = s.columns.iter().map(|c| c.name.as_str()).collect();
         if have != want || key != s.key {
             return Err(Error::state(format!(
-                "target table {qname} has columns {have:?} and key {key:?}, but the stream's schema has columns {want:?} and key {:?}; the stream does not say how one became the other: change the target table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
+                "target table {qname} has columns {have:?} and key {key:?}, but the stream's schema has columns {want:?} and key {:?}; the stream does not say how one became the other (a column renamed or moved, or one dropped and another added, while no capture was reading, say): change the target table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
                 s.key
             )));
         }
@@ -287,7 +347,7 @@ impl PgTarget {
             // columns: a value cast into another type (a shorter varchar, a
             // real for a double) would change without a word.
             for (col, sc) in cols.iter().zip(&s.columns) {
-                let want = column_type(c, sc, kind, &s.table).await?;
+                let want = self.column_type(c, sc, kind, &s.table).await?;
                 if col.sql_type != want {
                     return Err(Error::state(format!(
                         "target table {qname} column {:?} is {}, but the stream's {:?} column lands in {want}; a value cast into another type could change: make the column {want}, or give the table a new snapshot",
@@ -298,6 +358,81 @@ impl PgTarget {
         }
         let key: Vec<usize> = s.key_indices();
         self.statements(c, s.clone(), qname, cols, key).await
+    }
+
+    /// [`column_type`], a PostgreSQL source's spellings asked once.
+    pub(super) async fn column_type(
+        &self,
+        c: &Client,
+        col: &Column,
+        kind: SourceKind,
+        table: &str,
+    ) -> Result<String> {
+        if kind != SourceKind::Postgres {
+            return column_type(c, col, kind, table).await;
+        }
+        let held = self.spellings.borrow().get(&col.decl_type).cloned();
+        if let Some(ty) = held {
+            return Ok(ty);
+        }
+        let ty = column_type(c, col, kind, table).await?;
+        self.spellings
+            .borrow_mut()
+            .insert(col.decl_type.clone(), ty.clone());
+        Ok(ty)
+    }
+
+    /// Columns added at the end, or dropped, as the header says (see
+    /// [`PgTarget::ensure`]); any other difference is left for `ensure` to
+    /// refuse. Returns the table's columns and key as they are now.
+    #[allow(clippy::too_many_arguments)]
+    async fn reshape(
+        &self,
+        c: &Client,
+        s: &Schema,
+        kind: SourceKind,
+        qname: &str,
+        (ns, name): (&str, &str),
+        cols: Vec<Col>,
+        key: Vec<String>,
+    ) -> Result<(Vec<Col>, Vec<String>)> {
+        let have: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
+        let mut steps: Vec<String> = Vec::new();
+        match crate::destination::HeaderShape::of(&have, Some(&key), s) {
+            crate::destination::HeaderShape::Added => {
+                for col in &s.columns[have.len()..] {
+                    let ty = self.column_type(c, col, kind, &s.table).await?;
+                    // Without NOT NULL, as for a schema record: the rows the
+                    // table holds get NULL.
+                    steps.push(format!(
+                        "ALTER TABLE {qname} ADD COLUMN {} {ty}",
+                        quote_ident(&col.name)
+                    ));
+                }
+            }
+            crate::destination::HeaderShape::Dropped(gone) => {
+                for i in gone {
+                    steps.push(format!(
+                        "ALTER TABLE {qname} DROP COLUMN {}",
+                        quote_ident(&cols[i].name)
+                    ));
+                }
+            }
+            _ => return Ok((cols, key)),
+        }
+        // ALTER TABLE refuses a table with deferred checks pending.
+        steps.insert(
+            0,
+            "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED".into(),
+        );
+        for sql in steps {
+            c.batch_execute(&sql)
+                .await
+                .map_err(pg_err("cannot change a target table's columns"))?;
+        }
+        read_columns(c, ns, name)
+            .await?
+            .ok_or_else(|| Error::state(format!("target table {qname} is gone")))
     }
 
     /// Prepare a table's statements.
@@ -404,6 +539,7 @@ mod tests {
         for ok in [
             "integer",
             "numeric(10,2)",
+            "numeric(5,-2)",
             "character varying(5)",
             "timestamp(3) with time zone",
             "double precision",
@@ -420,6 +556,8 @@ mod tests {
         assert!(!type_name_only(""));
         assert!(!type_name_only("int); DROP TABLE x; --"));
         assert!(!type_name_only("numeric(1+1)"));
+        assert!(!type_name_only("numeric(5,-)"));
+        assert!(!type_name_only("numeric(5,--2)"));
         assert!(!type_name_only("int'"));
         assert!(!type_name_only("int -- x"));
         assert!(!type_name_only("\"unterminated"));

@@ -71,6 +71,9 @@ impl SqliteTarget {
         // Inserts into one table waiting to be run (before anything else
         // touches the database).
         let mut run: Vec<Event> = Vec::with_capacity(RUN);
+        // A stop asked for while the header's tables were being made: the
+        // batch is rolled back, nothing of it committed.
+        let mut stopped = false;
         let result = (|| -> Result<()> {
             while let Some(item) = input.next_item()? {
                 match item {
@@ -90,14 +93,17 @@ impl SqliteTarget {
                         // the target already holds.
                         ensured = false;
                         if !gate.as_ref().expect("just opened").overlaps() {
-                            ensure_in_force(
+                            if !ensure_in_force(
                                 self.db(),
                                 &mut in_force,
                                 kind,
                                 &mut tables,
                                 &mut olds,
                                 None,
-                            )?;
+                            )? {
+                                stopped = true;
+                                return Ok(());
+                            }
                             ensured = true;
                         }
                     }
@@ -119,7 +125,7 @@ impl SqliteTarget {
                             flush_inserts(self.db(), &tables, &mut run, on_conflict, input)?;
                         }
                         if !ensured {
-                            ensure_in_force(
+                            if !ensure_in_force(
                                 self.db(),
                                 &mut in_force,
                                 kind,
@@ -127,7 +133,11 @@ impl SqliteTarget {
                                 &mut olds,
                                 Some(&mut deferred),
                             )
-                            .map_err(|err| input.locate(err))?;
+                            .map_err(|err| input.locate(err))?
+                            {
+                                stopped = true;
+                                return Ok(());
+                            }
                             ensured = true;
                         }
                         for c in pending.drain(..) {
@@ -203,14 +213,17 @@ impl SqliteTarget {
                         // end: made when the batch moves the cursor.
                         if moves && !pending.is_empty() {
                             if !ensured {
-                                ensure_in_force(
+                                if !ensure_in_force(
                                     self.db(),
                                     &mut in_force,
                                     kind,
                                     &mut tables,
                                     &mut olds,
                                     Some(&mut deferred),
-                                )?;
+                                )? {
+                                    stopped = true;
+                                    return Ok(());
+                                }
                                 ensured = true;
                             }
                             for c in pending.drain(..) {
@@ -253,6 +266,10 @@ impl SqliteTarget {
             }
             r => r,
         };
+        if stopped && result.is_ok() {
+            self.rollback();
+            crate::destination::stopped_in_header();
+        }
         self.end_batches(result)?;
         Ok(stats)
     }
@@ -305,6 +322,9 @@ impl SqliteTarget {
                                 self.db(),
                                 s,
                                 crate::source::SourceKind::of_identity(&c.source),
+                                // A snapshot follows no stream: a table
+                                // with other columns is refused as before.
+                                false,
                             )?;
                             empty_or_replace(self.db(), &s.table, existing)?;
                             tables.insert(s.table.clone(), t);
@@ -353,6 +373,10 @@ impl SqliteTarget {
 /// overlaps the cursor it may already have the shape a schema record of the
 /// batch brings (a merged stream); an event of that table before such a
 /// record fails with the error.
+///
+/// A stop asked for (SIGTERM) between two tables ends it early with
+/// `Ok(false)`: a header may make thousands of tables, and a stop should not
+/// wait for all of them; the caller rolls the batch back.
 fn ensure_in_force(
     conn: &rusqlite::Connection,
     in_force: &mut Vec<Schema>,
@@ -360,10 +384,17 @@ fn ensure_in_force(
     tables: &mut HashMap<String, TableSql>,
     olds: &mut HashMap<String, Schema>,
     mut deferred: Option<&mut HashMap<String, Error>>,
-) -> Result<()> {
+) -> Result<bool> {
+    // A replay overlapping the cursor (`deferred`) drops nothing: its
+    // header is the tables' shape at its start, which the target may have
+    // moved past.
+    let drop = deferred.is_none();
     for s in in_force.drain(..) {
+        if crate::util::stop::requested() {
+            return Ok(false);
+        }
         olds.insert(s.table.clone(), s.clone());
-        match ensure_table(conn, &s, kind) {
+        match ensure_table(conn, &s, kind, drop) {
             Ok(t) => {
                 tables.insert(s.table.clone(), t);
             }
@@ -376,5 +407,5 @@ fn ensure_in_force(
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(true)
 }

@@ -24,14 +24,14 @@ pub(super) fn evolve_table(
     let t = &new.table;
     let Some(old) = old else {
         // A table the stream had not described: create it (or check it).
-        return ensure_table(conn, new, kind);
+        return ensure_table(conn, new, kind, false);
     };
     let have = table_schema(conn, t)?;
     let names = |s: &Schema| s.columns.iter().map(|c| c.name.clone()).collect::<Vec<_>>();
     if names(&have) == names(new) && have.key == new.key && names(old) != names(new) {
         // Already made (the change came again, as a merged stream may
         // bring it): nothing to do.
-        return ensure_table(conn, new, kind);
+        return ensure_table(conn, new, kind, false);
     }
     if names(&have) != names(old) || have.key != old.key {
         return Err(Error::state(format!(
@@ -136,7 +136,7 @@ pub(super) fn evolve_table(
     }
     // The table now has the new schema's names, in order: check it and
     // build its SQL as for any header.
-    ensure_table(conn, new, kind)
+    ensure_table(conn, new, kind, false)
 }
 
 /// Recreate the table with NOT NULL kept only where the new schema keeps

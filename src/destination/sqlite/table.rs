@@ -98,12 +98,16 @@ pub(super) fn is_constraint(e: &rusqlite::Error) -> bool {
 }
 
 /// Create the table if missing; add trailing columns the stream has and the
-/// table lacks; refuse any other difference. Returns the table's SQL for the
-/// stream's schema, with the target columns' affinities.
+/// table lacks; with `drop`, drop the columns the table has and the stream's
+/// schema lacks when that is all that differs (a pure drop,
+/// [`crate::destination::HeaderShape`]); refuse any other difference.
+/// Returns the table's SQL for the stream's schema, with the target
+/// columns' affinities.
 pub(super) fn ensure_table(
     conn: &Connection,
     s: &Schema,
     kind: crate::source::SourceKind,
+    drop: bool,
 ) -> Result<TableSql> {
     if s.key.is_empty() {
         return Err(Error::data(format!(
@@ -155,17 +159,33 @@ pub(super) fn ensure_table(
             .collect();
         return Ok(TableSql::new(s.clone(), affinity));
     }
-    let have = table_schema(conn, &s.table)?;
+    let mut have = table_schema(conn, &s.table)?;
     let names = |sc: &Schema| {
         sc.columns
             .iter()
             .map(|c| c.name.clone())
             .collect::<Vec<_>>()
     };
+    let hn = names(&have);
+    let hr: Vec<&str> = hn.iter().map(String::as_str).collect();
+    let shape = crate::destination::HeaderShape::of(&hr, Some(&have.key), s);
+    if let (crate::destination::HeaderShape::Dropped(gone), true) = (&shape, drop) {
+        // Columns dropped at the source while no capture was reading: the
+        // header says so as plainly as a schema record would.
+        for &i in gone {
+            conn.execute_batch(&format!(
+                "ALTER TABLE {} DROP COLUMN {}",
+                quote_ident(&s.table),
+                quote_ident(&hn[i])
+            ))
+            .map_err(db_err("cannot drop a column of a target table"))?;
+        }
+        have = table_schema(conn, &s.table)?;
+    }
     let (hn, sn) = (names(&have), names(s));
     if have.key != s.key || hn.len() > sn.len() || hn[..] != sn[..hn.len()] {
         return Err(Error::state(format!(
-            "target table {:?} has columns {:?} and key {:?}, but the stream's schema has columns {:?} and key {:?}; the stream does not say how one became the other (a column renamed, dropped or moved while no capture was reading, say): change the target table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
+            "target table {:?} has columns {:?} and key {:?}, but the stream's schema has columns {:?} and key {:?}; the stream does not say how one became the other (a column renamed or moved, or one dropped and another added, while no capture was reading, say): change the target table the same way and apply again, or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
             s.table, hn, have.key, sn, s.key
         )));
     }
