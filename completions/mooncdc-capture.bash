@@ -321,7 +321,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__init)
-            opts="-q -v -h --source --table --ddl --failover --slot --publication --quiet --verbose --help"
+            opts="-q -v -h --source --table --ddl --failover --no-slot --slot --publication --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -62,6 +62,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l ddl -d 'PostgreSQL: also install the DDL trigger, so renamed columns are carried (needs the right to create event triggers)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l failover -d 'PostgreSQL 17+: make the slot a failover slot, which a standby with sync_replication_slots keeps, so capture goes on after the standby is promoted (an existing slot is altered)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l no-slot -d 'PostgreSQL: make the publication and replica identities but no slot (on a primary whose standby will hold the slot: run init against the standby next)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s h -l help -d 'Print help'

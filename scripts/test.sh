@@ -105,7 +105,8 @@ if [ $# -eq 0 ]; then
     row_filters_and_column_lists_of_a_publication_are_honoured
     generated_columns_are_carried_only_when_the_publication_publishes_them
     an_invalidated_slot_is_named_with_its_reason_and_the_way_back
-    a_failover_slot_survives_the_primary_loss_and_the_standby_promotion)
+    a_failover_slot_survives_the_primary_loss_and_the_standby_promotion
+    capture_from_a_standby_snapshot_then_follow)
   for v in 14 15 16 17 18; do
     [ "$v" = "$main_pg" ] && continue
     if [ "$v" = 15 ]; then bin=/usr/lib/postgresql/15/bin; else bin="$pg_root/$v/bin"; fi

@@ -5142,3 +5142,167 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
         "nothing after the failover reached the plain slot's target"
     );
 }
+
+#[test]
+fn capture_from_a_standby_snapshot_then_follow() {
+    if pg::major_version() < 16 {
+        eprintln!(
+            "SKIPPED capture_from_a_standby_snapshot_then_follow: PostgreSQL {} has no logical decoding on a standby (the matrix runs it on 16, 17 and 18)",
+            pg::major_version()
+        );
+        return;
+    }
+    let primary: &'static pg::Cluster = pg::private_cluster();
+    let db = primary.create_db("onstandby");
+    let s = db.session();
+    s.exec("CREATE TABLE a (id int8 PRIMARY KEY, v text)");
+    s.exec("INSERT INTO a SELECT g, 'first' FROM generate_series(1, 100) g");
+    let standby = primary.standby("phys_sb", "hot_standby_feedback = on");
+    let primary_url = db.url();
+    let url = format!(
+        "postgres://{}:{}@127.0.0.1:{}/{}",
+        pg::ROLE,
+        pg::url_encode(pg::PASSWORD),
+        standby.port,
+        db.dbname
+    );
+    // A slot on a standby waits for the primary's next running-transactions
+    // record: log one often while the test runs.
+    let stop = Arc::new(AtomicBool::new(false));
+    let logger = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                primary.admin("SELECT pg_log_standby_snapshot()");
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        })
+    };
+    // The primary gets the publication and identity, no slot; a standby
+    // refuses --no-slot, then takes the slot.
+    let r = run(
+        CAPTURE,
+        &[
+            "init",
+            "--no-slot",
+            "--source",
+            &primary_url,
+            "--slot",
+            "s_sb",
+            "--table",
+            "public.a",
+        ],
+        None,
+    );
+    expect(&r, 0, "init --no-slot on the primary");
+    assert_eq!(
+        s.value("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 's_sb'"),
+        "0"
+    );
+    let r = run(
+        CAPTURE,
+        &[
+            "init",
+            "--no-slot",
+            "--source",
+            &url,
+            "--slot",
+            "s_sb",
+            "--table",
+            "public.a",
+        ],
+        None,
+    );
+    expect(&r, 2, "init --no-slot on the standby");
+    assert!(r.stderr.contains("standby"), "{}", r.stderr);
+    let r = run(
+        CAPTURE,
+        &[
+            "init", "--source", &url, "--slot", "s_sb", "--table", "public.a",
+        ],
+        None,
+    );
+    expect(&r, 0, "init on the standby");
+    let dir = tempfile::tempdir().unwrap();
+    let proj = dir.path().join("proj.db");
+    let t = format!("sqlite:{}", proj.display());
+    let r = pipeline(&format!(
+        "{{snapshot}} --source {u} --slot s_sb -q | {{apply}} --target {t} -q",
+        u = shell_quote(&url),
+        t = shell_quote(&t)
+    ));
+    expect(&r, 0, "snapshot from the standby | apply");
+    assert_eq!(count_sum(&proj).0, 100);
+    let after = run(APPLY, &["cursor", "--target", &t], None)
+        .stdout_str()
+        .trim()
+        .to_string();
+    let log = dir.path().join("capture.log");
+    let mut capture = Command::new(bin(CAPTURE))
+        .args([
+            "--source",
+            &url,
+            "--slot",
+            "s_sb",
+            "--after",
+            &after,
+            "--follow",
+            "--ack-from-target",
+            &t,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("start capture --follow");
+    let apply = Command::new(bin(APPLY))
+        .args(["--target", &t, "-q"])
+        .stdin(Stdio::from(capture.stdout.take().unwrap()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start apply");
+    s.exec("INSERT INTO a SELECT g, 'second' FROM generate_series(101, 200) g");
+    s.exec("UPDATE a SET v = 'changed' WHERE id % 7 = 0");
+    s.exec("DELETE FROM a WHERE id % 10 = 3");
+    let want: (i64, i64) = {
+        let c = s.value("SELECT count(*) || ' ' || sum(id) FROM a");
+        let (a, b) = c.split_once(' ').unwrap();
+        (a.parse().unwrap(), b.parse().unwrap())
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while count_sum(&proj) != want {
+        assert!(
+            Instant::now() < deadline,
+            "the primary's changes arrive through the standby: {:?} of {want:?}\n{}",
+            count_sum(&proj),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, err) = sigterm_and_wait(capture);
+    assert_eq!(code, Some(0), "{err}");
+    let _ = finish(apply, false);
+    stop.store(true, Ordering::Relaxed);
+    logger.join().unwrap();
+    let r = run(
+        AUDIT,
+        &["--source", &url, "--slot", "s_sb", "--target", &t, "-q"],
+        None,
+    );
+    expect(&r, 0, "audit against the standby");
+    let r = run(
+        AUDIT,
+        &[
+            "--source",
+            &primary_url,
+            "--slot",
+            "s_sb",
+            "--target",
+            &t,
+            "-q",
+        ],
+        None,
+    );
+    expect(&r, 0, "audit against the primary");
+}

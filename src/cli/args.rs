@@ -277,6 +277,11 @@ pub enum CaptureCommand {
         /// standby is promoted (an existing slot is altered)
         #[arg(long)]
         failover: bool,
+        /// PostgreSQL: make the publication and replica identities but no
+        /// slot (on a primary whose standby will hold the slot: run init
+        /// against the standby next)
+        #[arg(long, conflicts_with = "failover")]
+        no_slot: bool,
         #[command(flatten)]
         pg: PgArgs,
     },

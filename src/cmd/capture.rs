@@ -24,6 +24,7 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
             tables,
             ddl,
             failover,
+            no_slot,
             pg,
         }) => {
             let src = open(&source, &pg)?;
@@ -33,7 +34,11 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
             if failover && src.kind() != crate::source::SourceKind::Postgres {
                 return Err(src.make_failover().unwrap_err().into());
             }
-            let (identity, tables) = src.init(&tables)?;
+            let (identity, tables) = if no_slot {
+                src.init_without_slot(&tables)?
+            } else {
+                src.init(&tables)?
+            };
             for t in &tables {
                 crate::log::info(&format!("capturing table {t:?}"));
             }

@@ -190,6 +190,14 @@ pub trait Source {
             "--ddl is for PostgreSQL sources (a SQLite source's schema changes go through mooncdc-capture migrate)",
         ))
     }
+    /// `init --no-slot`: install capture but make no slot (PostgreSQL: the
+    /// publication and identities on a primary whose standby will hold the
+    /// slot).
+    fn init_without_slot(&self, _tables: &[String]) -> Result<(String, Vec<String>)> {
+        Err(Error::usage(
+            "--no-slot is for PostgreSQL sources (capture from a standby: the primary gets the publication, the standby the slot)",
+        ))
+    }
     /// Make the slot survive a failover to a standby that synchronizes
     /// slots (`init --failover`); returns what it did.
     fn make_failover(&self) -> Result<String> {

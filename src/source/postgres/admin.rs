@@ -8,8 +8,25 @@ impl PgSource {
     /// Install capture for `tables` (`schema.table`; default: every table with a
     /// primary key in schemas other than the system ones). Returns the identity.
     pub fn init(&self, tables: &[String]) -> Result<(String, Vec<String>)> {
+        self.init_with(tables, true)
+    }
+
+    /// [`init`](Self::init); without `make_slot`, the publication and the
+    /// identities only (for capture from a standby, whose slot is made
+    /// there). On a standby (PostgreSQL 16+), which takes no writes: checks
+    /// that the primary's init made the publication and identities, and
+    /// makes the slot on the standby.
+    pub fn init_with(&self, tables: &[String], make_slot: bool) -> Result<(String, Vec<String>)> {
         runtime()?.block_on(async {
             let c = self.client("init").await?;
+            let standby: bool = c
+                .query_one("SELECT pg_is_in_recovery()", &[])
+                .await
+                .map_err(pg_err("cannot ask whether the server is a standby"))?
+                .get(0);
+            if standby {
+                return self.init_on_standby(&c, tables, make_slot).await;
+            }
             let mut names: Vec<String> = if tables.is_empty() {
                 // Partitions come with their partitioned table.
                 let rows = c
@@ -92,20 +109,111 @@ impl PgSource {
                     }
                 }
             }
+            if make_slot {
+                self.ensure_slot(&c).await?;
+            }
+            let id = self.identity().await?;
+            Ok((id, publication_tables(&c, &self.publication).await?))
+        })
+    }
+
+    /// On a standby: the publication and identities must be there (made on
+    /// the primary: a standby takes no writes); the slot is made here.
+    async fn init_on_standby(
+        &self,
+        c: &Client,
+        tables: &[String],
+        make_slot: bool,
+    ) -> Result<(String, Vec<String>)> {
+        let v = server_version(c).await?;
+        if v < 160000 {
+            return Err(Error::state(format!(
+                "this server is a standby running PostgreSQL {}: capture from a standby needs PostgreSQL 16 or later; point --source at the primary",
+                v / 10000
+            )));
+        }
+        if !make_slot {
+            return Err(Error::usage(
+                "this server is a standby, which takes no writes: run init --no-slot against the primary (it makes the publication and identities), then init here (it makes the slot)",
+            ));
+        }
+        let feedback: String = c
+            .query_one("SHOW hot_standby_feedback", &[])
+            .await
+            .map_err(pg_err("cannot read hot_standby_feedback"))?
+            .get(0);
+        if feedback != "on" {
+            return Err(Error::state(
+                "this standby has hot_standby_feedback = off: the primary would remove catalog rows the standby's slot needs and invalidate it; set hot_standby_feedback = on on the standby (and reload), then run init again",
+            ));
+        }
+        let first = "make them on the primary first: mooncdc-capture init --no-slot --source PRIMARY (with the same --table and --publication), then run init here again";
+        let exists = c
+            .query_opt(
+                "SELECT 1 FROM pg_publication WHERE pubname = $1",
+                &[&self.publication],
+            )
+            .await
+            .map_err(pg_err("cannot read publications"))?;
+        if exists.is_none() {
+            return Err(Error::state(format!(
+                "this server is a standby and publication {:?} does not exist here: {first}",
+                self.publication
+            )));
+        }
+        let published = publication_detail(c, &self.publication).await?;
+        for t in tables {
+            let full = table_arg(t)?;
+            if !published.iter().any(|p| p.name == full) {
+                return Err(Error::state(format!(
+                    "this server is a standby and table {full:?} is not in publication {:?}: {first}",
+                    self.publication
+                )));
+            }
+        }
+        for p in &published {
+            published_schema(c, p).await?;
+            for (s, t, ident) in identity_of(c, p).await? {
+                if ident != "f" {
+                    return Err(Error::state(format!(
+                        "this server is a standby and {:?} does not have REPLICA IDENTITY FULL: {first}",
+                        crate::wire::names::join(&s, &t)
+                    )));
+                }
+            }
+        }
+        self.ensure_slot(c).await?;
+        let id = self.identity().await?;
+        Ok((id, published.into_iter().map(|p| p.name).collect()))
+    }
+
+    /// The slot, made when missing (on a standby this waits for the
+    /// primary's next running-transactions record, up to ~15 s); an existing
+    /// one must be a pgoutput slot of this database.
+    async fn ensure_slot(&self, c: &Client) -> Result<()> {
+        {
             let slot = c
-                .query_opt("SELECT plugin, database FROM pg_replication_slots WHERE slot_name = $1", &[&self.slot])
+                .query_opt(
+                    "SELECT plugin, database FROM pg_replication_slots WHERE slot_name = $1",
+                    &[&self.slot],
+                )
                 .await
                 .map_err(pg_err("cannot read replication slots"))?;
             match slot {
                 None => {
-                    c.query("SELECT pg_create_logical_replication_slot($1, 'pgoutput')", &[&self.slot])
-                        .await
-                        .map_err(pg_err("cannot create the replication slot"))?;
+                    c.query(
+                        "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+                        &[&self.slot],
+                    )
+                    .await
+                    .map_err(pg_err("cannot create the replication slot"))?;
                 }
                 Some(r) => {
                     let plugin: Option<String> = r.get(0);
                     let db: Option<String> = r.get(1);
-                    if plugin.as_deref() != Some("pgoutput") || db.as_deref() != Some(self.conn.dbname.as_str()) {
+                    if plugin.as_deref() != Some("pgoutput")
+                        || db.as_deref() != Some(self.conn.dbname.as_str())
+                    {
                         return Err(Error::state(format!(
                             "slot {:?} exists with plugin {:?} in database {:?}; MoonCDC needs a pgoutput slot in {:?}",
                             self.slot, plugin, db, self.conn.dbname
@@ -113,9 +221,8 @@ impl PgSource {
                     }
                 }
             }
-            let id = self.identity().await?;
-            Ok((id, publication_tables(&c, &self.publication).await?))
-        })
+        }
+        Ok(())
     }
 
     /// Make the slot a failover slot (PostgreSQL 17+): `ALTER_REPLICATION_SLOT
@@ -224,16 +331,18 @@ impl PgSource {
         runtime()?.block_on(async {
             let c = self.client("status").await?;
             let id = self.identity().await?;
-            let s = slot_info(&c, &self.slot)
-                .await?
-                .ok_or_else(|| Error::state(format!("slot {:?} does not exist (run init)", self.slot)))?;
+            let s = slot_info(&c, &self.slot).await?.ok_or_else(|| {
+                Error::state(format!("slot {:?} does not exist (run init)", self.slot))
+            })?;
             let r = c
                 .query_one(
-                    "SELECT pg_current_wal_flush_lsn()::text, \
-                     pg_wal_lsn_diff(pg_current_wal_flush_lsn(), restart_lsn)::bigint, \
-                     pg_wal_lsn_diff(pg_current_wal_flush_lsn(), confirmed_flush_lsn)::bigint, active, \
-                     coalesce(wal_status, ''), safe_wal_size \
-                     FROM pg_replication_slots WHERE slot_name = $1",
+                    &format!(
+                        "SELECT {WAL_END}::text, \
+                         pg_wal_lsn_diff({WAL_END}, restart_lsn)::bigint, \
+                         pg_wal_lsn_diff({WAL_END}, confirmed_flush_lsn)::bigint, active, \
+                         coalesce(wal_status, ''), safe_wal_size \
+                         FROM pg_replication_slots WHERE slot_name = $1"
+                    ),
                     &[&self.slot],
                 )
                 .await
@@ -247,7 +356,10 @@ impl PgSource {
             let safe: Option<i64> = r.get(5);
             let published = publication_detail(&c, &self.publication).await?;
             let via_root: bool = c
-                .query_opt("SELECT pubviaroot FROM pg_publication WHERE pubname = $1", &[&self.publication])
+                .query_opt(
+                    "SELECT pubviaroot FROM pg_publication WHERE pubname = $1",
+                    &[&self.publication],
+                )
                 .await
                 .map_err(pg_err("cannot read the publication"))?
                 .is_some_and(|r| r.get(0));
@@ -263,16 +375,20 @@ impl PgSource {
                 };
                 all_columns.push(full);
             }
-            let publication = publication_field(&self.publication, via_root, &published, &all_columns);
+            let publication =
+                publication_field(&self.publication, via_root, &published, &all_columns);
             Ok(SourceStatus {
                 identity: id.clone(),
                 fields: {
                     let acked = Cursor::new(id, sequence(s.confirmed, 0)).to_json();
-                    let bytes = |name, n: Option<i64>| StatusField::count(name, n.unwrap_or(0).max(0) as u128);
+                    let bytes = |name, n: Option<i64>| {
+                        StatusField::count(name, n.unwrap_or(0).max(0) as u128)
+                    };
                     vec![
                         StatusField::new(
                             "acknowledged",
-                            serde_json::from_str::<serde_json::Value>(&acked).expect("a cursor is JSON"),
+                            serde_json::from_str::<serde_json::Value>(&acked)
+                                .expect("a cursor is JSON"),
                         )
                         .with_text(acked),
                         StatusField::new("confirmed_flush_lsn", lsn_text(s.confirmed)),
@@ -284,7 +400,10 @@ impl PgSource {
                         StatusField::new("wal_status", wal_status),
                         match &s.invalidation {
                             Some(r) => StatusField::new("invalidation_reason", r.clone()),
-                            None => StatusField::new("invalidation_reason", serde_json::Value::Null).with_text("none"),
+                            None => {
+                                StatusField::new("invalidation_reason", serde_json::Value::Null)
+                                    .with_text("none")
+                            }
                         },
                         // JSON null when nothing bounds the slot's WAL.
                         match safe {
@@ -316,7 +435,7 @@ impl PgSource {
                 return Ok(s.confirmed);
             }
             let flushed: String = c
-                .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
+                .query_one(&format!("SELECT {WAL_END}::text"), &[])
                 .await
                 .map_err(pg_err("cannot read the WAL position"))?
                 .get(0);

@@ -22,7 +22,7 @@ impl AuditSource {
                 .await
                 .map_err(pg_err("cannot begin the audit transaction"))?;
             let flushed: String = c
-                .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
+                .query_one(&format!("SELECT {WAL_END}::text"), &[])
                 .await
                 .map_err(pg_err("cannot read the WAL position"))?
                 .get(0);

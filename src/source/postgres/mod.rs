@@ -154,6 +154,11 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(|e| Error::io("cannot start the async runtime", e))
 }
 
+/// The end of the WAL a reader can have: the flushed WAL on a primary, the
+/// replayed WAL on a standby (where capture may run, PostgreSQL 16+).
+pub(super) const WAL_END: &str =
+    "(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_flush_lsn() END)";
+
 /// Split a stream table name or a `--table` argument into (schema, table):
 /// `schema.table`, a part quoted when it holds a dot or a quote
 /// (docs/FORMAT.md, "Table names"); no schema means `public`.
@@ -227,6 +232,9 @@ impl Source for PgSource {
     }
     fn make_failover(&self) -> Result<String> {
         PgSource::make_failover(self)
+    }
+    fn init_without_slot(&self, tables: &[String]) -> Result<(String, Vec<String>)> {
+        PgSource::init_with(self, tables, false)
     }
     fn verify(&self) -> Result<Vec<String>> {
         PgSource::verify(self)

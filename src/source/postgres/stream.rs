@@ -85,7 +85,7 @@ impl PgSource {
             }
         };
         let flushed: String = c
-            .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
+            .query_one(&format!("SELECT {WAL_END}::text"), &[])
             .await
             .map_err(pg_err("cannot read the WAL position"))?
             .get(0);
@@ -98,6 +98,21 @@ impl PgSource {
             )));
         }
         let mut catalog = Catalog::load(&c, &self.publication).await?;
+        // A standby takes no writes: no heartbeats there.
+        let standby: bool = c
+            .query_one("SELECT pg_is_in_recovery()", &[])
+            .await
+            .map_err(pg_err("cannot ask whether the server is a standby"))?
+            .get(0);
+        let heartbeat = if standby && heartbeat.is_some() {
+            crate::log::warn(
+                "--heartbeat-ms: this server is a standby, which takes no writes; no heartbeats (write them on the primary)",
+                &[("event", "heartbeats-off".into())],
+            );
+            None
+        } else {
+            heartbeat
+        };
         // The relations the publication publishes rows of: a partition
         // without FULL identity stops the read before anything is written;
         // one attached while following is told (its earlier rows are not in
@@ -191,9 +206,11 @@ impl PgSource {
                                 // byte lags grow while keepalives stop.
                                 if let Ok(row) = c
                                     .query_one(
-                                        "SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint, 0), \
-                                         coalesce(wal_status, ''), pg_current_wal_lsn()::text \
-                                         FROM pg_replication_slots WHERE slot_name = $1",
+                                        &format!(
+                                            "SELECT coalesce(pg_wal_lsn_diff({WAL_END}, restart_lsn)::bigint, 0), \
+                                             coalesce(wal_status, ''), {WAL_END}::text \
+                                             FROM pg_replication_slots WHERE slot_name = $1"
+                                        ),
                                         &[&self.slot],
                                     )
                                     .await
