@@ -1743,12 +1743,21 @@ impl Recorded {
         })
     }
 
-    /// The statement and its data (when the statement is in the URL).
+    /// The statement and its data: the statement is the body (an insert's
+    /// data follows it after the newline that ends `FORMAT RowBinary`), or,
+    /// as the server also takes it, in the URL.
     fn statement(&self) -> (String, Option<Vec<u8>>) {
+        const MARK: &[u8] = b" FORMAT RowBinary\n";
         match self.param("query") {
             Some(q) if self.body.is_empty() => (q, None),
             Some(q) => (q, Some(self.body.clone())),
-            None => (String::from_utf8_lossy(&self.body).into_owned(), None),
+            None => match self.body.windows(MARK.len()).position(|w| w == MARK) {
+                Some(i) if self.body.starts_with(b"INSERT") => (
+                    String::from_utf8_lossy(&self.body[..i + MARK.len() - 1]).into_owned(),
+                    Some(self.body[i + MARK.len()..].to_vec()),
+                ),
+                _ => (String::from_utf8_lossy(&self.body).into_owned(), None),
+            },
         }
     }
 }
@@ -3083,4 +3092,120 @@ fn sqlite_migrations_reach_clickhouse() {
     expect(&r, 1, "a rename on 18.16");
     assert!(r.stderr.contains("RENAME COLUMN"), "{}", r.stderr);
     assert_eq!(cursor_seq(&url), held, "cursor unchanged");
+}
+
+// ---------------------------------------------------------------- statements in the body, HTTPS
+
+/// A table of 250 columns with 60-character names: every statement about
+/// it (the table, its view, inserts, the audit's read) is longer than a URL
+/// may be, so statements travel in the request body.
+#[test]
+fn a_wide_table_with_long_column_names_applies_and_audits() {
+    let n = 250;
+    let name = |i: usize| format!("column_with_a_rather_long_descriptive_name_number_{i:08}_x");
+    assert_eq!(name(0).len(), 60);
+    let cols: Vec<String> = (0..n).map(|i| format!("{} TEXT", name(i))).collect();
+    let dbs = Dbs::new();
+    dbs.src_sql(&format!(
+        "CREATE TABLE wide(id INTEGER PRIMARY KEY, {});",
+        cols.join(", ")
+    ));
+    let vals: Vec<String> = (0..n).map(|i| format!("'v{i}'")).collect();
+    for id in 1..=3 {
+        dbs.src_sql(&format!(
+            "INSERT INTO wide VALUES ({id}, {})",
+            vals.join(", ")
+        ));
+    }
+    dbs.init(&[]);
+    let db = ch::db("wide_table");
+    let url = db.url();
+    snapshot_to(&dbs, &url);
+    dbs.src_sql(&format!(
+        "UPDATE wide SET {} = 'changed' WHERE id = 2",
+        name(n - 1)
+    ));
+    catch_up(&dbs, &url);
+    assert_eq!(
+        db.query(&format!(
+            "SELECT id, `{}` FROM wide__current ORDER BY id FORMAT TabSeparated",
+            name(n - 1)
+        )),
+        format!("1\tv{}\n2\tchanged\n3\tv{}\n", n - 1, n - 1)
+    );
+    audit_equal(&dbs.src_url(), &url);
+}
+
+/// `clickhouses://` against a server whose certificate a private CA
+/// signed: refused without `sslrootcert` (no system store knows the CA),
+/// trusted with it; a file that is not PEM, or missing, is named; an
+/// unknown option is called unknown.
+#[test]
+fn https_with_a_private_ca_needs_sslrootcert() {
+    let db = ch::db("https_ca");
+    let s = ch::server();
+    let base = format!(
+        "clickhouses://{}:{}@127.0.0.1:{}/{}",
+        ch::USER,
+        ch::url_encode(PASSWORD),
+        s.https_port,
+        db.name
+    );
+    let ca = s.ca_file();
+    let input = Spec::new(0, 1)
+        .schemas(vec![kv_schema("t")])
+        .event(ins(1, "t", vec![int(1), text("over TLS")]))
+        .jsonl();
+    // Without the CA: the certificate is refused.
+    let r = apply(&base, input.as_bytes(), &[]);
+    expect(&r, 1, "apply over HTTPS without sslrootcert");
+    assert!(
+        r.stderr.to_lowercase().contains("certificate") || r.stderr.contains("UnknownIssuer"),
+        "{}",
+        r.stderr
+    );
+    assert!(!db.exists("_mooncdc_cursor"));
+    // With it: applied, and read back the same way.
+    let url = format!(
+        "{base}?sslrootcert={}",
+        ch::url_encode(&ca.display().to_string())
+    );
+    apply_ok(&url, input.as_bytes(), &[]);
+    assert_eq!(db.query("SELECT count() FROM t__current").trim(), "1");
+    assert!(ch_cursor(&url).is_some());
+    // A file that is no certificate, and one that is not there.
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate\n").unwrap();
+    for (file, says) in [
+        (junk, "holds no certificate"),
+        (dir.path().join("missing.pem"), "cannot read"),
+    ] {
+        let r = apply(
+            &format!(
+                "{base}?sslrootcert={}",
+                ch::url_encode(&file.display().to_string())
+            ),
+            input.as_bytes(),
+            &[],
+        );
+        expect(&r, 1, "apply with a bad sslrootcert");
+        assert!(
+            r.stderr.contains(says) && r.stderr.contains("sslrootcert"),
+            "{}",
+            r.stderr
+        );
+    }
+    // Misspelt: unknown, not "needs a number"; on plain HTTP: for HTTPS.
+    let r = apply(&format!("{base}?sslrootcrt=/x"), input.as_bytes(), &[]);
+    expect(&r, 2, "an unknown option");
+    assert!(
+        r.stderr
+            .contains("unknown ClickHouse URL option \"sslrootcrt\""),
+        "{}",
+        r.stderr
+    );
+    let r = apply(&db.url_with("sslrootcert=/x"), input.as_bytes(), &[]);
+    expect(&r, 2, "sslrootcert on clickhouse://");
+    assert!(r.stderr.contains("clickhouses://"), "{}", r.stderr);
 }

@@ -127,7 +127,8 @@ impl ClickHouse {
         // in parallel, while this process has nothing else to do. The first
         // error stops the other sender before its next insert.
         let shared = held.spool.drain_shared()?;
-        let url = self.url(&sql, &Timeout::Insert, false);
+        let url = self.url(&Timeout::Insert, false);
+        let head = super::http::statement_then_data(&sql);
         let budget = self.budget(&Timeout::Insert);
         let (http, cfg) = (&self.http, &self.cfg);
         let next = std::sync::atomic::AtomicUsize::new(0);
@@ -138,7 +139,10 @@ impl ClickHouse {
                 let Some(&(start, len)) = parts.get(next.fetch_add(1, SeqCst)) else {
                     return Ok(());
                 };
-                let body = reqwest::blocking::Body::sized(shared.part(start, len), len);
+                let body = reqwest::blocking::Body::sized(
+                    std::io::Cursor::new(head.clone()).chain(shared.part(start, len)),
+                    head.len() as u64 + len,
+                );
                 if let Err(e) = super::http::post(http, cfg, url.clone(), budget, body)
                     .and_then(super::http::reply)
                 {
