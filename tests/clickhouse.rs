@@ -3209,3 +3209,127 @@ fn https_with_a_private_ca_needs_sslrootcert() {
     expect(&r, 2, "sslrootcert on clickhouse://");
     assert!(r.stderr.contains("clickhouses://"), "{}", r.stderr);
 }
+
+// ---------------------------------------------------------------- audit: key order, column names
+
+/// A `numeric(10,2)` key: the PostgreSQL source sends its values as text
+/// and orders them as that text; ClickHouse holds a `Decimal` and must read
+/// them back in the same order, or identical rows are reported missing and
+/// extra.
+#[test]
+fn a_decimal_key_audits_equal_in_the_sources_order() {
+    let pgdb = common::pg::db("decimal_key");
+    let slot = "s_decimal_key";
+    let src = pgdb.url();
+    let s = pgdb.session();
+    s.exec("CREATE TABLE public.prices (amount numeric(10,2) PRIMARY KEY, label text)");
+    s.exec(
+        "INSERT INTO public.prices VALUES (2, 'two'), (10, 'ten'), (-1.5, 'minus one and a half'), \
+         (-0.05, 'minus five cents'), (100.25, 'a hundred'), (0.5, 'half'), (0, 'zero'), (9.99, 'nine')",
+    );
+    let r = exec(
+        "mooncdc-capture",
+        &[
+            "init",
+            "--source",
+            &src,
+            "--slot",
+            slot,
+            "--table",
+            "public.prices",
+        ],
+        None,
+    );
+    expect(&r, 0, "capture init");
+    let db = ch::db("decimal_key");
+    let url = db.url();
+    let r = pipeline(&format!(
+        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {}",
+        shell_quote(&src),
+        shell_quote(&url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+    let audit = |extra: &[&str]| {
+        let mut args = vec!["--source", &src, "--slot", slot, "--target", &url];
+        args.extend_from_slice(extra);
+        exec(AUDIT, &args, None)
+    };
+    let r = audit(&[]);
+    expect(&r, 0, "audit of identical rows under a decimal key");
+    assert!(
+        r.stdout_str()
+            .contains("table \"public.prices\": 8 rows compared, 0 missing, 0 extra, 0 different"),
+        "{}",
+        r.stdout_str()
+    );
+    // A real difference is still found, at its key.
+    db.query("INSERT INTO public_prices (amount, label, _etl_version, _etl_deleted) VALUES (10, 'changed', 18446744073709551615, 0)");
+    let r = audit(&["--format", "jsonl"]);
+    expect(&r, 1, "audit after a change in the target");
+    let out = r.stdout_str();
+    assert!(
+        out.contains(r#""kind":"different","table":"public.prices","key":[["text","10.00"]]"#)
+            && out.contains(r#""missing":0,"extra":0,"different":1"#),
+        "{out}"
+    );
+}
+
+/// Source columns named like the engines' columns: `cdc_at`, `_etl_note`
+/// are ordinary columns and audit equal; `_etl_version` (replacing) and
+/// `cdc_lsn` (history) are refused before anything is made, naming the
+/// clash and the other engine as the way out.
+#[test]
+fn source_columns_named_like_the_engines_columns() {
+    let dbs = Dbs::new();
+    dbs.src_sql(
+        "CREATE TABLE notes(id INTEGER PRIMARY KEY, cdc_at TEXT, _etl_note TEXT, cdc_lsn INTEGER);
+         INSERT INTO notes VALUES (1, '2024-01-01', 'first', 7), (2, NULL, 'second', NULL);",
+    );
+    dbs.init(&[]);
+    let db = ch::db("meta_names");
+    let url = db.url();
+    snapshot_to(&dbs, &url);
+    audit_equal(&dbs.src_url(), &url);
+    dbs.src_sql("UPDATE notes SET _etl_note = 'changed' WHERE id = 2");
+    catch_up(&dbs, &url);
+    audit_equal(&dbs.src_url(), &url);
+    // The same columns under the history engine: cdc_lsn is its own.
+    let hist = ch::db("meta_names_history");
+    let r = pipeline(&format!(
+        "{{snapshot}} -q --source {} | {{apply}} --engine history --target {}",
+        shell_quote(&dbs.src_url()),
+        shell_quote(&hist.url())
+    ));
+    no_secret(&r);
+    expect(&r, 1, "a cdc_lsn column under the history engine");
+    assert!(
+        r.stderr.contains("\"cdc_lsn\"")
+            && r.stderr.contains("history engine")
+            && r.stderr.contains("--engine replacing"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(cursor_seq(&hist.url()), None);
+    assert!(!hist.exists("notes"));
+    // A column named _etl_version under the replacing engine.
+    let other = ch::db("meta_names_version");
+    let b = Spec::new(0, 1)
+        .schemas(vec![schema(
+            "v",
+            &[("id", "INTEGER", false), ("_etl_version", "INTEGER", true)],
+            &["id"],
+        )])
+        .event(ins(1, "v", vec![int(1), int(5)]));
+    let err = apply_fails(&other.url(), b.jsonl().as_bytes(), &[]);
+    assert!(
+        err.contains("\"_etl_version\"") && err.contains("--engine history"),
+        "{err}"
+    );
+    assert!(!other.exists("v"));
+    // ... which the history engine takes.
+    apply_ok(&other.url(), b.jsonl().as_bytes(), &["--engine", "history"]);
+    assert_eq!(
+        other.query("SELECT id, _etl_version FROM v FORMAT TabSeparated"),
+        "1\t5\n"
+    );
+}

@@ -50,6 +50,7 @@ pub use read::ChRows;
 use rowbinary::*;
 use sql::*;
 pub use types::{column_type, table_name, version, ChType};
+use types::{refuse_meta_names, HISTORY_META, REPLACING_META};
 
 use super::{ExistingRows, TargetOptions};
 use crate::error::{Error, ErrorKind, Result};

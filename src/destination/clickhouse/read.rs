@@ -9,9 +9,20 @@ impl ClickHouse {
         if have.is_empty() {
             return Ok(None);
         }
+        // Only the engine's own columns are left out (a source column may
+        // well be named `cdc_at` or `_etl_batch`); no source column has
+        // their exact names (`types::refuse_meta_names`).
+        let meta: &[&str] = if self
+            .replacing_table(&table_name(&schema.table))?
+            .unwrap_or(true)
+        {
+            &REPLACING_META
+        } else {
+            &HISTORY_META
+        };
         Ok(Some(
             have.into_iter()
-                .filter(|c| !c.starts_with("_etl_") && !c.starts_with("cdc_"))
+                .filter(|c| !meta.contains(&c.as_str()))
                 .collect(),
         ))
     }
@@ -24,7 +35,7 @@ impl ClickHouse {
         if have.is_empty() {
             return Ok(None);
         }
-        if !have.iter().any(|c| c == "_etl_version") {
+        if self.replacing_table(&l.name)? == Some(false) {
             return Err(Error::usage(
                 "an audit compares current state: audit tables made with --engine replacing",
             ));
@@ -36,7 +47,19 @@ impl ClickHouse {
             )));
         }
         let cols: Vec<String> = schema.columns.iter().map(|c| qi(&c.name)).collect();
-        let keys: Vec<String> = schema.key.iter().map(|k| qi(k)).collect();
+        // In the source's key order (DESIGN §7): a decimal key, which the
+        // source sends as text, sorts as that text (bytewise), not as a
+        // number. ClickHouse's text of a decimal is the source's, or that
+        // with trailing fraction zeros dropped (modern servers), which
+        // sorts the same.
+        let keys: Vec<String> = l
+            .key
+            .iter()
+            .map(|&i| match l.types[i] {
+                ChType::Decimal(..) => format!("toString({})", qi(&schema.columns[i].name)),
+                _ => qi(&schema.columns[i].name),
+            })
+            .collect();
         let view = format!(
             "{}.{}",
             qi(&self.cfg.database),

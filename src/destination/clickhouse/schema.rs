@@ -48,6 +48,15 @@ impl ClickHouse {
             .collect())
     }
 
+    /// Whether a target table was made by the replacing engine (`None`
+    /// when it does not exist): read from the engine of the table that
+    /// stores its rows, not from column names a source could share.
+    pub(super) fn replacing_table(&self, table: &str) -> Result<Option<bool>> {
+        Ok(self
+            .engine_of(&self.stored(table))?
+            .map(|e| e.contains("ReplacingMergeTree")))
+    }
+
     /// The engine of an existing table (`None` when it does not exist).
     pub(super) fn engine_of(&self, table: &str) -> Result<Option<String>> {
         let v = self.query(
@@ -94,6 +103,7 @@ impl ClickHouse {
 
     fn ensure_on_server(&self, l: &Layout) -> Result<Option<Error>> {
         let db = qi(&self.cfg.database);
+        refuse_meta_names(&l.schema, self.engine)?;
         if l.key.is_empty() && self.engine == Engine::Replacing {
             return Err(Error::data(format!(
                 "table {:?} has no key: the replacing engine needs one (--engine history keeps tables without keys)",
