@@ -3333,3 +3333,122 @@ fn source_columns_named_like_the_engines_columns() {
         "1\t5\n"
     );
 }
+
+// ---------------------------------------------------------------- two source tables, one name
+
+/// `s_.b` and `s._b` both map to `s___b` (and `_prisma_migrations` in
+/// schema `public` meets `prisma_migrations` in schema `public_`): refused
+/// before anything of the batch is written, in one batch and across runs
+/// (the first table's source is recorded), and by the audit; a table made
+/// before the record existed is recorded for the first source applied to it.
+#[test]
+fn two_source_tables_never_share_a_clickhouse_table() {
+    // In one batch: nothing made, no cursor.
+    let db = ch::db("name_clash");
+    let url = db.url();
+    let both = Spec::new(0, 2)
+        .schemas(vec![kv_schema("s_.b"), kv_schema("s._b")])
+        .events(vec![
+            ins(1, "s_.b", vec![int(1), text("of s_.b")]),
+            ins(2, "s._b", vec![int(1), text("of s._b")]),
+        ]);
+    let err = apply_fails(&url, both.jsonl().as_bytes(), &[]);
+    assert!(
+        err.contains("\"s_.b\"") && err.contains("\"s._b\"") && err.contains("s___b"),
+        "{err}"
+    );
+    assert!(err.contains("rename one of them"), "{err}");
+    assert!(!db.exists("s___b"), "a table was made for a refused batch");
+    assert_eq!(cursor_seq(&url), None);
+
+    // Across runs, PostgreSQL-style names: the first is recorded, the second refused.
+    let first = Spec::new(0, 1)
+        .source(PG_SRC)
+        .schemas(vec![kv_schema("public._prisma_migrations")])
+        .event(ins(
+            1,
+            "public._prisma_migrations",
+            vec![int(1), text("migration")],
+        ));
+    apply_ok(&url, first.jsonl().as_bytes(), &[]);
+    let second = Spec::new(1, 2)
+        .source(PG_SRC)
+        .schemas(vec![
+            kv_schema("public._prisma_migrations"),
+            kv_schema("public_.prisma_migrations"),
+        ])
+        .event(ins(
+            2,
+            "public_.prisma_migrations",
+            vec![int(1), text("clobber")],
+        ));
+    let err = apply_fails(&url, second.jsonl().as_bytes(), &[]);
+    assert!(
+        err.contains("public___prisma__migrations") && err.contains("_mooncdc_tables"),
+        "{err}"
+    );
+    assert_eq!(
+        db.query("SELECT id, v FROM public___prisma__migrations__current FORMAT TabSeparated"),
+        "1\tmigration\n"
+    );
+    assert_eq!(cursor_seq(&url), Some(1));
+    // The first table's own batches still apply.
+    let more = Spec::new(1, 2)
+        .source(PG_SRC)
+        .schemas(vec![kv_schema("public._prisma_migrations")])
+        .event(ins(
+            2,
+            "public._prisma_migrations",
+            vec![int(2), text("next")],
+        ));
+    apply_ok(&url, more.jsonl().as_bytes(), &[]);
+    assert_eq!(cursor_seq(&url), Some(2));
+
+    // The audit of a SQLite source whose table maps there, but is another.
+    let dbs = Dbs::new();
+    dbs.src_sql("CREATE TABLE \"s._b\"(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO \"s._b\" VALUES (1, 'x');");
+    dbs.init(&[]);
+    let db2 = ch::db("name_clash_audit");
+    let url2 = db2.url();
+    let other = Spec::new(0, 1).schemas(vec![kv_schema("s_.b")]).event(ins(
+        1,
+        "s_.b",
+        vec![int(1), text("x")],
+    ));
+    apply_ok(&url2, other.jsonl().as_bytes(), &[]);
+    let r = audit(&dbs.src_url(), &url2, &[]);
+    expect(&r, 2, "audit of a table that holds another source table");
+    assert!(
+        r.stderr.contains("holds source table \"s_.b\""),
+        "{}",
+        r.stderr
+    );
+
+    // A target made before the record: the first source applied is recorded.
+    let db3 = ch::db("name_clash_old");
+    let url3 = db3.url();
+    let old = Spec::new(0, 1).schemas(vec![kv_schema("x_.y")]).event(ins(
+        1,
+        "x_.y",
+        vec![int(1), text("old")],
+    ));
+    apply_ok(&url3, old.jsonl().as_bytes(), &[]);
+    db3.query("DROP TABLE _mooncdc_tables");
+    let next = Spec::new(1, 2).schemas(vec![kv_schema("x_.y")]).event(ins(
+        2,
+        "x_.y",
+        vec![int(2), text("new")],
+    ));
+    apply_ok(&url3, next.jsonl().as_bytes(), &[]);
+    let clash = Spec::new(2, 3).schemas(vec![kv_schema("x._y")]).event(ins(
+        3,
+        "x._y",
+        vec![int(1), text("clobber")],
+    ));
+    let err = apply_fails(&url3, clash.jsonl().as_bytes(), &[]);
+    assert!(err.contains("x___y") && err.contains("\"x_.y\""), "{err}");
+    assert_eq!(
+        db3.query("SELECT id, v FROM x___y__current ORDER BY id FORMAT TabSeparated"),
+        "1\told\n2\tnew\n"
+    );
+}

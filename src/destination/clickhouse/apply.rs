@@ -421,8 +421,9 @@ impl ClickHouse {
         layouts: &mut HashMap<String, Layout>,
         deferred: &mut HashMap<String, Error>,
     ) -> Result<()> {
-        for s in in_force.drain(..) {
-            let l = Layout::new(&s, kind);
+        let all: Vec<Layout> = in_force.iter().map(|s| Layout::new(s, kind)).collect();
+        self.check_names(&all)?;
+        for (s, l) in in_force.drain(..).zip(all) {
             if let Some(mismatch) = self.ensure_or_mismatch(&l)? {
                 deferred.insert(s.table.clone(), mismatch);
             }
@@ -507,8 +508,10 @@ impl ClickHouse {
                     }
                     self.prepare_writes()?;
                     crate::destination::snapshot_allowed(self.cursor()?.as_ref())?;
-                    for s in &schemas {
-                        let l = Layout::new(s, SourceKind::of_identity(&c.source));
+                    let kind = SourceKind::of_identity(&c.source);
+                    let all: Vec<Layout> = schemas.iter().map(|s| Layout::new(s, kind)).collect();
+                    self.check_names(&all)?;
+                    for (s, l) in schemas.iter().zip(all) {
                         self.ensure(&l)?;
                         if existing == ExistingRows::Refuse && self.holds_rows(&l.name)? {
                             return Err(crate::destination::existing_rows_error(&s.table));

@@ -10,7 +10,8 @@
 //!   (a PEM file of CAs trusted instead of the system's). Statements travel in
 //!   the request body, never in the URL.
 //! - Names: source `_` is doubled, then `.` becomes `_` (`public.my_table` →
-//!   `public_my__table`).
+//!   `public_my__table`); not one-to-one, so each table's source table is
+//!   recorded in `_mooncdc_tables` and a second one refused (`names`).
 //! - `replacing` engine (default): `ReplacingMergeTree(_etl_version)` ordered by
 //!   the key, with `_etl_deleted`, and a `<table>__current` view (`FINAL`, not
 //!   deleted). A delete writes a tombstone; an update that changes the key
@@ -38,6 +39,7 @@ mod config;
 mod cursor;
 mod evolve;
 mod http;
+mod names;
 mod read;
 mod rowbinary;
 mod schema;
@@ -122,6 +124,9 @@ pub struct ClickHouse {
     pub(super) cluster: Option<Cluster>,
     /// The schema each table was last made or checked for by `ensure`.
     pub(super) ensured: std::cell::RefCell<HashMap<String, Schema>>,
+    /// The source table each ClickHouse table holds (`_mooncdc_tables`),
+    /// read once.
+    pub(super) names: std::cell::RefCell<Option<HashMap<String, String>>>,
 }
 
 /// A cluster target, read from the server's `system.clusters`.
@@ -163,6 +168,7 @@ impl ClickHouse {
             version: (0, 0),
             cluster: None,
             ensured: Default::default(),
+            names: Default::default(),
         };
         // Reachable, and the credentials work.
         let v = ch.query("SELECT version()", None, Timeout::Connect)?;

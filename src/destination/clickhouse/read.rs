@@ -5,6 +5,7 @@ use super::*;
 impl ClickHouse {
     /// The data columns of the table a schema maps to; `None` when it does not exist.
     pub fn table_columns(&self, schema: &Schema) -> Result<Option<Vec<String>>> {
+        self.check_recorded(schema)?;
         let have = self.columns_of(&table_name(&schema.table))?;
         if have.is_empty() {
             return Ok(None);
@@ -30,6 +31,7 @@ impl ClickHouse {
     /// Rows of a table's current state in key order, for an audit; `None`
     /// when the table does not exist.
     pub fn current_rows(&self, schema: &Schema, kind: SourceKind) -> Result<Option<ChRows>> {
+        self.check_recorded(schema)?;
         let l = Layout::new(schema, kind);
         let have = self.columns_of(&l.name)?;
         if have.is_empty() {

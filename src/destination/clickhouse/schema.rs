@@ -116,6 +116,12 @@ impl ClickHouse {
                 l.schema.table, l.name
             )));
         }
+        if l.name.starts_with("_mooncdc_") {
+            return Err(Error::data(format!(
+                "table {:?} maps to {}, a name MoonCDC keeps for its own tables (_mooncdc_…); rename the source table",
+                l.schema.table, l.name
+            )));
+        }
         let stored = self.stored(&l.name);
         let on = self.on_cluster();
         if self.cluster.is_some() && l.name.contains(['{', '}']) {
@@ -140,6 +146,9 @@ impl ClickHouse {
                 }
             }
         }
+        // Recorded before the table is made or written: from then on no
+        // other source table can land in it.
+        self.record_name(l)?;
         let have = self.columns_typed(&stored)?;
         let mut added = false;
         if have.is_empty() {

@@ -531,7 +531,7 @@ impl PgTarget {
         let Some(old) = old else {
             return self.ensure(c, new, kind).await;
         };
-        let (ns, name) = target_name(&new.table, kind, &self.schema);
+        let (ns, name) = target_name(&new.table, kind, &self.schema)?;
         let q = format!("{}.{}", quote_ident(&ns), quote_ident(&name));
         let (have, key) = read_columns(c, &ns, &name)
             .await?

@@ -57,9 +57,33 @@ pub struct PgTarget {
     /// tables asks the catalog nothing. Forgotten when an apply fails (its
     /// transaction may have made them).
     known: std::cell::RefCell<HashMap<String, Table>>,
+    /// The stream table each target table took in this session: a second
+    /// stream name for one table (`t` and `public.t`) is refused.
+    claimed: std::cell::RefCell<HashMap<(String, String), String>>,
 }
 
 const CURSORS: &str = "mooncdc.cursors";
+
+impl PgTarget {
+    /// Note that stream table `stream` lands in `ns`.`name`; refused when
+    /// another stream table of this session landed there.
+    pub(super) fn claim(&self, ns: &str, name: &str, stream: &str) -> Result<()> {
+        let mut claimed = self.claimed.borrow_mut();
+        let key = (ns.to_string(), name.to_string());
+        match claimed.get(&key) {
+            Some(other) if other != stream => Err(Error::data(format!(
+                "stream tables {other:?} and {stream:?} both land in PostgreSQL table {}.{}, and one table cannot hold two stream tables: refused before this batch was written; name the table one way in every stream (with its schema)",
+                quote_ident(ns),
+                quote_ident(name)
+            ))),
+            Some(_) => Ok(()),
+            None => {
+                claimed.insert(key, stream.to_string());
+                Ok(())
+            }
+        }
+    }
+}
 
 impl PgTarget {
     /// Nothing is connected or created until it is used.
@@ -76,6 +100,7 @@ impl PgTarget {
             committed: ApplyStats::default(),
             schema,
             known: Default::default(),
+            claimed: Default::default(),
         })
     }
 
@@ -250,7 +275,7 @@ impl Target for PgTarget {
     }
 
     fn table_shape(&self, schema: &Schema, kind: SourceKind) -> Result<Option<StoredShape>> {
-        let (ns, name) = target_name(&schema.table, kind, &self.schema);
+        let (ns, name) = target_name(&schema.table, kind, &self.schema)?;
         let c = self.reader()?;
         let found = self.rt.block_on(read_columns(&c, &ns, &name))?;
         Ok(found.map(|(cols, key)| StoredShape {
@@ -265,7 +290,7 @@ impl Target for PgTarget {
         kind: SourceKind,
         f: &mut dyn FnMut(&mut PullRow<'_>) -> Result<()>,
     ) -> Result<()> {
-        let (ns, name) = target_name(&schema.table, kind, &self.schema);
+        let (ns, name) = target_name(&schema.table, kind, &self.schema)?;
         let c = self.reader()?;
         let Some((cols, _)) = self.rt.block_on(read_columns(&c, &ns, &name))? else {
             return f(&mut || Ok(None));
