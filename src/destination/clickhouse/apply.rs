@@ -354,6 +354,10 @@ impl ClickHouse {
                     }
                     // The batch is valid: now its schema changes and rows go
                     // out, then its cursor; a stop asked for meanwhile waits.
+                    // On a cluster, first: every shard has a quorum answering.
+                    if !bufs.is_empty() || moves {
+                        self.replicas_answer()?;
+                    }
                     for segs in bufs.values_mut() {
                         let allowed = allowed(segs);
                         for k in 0..segs.len() {
@@ -557,6 +561,7 @@ impl ClickHouse {
                             )?;
                         }
                     }
+                    self.replicas_answer()?;
                     for (t, held) in bufs.iter_mut() {
                         self.flush(&layouts[t], held)?;
                     }
