@@ -84,6 +84,8 @@ impl ClickHouse {
             return Ok(());
         }
         self.prepare_names_table()?;
+        // A quorum insert on a cluster: not sent when it could only wait.
+        self.replicas_answer()?;
         let mut body = Vec::new();
         for s in [l.name.as_bytes(), l.schema.table.as_bytes()] {
             leb128(&mut body, s.len() as u64);
