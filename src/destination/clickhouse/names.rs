@@ -64,7 +64,7 @@ impl ClickHouse {
             };
             if let Some((other, is_recorded)) = other {
                 return Err(Error::data(format!(
-                    "source tables {other:?} and {source:?} both map to ClickHouse table {name} (source `_` doubled, then `.` made `_`){}, and one ClickHouse table cannot hold two source tables: nothing of this batch was written; rename one of them at the source, or apply it into a database of its own (leave it out of this stream, e.g. mooncdc-split by table)",
+                    "source tables {other:?} and {source:?} both map to ClickHouse table {name} (source `_` doubled, then `.` made `_`){}, and one ClickHouse table cannot hold two source tables: nothing of this batch was written; rename one of them at the source, or capture only one of them for this database (mooncdc-capture init --table …) and the other for a database of its own",
                     if is_recorded {
                         format!(", which holds {other:?} (recorded in {NAMES_TABLE})")
                     } else {
