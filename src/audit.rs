@@ -159,12 +159,26 @@ fn compare_table(
         ..Default::default()
     };
     let key = s.key_indices();
+    // The merge-join is exact only while both sides come in key order
+    // (`key_cmp`, DESIGN §7 as docs/ARCHITECTURE.md cites it): a side
+    // whose keys go back is an error, never a list of rows reported
+    // missing and extra that are not.
+    let mut last_target: Option<Vec<Value>> = None;
     let mut pull = || -> Result<Option<(Vec<Value>, Row)>> {
-        Ok(pull_row()?.map(|row| (key.iter().map(|&i| row[i].clone()).collect(), row)))
+        let Some(row) = pull_row()? else {
+            return Ok(None);
+        };
+        let k: Vec<Value> = key.iter().map(|&i| row[i].clone()).collect();
+        in_key_order("target", &s.table, last_target.as_deref(), &k)?;
+        last_target = Some(k.clone());
+        Ok(Some((k, row)))
     };
     let mut b = pull()?;
+    let mut last_source: Option<Vec<Value>> = None;
     feed(&mut |row: Row| {
         let k: Vec<Value> = key.iter().map(|&i| row[i].clone()).collect();
+        in_key_order("source", &s.table, last_source.as_deref(), &k)?;
+        last_source = Some(k.clone());
         t.compared += 1;
         *seen += 1;
         if *seen % 65536 == 0 {
@@ -207,6 +221,23 @@ fn compare_table(
         b = pull()?;
     }
     Ok(t)
+}
+
+/// A side's next key must not sort before the one it sent last.
+fn in_key_order(side: &str, table: &str, last: Option<&[Value]>, k: &[Value]) -> Result<()> {
+    match last {
+        Some(p) if key_cmp(k, p) == Ordering::Less => {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            write_row(&mut a, p);
+            write_row(&mut b, k);
+            Err(Error::state(format!(
+                "table {table:?} cannot be audited: the {side}'s rows did not come in key order (key {} after {}), so rows would be reported missing and extra that are not; nothing was compared past that point (the two sides order this table's key differently: report it, with the key columns' types)",
+                String::from_utf8_lossy(&b),
+                String::from_utf8_lossy(&a)
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Compare a source with a target, table by table in key order. Returns the
@@ -386,4 +417,58 @@ pub fn write_summary(report: &AuditReport, format: AuditFormat, out: &mut dyn Wr
     }
     out.write_all(&b)
         .map_err(|e| Error::io("cannot write output", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Column;
+
+    fn run(source: Vec<i64>, target: Vec<i64>) -> Result<TableAudit> {
+        let s = Schema {
+            table: "t".into(),
+            columns: vec![Column {
+                name: "id".into(),
+                decl_type: "INTEGER".into(),
+                nullable: false,
+            }],
+            key: vec!["id".into()],
+        };
+        let mut out = Vec::new();
+        let mut findings = Findings {
+            out: &mut out,
+            format: AuditFormat::Text,
+        };
+        let mut t = target.into_iter();
+        let mut pull = || Ok(t.next().map(|k| vec![Value::Integer(k)]));
+        let mut feed = |f: &mut dyn FnMut(Row) -> Result<bool>| {
+            for k in &source {
+                if !f(vec![Value::Integer(*k)])? {
+                    break;
+                }
+            }
+            Ok(())
+        };
+        compare_table(&mut feed, &mut pull, &s, &mut findings, &mut 0, &mut |_| {})
+    }
+
+    #[test]
+    fn a_side_out_of_key_order_is_an_error_not_differences() {
+        let t = run(vec![1, 2, 3], vec![1, 3]).unwrap();
+        assert_eq!((t.compared, t.missing, t.extra), (3, 1, 0));
+        let e = run(vec![1, 2, 3], vec![1, 3, 2]).unwrap_err();
+        assert!(
+            e.message()
+                .contains("target's rows did not come in key order"),
+            "{}",
+            e.message()
+        );
+        let e = run(vec![2, 1], vec![1, 2]).unwrap_err();
+        assert!(
+            e.message()
+                .contains("source's rows did not come in key order"),
+            "{}",
+            e.message()
+        );
+    }
 }

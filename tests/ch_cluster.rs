@@ -132,7 +132,7 @@ fn sqlite_snapshot_then_batches_land_once_per_key_and_audit_equal() {
     );
     assert_eq!(
         engines,
-        "_mooncdc_cursor\tReplicatedMergeTree\nitems\tDistributed\nitems__current\tView\nitems_local\tReplicatedReplacingMergeTree\n"
+        "_mooncdc_cursor\tReplicatedMergeTree\n_mooncdc_tables\tReplicatedMergeTree\nitems\tDistributed\nitems__current\tView\nitems_local\tReplicatedReplacingMergeTree\n"
     );
 
     dbs.src_sql(
@@ -615,4 +615,49 @@ fn cluster_statements_parse_on_a_modern_engine() {
         sent.len()
     );
     eprintln!("{} statements parsed by a modern engine", sent.len());
+}
+
+/// A replica of the shard of the node in the URL stopped: the apply fails
+/// in seconds, naming the quorum, not after the whole insert timeout (it
+/// used to wait for a quorum that could not come), cursor unchanged; back,
+/// the same batches apply.
+#[test]
+fn a_stopped_replica_of_the_urls_own_shard_fails_in_seconds() {
+    let _g = serial();
+    let c = cluster();
+    let url = c.database("own_shard_down");
+    let dbs = source(300);
+    snapshot_into(&dbs, &url);
+    let before = cursor(&url);
+    dbs.src_sql("UPDATE items SET price = price + 1");
+    // Node 1 is the second replica of shard 1, the shard of node 0 (the
+    // URL's); killed, so ZooKeeper still counts it active for a while.
+    c.kill_node(1);
+    // A timeout short enough for the old behaviour to end, long enough
+    // that waiting it out is told apart from failing at once.
+    let slow = c.url(0, "own_shard_down", "insert_timeout_ms=40000");
+    let t = Instant::now();
+    let r = catch_up(&dbs, &slow);
+    let took = t.elapsed();
+    c.start_node(1);
+    assert_eq!(r.code, Some(1), "apply with a replica down:\n{}", r.stderr);
+    assert!(
+        r.stderr.contains("quorum") && r.stderr.contains("does not answer"),
+        "the error should name the quorum and the replica:\n{}",
+        r.stderr
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "the apply took {took:?} to fail (the insert timeout is 40 s):\n{}",
+        r.stderr
+    );
+    assert_eq!(cursor(&url), before, "the cursor moved");
+    wait_for_every(
+        60,
+        500,
+        "apply to succeed after the replica came back",
+        || catch_up(&dbs, &url).code == Some(0),
+    );
+    audit_equal(&dbs.src_url(), &url);
+    assert_eq!(one_shard_per_key("own_shard_down", "items"), 300);
 }

@@ -1743,12 +1743,21 @@ impl Recorded {
         })
     }
 
-    /// The statement and its data (when the statement is in the URL).
+    /// The statement and its data: the statement is the body (an insert's
+    /// data follows it after the newline that ends `FORMAT RowBinary`), or,
+    /// as the server also takes it, in the URL.
     fn statement(&self) -> (String, Option<Vec<u8>>) {
+        const MARK: &[u8] = b" FORMAT RowBinary\n";
         match self.param("query") {
             Some(q) if self.body.is_empty() => (q, None),
             Some(q) => (q, Some(self.body.clone())),
-            None => (String::from_utf8_lossy(&self.body).into_owned(), None),
+            None => match self.body.windows(MARK.len()).position(|w| w == MARK) {
+                Some(i) if self.body.starts_with(b"INSERT") => (
+                    String::from_utf8_lossy(&self.body[..i + MARK.len() - 1]).into_owned(),
+                    Some(self.body[i + MARK.len()..].to_vec()),
+                ),
+                _ => (String::from_utf8_lossy(&self.body).into_owned(), None),
+            },
         }
     }
 }
@@ -3280,4 +3289,363 @@ fn sigterm_while_a_header_makes_many_tables_writes_no_row_and_no_cursor() {
     assert_eq!(made(), n);
     assert_eq!(db.query("SELECT count() FROM n0__current").trim(), "1");
     eprintln!("stopped {took:?} after SIGTERM, with {n} tables in the header");
+}
+
+// ---------------------------------------------------------------- statements in the body, HTTPS
+
+/// A table of 250 columns with 60-character names: every statement about
+/// it (the table, its view, inserts, the audit's read) is longer than a URL
+/// may be, so statements travel in the request body.
+#[test]
+fn a_wide_table_with_long_column_names_applies_and_audits() {
+    let n = 250;
+    let name = |i: usize| format!("column_with_a_rather_long_descriptive_name_number_{i:08}_x");
+    assert_eq!(name(0).len(), 60);
+    let cols: Vec<String> = (0..n).map(|i| format!("{} TEXT", name(i))).collect();
+    let dbs = Dbs::new();
+    dbs.src_sql(&format!(
+        "CREATE TABLE wide(id INTEGER PRIMARY KEY, {});",
+        cols.join(", ")
+    ));
+    let vals: Vec<String> = (0..n).map(|i| format!("'v{i}'")).collect();
+    for id in 1..=3 {
+        dbs.src_sql(&format!(
+            "INSERT INTO wide VALUES ({id}, {})",
+            vals.join(", ")
+        ));
+    }
+    dbs.init(&[]);
+    let db = ch::db("wide_table");
+    let url = db.url();
+    snapshot_to(&dbs, &url);
+    dbs.src_sql(&format!(
+        "UPDATE wide SET {} = 'changed' WHERE id = 2",
+        name(n - 1)
+    ));
+    catch_up(&dbs, &url);
+    assert_eq!(
+        db.query(&format!(
+            "SELECT id, `{}` FROM wide__current ORDER BY id FORMAT TabSeparated",
+            name(n - 1)
+        )),
+        format!("1\tv{}\n2\tchanged\n3\tv{}\n", n - 1, n - 1)
+    );
+    audit_equal(&dbs.src_url(), &url);
+}
+
+/// `clickhouses://` against a server whose certificate a private CA
+/// signed: refused without `sslrootcert` (no system store knows the CA),
+/// trusted with it; a file that is not PEM, or missing, is named; an
+/// unknown option is called unknown.
+#[test]
+fn https_with_a_private_ca_needs_sslrootcert() {
+    let db = ch::db("https_ca");
+    let s = ch::server();
+    let base = format!(
+        "clickhouses://{}:{}@127.0.0.1:{}/{}",
+        ch::USER,
+        ch::url_encode(PASSWORD),
+        s.https_port,
+        db.name
+    );
+    let ca = s.ca_file();
+    let input = Spec::new(0, 1)
+        .schemas(vec![kv_schema("t")])
+        .event(ins(1, "t", vec![int(1), text("over TLS")]))
+        .jsonl();
+    // Without the CA: the certificate is refused.
+    let r = apply(&base, input.as_bytes(), &[]);
+    expect(&r, 1, "apply over HTTPS without sslrootcert");
+    assert!(
+        r.stderr.to_lowercase().contains("certificate") || r.stderr.contains("UnknownIssuer"),
+        "{}",
+        r.stderr
+    );
+    assert!(!db.exists("_mooncdc_cursor"));
+    // With it: applied, and read back the same way.
+    let url = format!(
+        "{base}?sslrootcert={}",
+        ch::url_encode(&ca.display().to_string())
+    );
+    apply_ok(&url, input.as_bytes(), &[]);
+    assert_eq!(db.query("SELECT count() FROM t__current").trim(), "1");
+    assert!(ch_cursor(&url).is_some());
+    // A file that is no certificate, and one that is not there.
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate\n").unwrap();
+    for (file, says) in [
+        (junk, "holds no certificate"),
+        (dir.path().join("missing.pem"), "cannot read"),
+    ] {
+        let r = apply(
+            &format!(
+                "{base}?sslrootcert={}",
+                ch::url_encode(&file.display().to_string())
+            ),
+            input.as_bytes(),
+            &[],
+        );
+        expect(&r, 1, "apply with a bad sslrootcert");
+        assert!(
+            r.stderr.contains(says) && r.stderr.contains("sslrootcert"),
+            "{}",
+            r.stderr
+        );
+    }
+    // Misspelt: unknown, not "needs a number"; on plain HTTP: for HTTPS.
+    let r = apply(&format!("{base}?sslrootcrt=/x"), input.as_bytes(), &[]);
+    expect(&r, 2, "an unknown option");
+    assert!(
+        r.stderr
+            .contains("unknown ClickHouse URL option \"sslrootcrt\""),
+        "{}",
+        r.stderr
+    );
+    let r = apply(&db.url_with("sslrootcert=/x"), input.as_bytes(), &[]);
+    expect(&r, 2, "sslrootcert on clickhouse://");
+    assert!(r.stderr.contains("clickhouses://"), "{}", r.stderr);
+}
+
+// ---------------------------------------------------------------- audit: key order, column names
+
+/// A `numeric(10,2)` key: the PostgreSQL source sends its values as text
+/// and orders them as that text; ClickHouse holds a `Decimal` and must read
+/// them back in the same order, or identical rows are reported missing and
+/// extra.
+#[test]
+fn a_decimal_key_audits_equal_in_the_sources_order() {
+    let pgdb = common::pg::db("decimal_key");
+    let slot = "s_decimal_key";
+    let src = pgdb.url();
+    let s = pgdb.session();
+    s.exec("CREATE TABLE public.prices (amount numeric(10,2) PRIMARY KEY, label text)");
+    s.exec(
+        "INSERT INTO public.prices VALUES (2, 'two'), (10, 'ten'), (-1.5, 'minus one and a half'), \
+         (-0.05, 'minus five cents'), (100.25, 'a hundred'), (0.5, 'half'), (0, 'zero'), (9.99, 'nine')",
+    );
+    let r = exec(
+        "mooncdc-capture",
+        &[
+            "init",
+            "--source",
+            &src,
+            "--slot",
+            slot,
+            "--table",
+            "public.prices",
+        ],
+        None,
+    );
+    expect(&r, 0, "capture init");
+    let db = ch::db("decimal_key");
+    let url = db.url();
+    let r = pipeline(&format!(
+        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {}",
+        shell_quote(&src),
+        shell_quote(&url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+    let audit = |extra: &[&str]| {
+        let mut args = vec!["--source", &src, "--slot", slot, "--target", &url];
+        args.extend_from_slice(extra);
+        exec(AUDIT, &args, None)
+    };
+    let r = audit(&[]);
+    expect(&r, 0, "audit of identical rows under a decimal key");
+    assert!(
+        r.stdout_str()
+            .contains("table \"public.prices\": 8 rows compared, 0 missing, 0 extra, 0 different"),
+        "{}",
+        r.stdout_str()
+    );
+    // A real difference is still found, at its key.
+    db.query("INSERT INTO public_prices (amount, label, _etl_version, _etl_deleted) VALUES (10, 'changed', 18446744073709551615, 0)");
+    let r = audit(&["--format", "jsonl"]);
+    expect(&r, 1, "audit after a change in the target");
+    let out = r.stdout_str();
+    assert!(
+        out.contains(r#""kind":"different","table":"public.prices","key":[["text","10.00"]]"#)
+            && out.contains(r#""missing":0,"extra":0,"different":1"#),
+        "{out}"
+    );
+}
+
+/// Source columns named like the engines' columns: `cdc_at`, `_etl_note`
+/// are ordinary columns and audit equal; `_etl_version` (replacing) and
+/// `cdc_lsn` (history) are refused before anything is made, naming the
+/// clash and the other engine as the way out.
+#[test]
+fn source_columns_named_like_the_engines_columns() {
+    let dbs = Dbs::new();
+    dbs.src_sql(
+        "CREATE TABLE notes(id INTEGER PRIMARY KEY, cdc_at TEXT, _etl_note TEXT, cdc_lsn INTEGER);
+         INSERT INTO notes VALUES (1, '2024-01-01', 'first', 7), (2, NULL, 'second', NULL);",
+    );
+    dbs.init(&[]);
+    let db = ch::db("meta_names");
+    let url = db.url();
+    snapshot_to(&dbs, &url);
+    audit_equal(&dbs.src_url(), &url);
+    dbs.src_sql("UPDATE notes SET _etl_note = 'changed' WHERE id = 2");
+    catch_up(&dbs, &url);
+    audit_equal(&dbs.src_url(), &url);
+    // The same columns under the history engine: cdc_lsn is its own.
+    let hist = ch::db("meta_names_history");
+    let r = pipeline(&format!(
+        "{{snapshot}} -q --source {} | {{apply}} --engine history --target {}",
+        shell_quote(&dbs.src_url()),
+        shell_quote(&hist.url())
+    ));
+    no_secret(&r);
+    expect(&r, 1, "a cdc_lsn column under the history engine");
+    assert!(
+        r.stderr.contains("\"cdc_lsn\"")
+            && r.stderr.contains("history engine")
+            && r.stderr.contains("--engine replacing"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(cursor_seq(&hist.url()), None);
+    assert!(!hist.exists("notes"));
+    // A column named _etl_version under the replacing engine.
+    let other = ch::db("meta_names_version");
+    let b = Spec::new(0, 1)
+        .schemas(vec![schema(
+            "v",
+            &[("id", "INTEGER", false), ("_etl_version", "INTEGER", true)],
+            &["id"],
+        )])
+        .event(ins(1, "v", vec![int(1), int(5)]));
+    let err = apply_fails(&other.url(), b.jsonl().as_bytes(), &[]);
+    assert!(
+        err.contains("\"_etl_version\"") && err.contains("--engine history"),
+        "{err}"
+    );
+    assert!(!other.exists("v"));
+    // ... which the history engine takes.
+    apply_ok(&other.url(), b.jsonl().as_bytes(), &["--engine", "history"]);
+    assert_eq!(
+        other.query("SELECT id, _etl_version FROM v FORMAT TabSeparated"),
+        "1\t5\n"
+    );
+}
+
+// ---------------------------------------------------------------- two source tables, one name
+
+/// `s_.b` and `s._b` both map to `s___b` (and `_prisma_migrations` in
+/// schema `public` meets `prisma_migrations` in schema `public_`): refused
+/// before anything of the batch is written, in one batch and across runs
+/// (the first table's source is recorded), and by the audit; a table made
+/// before the record existed is recorded for the first source applied to it.
+#[test]
+fn two_source_tables_never_share_a_clickhouse_table() {
+    // In one batch: nothing made, no cursor.
+    let db = ch::db("name_clash");
+    let url = db.url();
+    let both = Spec::new(0, 2)
+        .schemas(vec![kv_schema("s_.b"), kv_schema("s._b")])
+        .events(vec![
+            ins(1, "s_.b", vec![int(1), text("of s_.b")]),
+            ins(2, "s._b", vec![int(1), text("of s._b")]),
+        ]);
+    let err = apply_fails(&url, both.jsonl().as_bytes(), &[]);
+    assert!(
+        err.contains("\"s_.b\"") && err.contains("\"s._b\"") && err.contains("s___b"),
+        "{err}"
+    );
+    assert!(err.contains("rename one of them"), "{err}");
+    assert!(!db.exists("s___b"), "a table was made for a refused batch");
+    assert_eq!(cursor_seq(&url), None);
+
+    // Across runs, PostgreSQL-style names: the first is recorded, the second refused.
+    let first = Spec::new(0, 1)
+        .source(PG_SRC)
+        .schemas(vec![kv_schema("public._prisma_migrations")])
+        .event(ins(
+            1,
+            "public._prisma_migrations",
+            vec![int(1), text("migration")],
+        ));
+    apply_ok(&url, first.jsonl().as_bytes(), &[]);
+    let second = Spec::new(1, 2)
+        .source(PG_SRC)
+        .schemas(vec![
+            kv_schema("public._prisma_migrations"),
+            kv_schema("public_.prisma_migrations"),
+        ])
+        .event(ins(
+            2,
+            "public_.prisma_migrations",
+            vec![int(1), text("clobber")],
+        ));
+    let err = apply_fails(&url, second.jsonl().as_bytes(), &[]);
+    assert!(
+        err.contains("public___prisma__migrations") && err.contains("_mooncdc_tables"),
+        "{err}"
+    );
+    assert_eq!(
+        db.query("SELECT id, v FROM public___prisma__migrations__current FORMAT TabSeparated"),
+        "1\tmigration\n"
+    );
+    assert_eq!(cursor_seq(&url), Some(1));
+    // The first table's own batches still apply.
+    let more = Spec::new(1, 2)
+        .source(PG_SRC)
+        .schemas(vec![kv_schema("public._prisma_migrations")])
+        .event(ins(
+            2,
+            "public._prisma_migrations",
+            vec![int(2), text("next")],
+        ));
+    apply_ok(&url, more.jsonl().as_bytes(), &[]);
+    assert_eq!(cursor_seq(&url), Some(2));
+
+    // The audit of a SQLite source whose table maps there, but is another.
+    let dbs = Dbs::new();
+    dbs.src_sql("CREATE TABLE \"s._b\"(id INTEGER PRIMARY KEY, v TEXT); INSERT INTO \"s._b\" VALUES (1, 'x');");
+    dbs.init(&[]);
+    let db2 = ch::db("name_clash_audit");
+    let url2 = db2.url();
+    let other = Spec::new(0, 1).schemas(vec![kv_schema("s_.b")]).event(ins(
+        1,
+        "s_.b",
+        vec![int(1), text("x")],
+    ));
+    apply_ok(&url2, other.jsonl().as_bytes(), &[]);
+    let r = audit(&dbs.src_url(), &url2, &[]);
+    expect(&r, 2, "audit of a table that holds another source table");
+    assert!(
+        r.stderr.contains("holds source table \"s_.b\""),
+        "{}",
+        r.stderr
+    );
+
+    // A target made before the record: the first source applied is recorded.
+    let db3 = ch::db("name_clash_old");
+    let url3 = db3.url();
+    let old = Spec::new(0, 1).schemas(vec![kv_schema("x_.y")]).event(ins(
+        1,
+        "x_.y",
+        vec![int(1), text("old")],
+    ));
+    apply_ok(&url3, old.jsonl().as_bytes(), &[]);
+    db3.query("DROP TABLE _mooncdc_tables");
+    let next = Spec::new(1, 2).schemas(vec![kv_schema("x_.y")]).event(ins(
+        2,
+        "x_.y",
+        vec![int(2), text("new")],
+    ));
+    apply_ok(&url3, next.jsonl().as_bytes(), &[]);
+    let clash = Spec::new(2, 3).schemas(vec![kv_schema("x._y")]).event(ins(
+        3,
+        "x._y",
+        vec![int(1), text("clobber")],
+    ));
+    let err = apply_fails(&url3, clash.jsonl().as_bytes(), &[]);
+    assert!(err.contains("x___y") && err.contains("\"x_.y\""), "{err}");
+    assert_eq!(
+        db3.query("SELECT id, v FROM x___y__current ORDER BY id FORMAT TabSeparated"),
+        "1\told\n2\tnew\n"
+    );
 }

@@ -865,3 +865,61 @@ fn a_staged_value_the_target_type_refuses_names_the_table() {
         "0"
     );
 }
+
+/// Stream names of a PostgreSQL source land in the schema and table their
+/// parts name (`"x.y".z` in schema `x.y`, `x."y.z"` in schema `x`), and two
+/// stream tables never land in one target table: `t` beside `public.t`, or
+/// a name in no canonical spelling (`a.b.c`, which could be either of the
+/// two above), are refused with nothing of the batch written.
+#[test]
+fn stream_table_names_land_one_to_one() {
+    use common::{ins, row, schema, Spec};
+    const PG: &str = "postgres:7301000000000000001/app/mooncdc_main";
+    let kv_schema = |t: &str| schema(t, &[("id", "bigint", false), ("v", "text", true)], &["id"]);
+    let tgt = target("names_one_to_one");
+    let url = tgt.url();
+    let b = Spec::new(0, 2)
+        .source(PG)
+        .schemas(vec![kv_schema("\"x.y\".z"), kv_schema("x.\"y.z\"")])
+        .events(vec![
+            ins(1, "\"x.y\".z", row(1, "in schema x.y")),
+            ins(2, "x.\"y.z\"", row(1, "in schema x")),
+        ]);
+    expect(&apply_with(&url, &b.jsonl(), &[]), 0, "dotted parts");
+    let s = tgt.session();
+    assert_eq!(s.value("SELECT v FROM \"x.y\".z"), "in schema x.y");
+    assert_eq!(s.value("SELECT v FROM x.\"y.z\""), "in schema x");
+    for (name, says) in [
+        ("a.b.c", "more than two dot-separated parts"),
+        ("\"a\".b", "not spelled as docs/FORMAT.md spells it"),
+    ] {
+        let bad = Spec::new(2, 3)
+            .source(PG)
+            .schemas(vec![kv_schema(name)])
+            .event(ins(3, name, row(1, "where?")));
+        let r = apply_with(&url, &bad.jsonl(), &[]);
+        expect(&r, 1, &format!("stream name {name}"));
+        assert!(r.stderr.contains(says), "{name}: {}", r.stderr);
+    }
+    // `t` and `public.t`: one table, two stream names.
+    let both = Spec::new(2, 4)
+        .source(PG)
+        .schemas(vec![kv_schema("public.t"), kv_schema("t")])
+        .events(vec![
+            ins(3, "public.t", row(1, "of public.t")),
+            ins(4, "t", row(1, "of t")),
+        ]);
+    let r = apply_with(&url, &both.jsonl(), &[]);
+    expect(&r, 1, "t beside public.t");
+    assert!(
+        r.stderr.contains("\"public.t\"") && r.stderr.contains("\"t\""),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        s.value("SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 't'"),
+        "0",
+        "a refused batch made its table"
+    );
+    assert!(cursor_of(&url).contains("\"2\""), "{}", cursor_of(&url));
+}

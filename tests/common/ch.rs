@@ -8,6 +8,10 @@
 //! its command line) and removes the folder as soon as the test process is
 //! gone, whatever way it ends, so no server is ever left running.
 //!
+//! HTTPS too, on [`Server::https_port`], with a certificate for 127.0.0.1
+//! signed by a CA made for the server (`openssl`), whose certificate is
+//! [`Server::ca_file`]: no system trust store knows it.
+//!
 //! Users: `default` (no password, 127.0.0.1 only; only the harness uses it)
 //! and [`USER`] with [`PASSWORD`], which needs percent-encoding in a URL; tests
 //! can check it never appears in any output ([`PASSWORD_MARK`]).
@@ -44,6 +48,8 @@ pub struct Server {
     pub http_port: u16,
     /// The native-protocol port on 127.0.0.1.
     pub tcp_port: u16,
+    /// The HTTPS port on 127.0.0.1 (certificate signed by [`Server::ca_file`]).
+    pub https_port: u16,
     /// The temporary folder: configuration, data, logs.
     pub dir: PathBuf,
     /// The server's process id.
@@ -139,6 +145,7 @@ impl Server {
         for sub in ["data", "tmp", "user_files", "format_schemas", "log"] {
             std::fs::create_dir_all(dir.join(sub)).expect("create the server's folders");
         }
+        make_certificates(&dir);
         std::fs::write(
             dir.join("users.xml"),
             format!(
@@ -165,6 +172,10 @@ impl Server {
             while tcp_port == http_port {
                 tcp_port = free_port();
             }
+            let mut https_port = free_port();
+            while https_port == http_port || https_port == tcp_port {
+                https_port = free_port();
+            }
             std::fs::write(
                 dir.join("config.xml"),
                 format!(
@@ -172,6 +183,10 @@ impl Server {
                      <logger><level>warning</level><log>{log}</log><errorlog>{err}</errorlog><console>0</console></logger>\n\
                      <http_port>{http_port}</http_port>\n\
                      <tcp_port>{tcp_port}</tcp_port>\n\
+                     <https_port>{https_port}</https_port>\n\
+                     <openSSL><server><certificateFile>{cert}</certificateFile><privateKeyFile>{key}</privateKeyFile>\
+                     <verificationMode>none</verificationMode><loadDefaultCAFile>false</loadDefaultCAFile>\
+                     <disableProtocols>sslv2,sslv3</disableProtocols></server></openSSL>\n\
                      <listen_host>127.0.0.1</listen_host>\n\
                      <path>{data}/</path>\n\
                      <tmp_path>{tmp}/</tmp_path>\n\
@@ -189,6 +204,8 @@ impl Server {
                     uf = xml_escape(&d("user_files")),
                     fs = xml_escape(&d("format_schemas")),
                     users = xml_escape(&d("users.xml")),
+                    cert = xml_escape(&d("server.pem")),
+                    key = xml_escape(&d("server.key")),
                 ),
             )
             .expect("write config.xml");
@@ -212,6 +229,7 @@ impl Server {
             let s = Server {
                 http_port,
                 tcp_port,
+                https_port,
                 dir: dir.clone(),
                 pid: child.id(),
                 http: http.clone(),
@@ -261,6 +279,11 @@ impl Server {
             }
         }
         s
+    }
+
+    /// The CA certificate (PEM) that signed the HTTPS port's certificate.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("ca.pem")
     }
 
     /// The base HTTP URL.
@@ -394,6 +417,72 @@ impl ChDb {
         .trim()
             == "1"
     }
+}
+
+/// A CA (`ca.pem`) and a certificate for 127.0.0.1 signed by it
+/// (`server.pem`, `server.key`) in `dir`, made with `openssl`.
+fn make_certificates(dir: &Path) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl runs (the test server's HTTPS certificate)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=mooncdc test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .expect("write server.ext");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ]);
 }
 
 /// The folder of the server, for messages.

@@ -297,6 +297,17 @@ impl Cluster {
         }
     }
 
+    /// Kill node `i` (SIGKILL, as a crash or a power cut: its ZooKeeper
+    /// session, and its replicas' `is_active` marks, outlive it until the
+    /// session times out).
+    pub fn kill_node(&self, i: usize) {
+        let child = self.procs.lock().unwrap().nodes[i].take();
+        if let Some(mut c) = child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     fn ping(&self, i: usize) -> bool {
         matches!(
             self.http

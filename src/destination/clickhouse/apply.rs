@@ -127,7 +127,8 @@ impl ClickHouse {
         // in parallel, while this process has nothing else to do. The first
         // error stops the other sender before its next insert.
         let shared = held.spool.drain_shared()?;
-        let url = self.url(&sql, &Timeout::Insert, false);
+        let url = self.url(&Timeout::Insert, false);
+        let head = super::http::statement_then_data(&sql);
         let budget = self.budget(&Timeout::Insert);
         let (http, cfg) = (&self.http, &self.cfg);
         let next = std::sync::atomic::AtomicUsize::new(0);
@@ -138,7 +139,10 @@ impl ClickHouse {
                 let Some(&(start, len)) = parts.get(next.fetch_add(1, SeqCst)) else {
                     return Ok(());
                 };
-                let body = reqwest::blocking::Body::sized(shared.part(start, len), len);
+                let body = reqwest::blocking::Body::sized(
+                    std::io::Cursor::new(head.clone()).chain(shared.part(start, len)),
+                    head.len() as u64 + len,
+                );
                 if let Err(e) = super::http::post(http, cfg, url.clone(), budget, body)
                     .and_then(super::http::reply)
                 {
@@ -380,6 +384,10 @@ impl ClickHouse {
                     }
                     // The batch is valid: now its schema changes and rows go
                     // out, then its cursor; a stop asked for meanwhile waits.
+                    // On a cluster, first: every shard has a quorum answering.
+                    if !bufs.is_empty() || moves {
+                        self.replicas_answer()?;
+                    }
                     for segs in bufs.values_mut() {
                         let allowed = allowed(segs);
                         for k in 0..segs.len() {
@@ -451,13 +459,14 @@ impl ClickHouse {
         deferred: &mut HashMap<String, Error>,
         drop: bool,
     ) -> Result<bool> {
-        for s in in_force.drain(..) {
+        let all: Vec<Layout> = in_force.iter().map(|s| Layout::new(s, kind)).collect();
+        self.check_names(&all)?;
+        for (s, l) in in_force.drain(..).zip(all) {
             // A stop between two tables: the batch ends here, no row and no
             // cursor written (the tables made so far stay, empty of it).
             if crate::util::stop::requested() {
                 return Ok(false);
             }
-            let l = Layout::new(&s, kind);
             if let Some(mismatch) = self.ensure_or_mismatch(&l, drop)? {
                 deferred.insert(s.table.clone(), mismatch);
             }
@@ -542,8 +551,10 @@ impl ClickHouse {
                     }
                     self.prepare_writes()?;
                     crate::destination::snapshot_allowed(self.cursor()?.as_ref())?;
-                    for s in &schemas {
-                        let l = Layout::new(s, SourceKind::of_identity(&c.source));
+                    let kind = SourceKind::of_identity(&c.source);
+                    let all: Vec<Layout> = schemas.iter().map(|s| Layout::new(s, kind)).collect();
+                    self.check_names(&all)?;
+                    for (s, l) in schemas.iter().zip(all) {
                         self.ensure(&l)?;
                         if existing == ExistingRows::Refuse && self.holds_rows(&l.name)? {
                             return Err(crate::destination::existing_rows_error(&s.table));
@@ -589,6 +600,7 @@ impl ClickHouse {
                             )?;
                         }
                     }
+                    self.replicas_answer()?;
                     for (t, held) in bufs.iter_mut() {
                         self.flush(&layouts[t], held)?;
                     }

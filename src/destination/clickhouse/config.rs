@@ -29,7 +29,23 @@ pub struct ChConfig {
     pub insert_quorum: Option<u64>,
     /// `zookeeper_path=/PREFIX`: where replicated tables keep their state.
     pub zookeeper_path: String,
+    /// `sslrootcert=FILE` (HTTPS only): the CA certificates (PEM) trusted
+    /// instead of the system's, as PostgreSQL's option of that name.
+    pub sslrootcert: Option<std::path::PathBuf>,
 }
+
+/// The URL options a ClickHouse target takes (docs/CLICKHOUSE.md).
+const KNOWN_OPTIONS: [&str; 9] = [
+    "connectivity_timeout_ms",
+    "schema_timeout_ms",
+    "ddl_timeout_ms",
+    "insert_timeout_ms",
+    "max_insert_bytes",
+    "sslrootcert",
+    "cluster",
+    "insert_quorum",
+    "zookeeper_path",
+];
 
 impl std::fmt::Debug for ChConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -128,6 +144,7 @@ impl ChConfig {
             cluster: None,
             insert_quorum: None,
             zookeeper_path: "/clickhouse/tables".into(),
+            sslrootcert: None,
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -140,7 +157,6 @@ impl ChConfig {
                         ));
                     }
                     c.cluster = Some(v);
-                    continue;
                 }
                 "zookeeper_path" => {
                     let v = crate::util::percent_decode(v)?;
@@ -151,30 +167,50 @@ impl ChConfig {
                         ));
                     }
                     c.zookeeper_path = v.to_string();
-                    continue;
                 }
-                _ => {}
-            }
-            let n: u64 = v
-                .parse()
-                .map_err(|_| Error::usage(format!("ClickHouse URL option {k} needs a number")))?;
-            match k {
-                "connectivity_timeout_ms" => {
-                    c.connectivity_timeout = Duration::from_millis(n.max(1))
+                "sslrootcert" => {
+                    let v = crate::util::percent_decode(v)?;
+                    if v.is_empty() {
+                        return Err(Error::usage(
+                            "ClickHouse URL option sslrootcert needs the path of a PEM file of the CA certificates to trust",
+                        ));
+                    }
+                    if scheme != "https" {
+                        return Err(Error::usage(
+                            "ClickHouse URL option sslrootcert is for HTTPS: write clickhouses://",
+                        ));
+                    }
+                    c.sslrootcert = Some(std::path::PathBuf::from(v));
                 }
-                "schema_timeout_ms" => c.schema_timeout = Duration::from_millis(n.max(1)),
-                "ddl_timeout_ms" => c.ddl_timeout = Duration::from_millis(n.max(1)),
-                "insert_timeout_ms" => c.insert_timeout = Duration::from_millis(n.max(1)),
-                "max_insert_bytes" => c.max_insert_bytes = (n as usize).max(1),
-                "insert_quorum" if n == 0 => {
-                    return Err(Error::usage(
-                        "ClickHouse URL option insert_quorum needs at least 1 (replicas of a shard that acknowledge each insert)",
-                    ))
+                "connectivity_timeout_ms"
+                | "schema_timeout_ms"
+                | "ddl_timeout_ms"
+                | "insert_timeout_ms"
+                | "max_insert_bytes"
+                | "insert_quorum" => {
+                    let n: u64 = v.parse().map_err(|_| {
+                        Error::usage(format!("ClickHouse URL option {k} needs a number"))
+                    })?;
+                    match k {
+                        "connectivity_timeout_ms" => {
+                            c.connectivity_timeout = Duration::from_millis(n.max(1))
+                        }
+                        "schema_timeout_ms" => c.schema_timeout = Duration::from_millis(n.max(1)),
+                        "ddl_timeout_ms" => c.ddl_timeout = Duration::from_millis(n.max(1)),
+                        "insert_timeout_ms" => c.insert_timeout = Duration::from_millis(n.max(1)),
+                        "max_insert_bytes" => c.max_insert_bytes = (n as usize).max(1),
+                        _ if n == 0 => {
+                            return Err(Error::usage(
+                                "ClickHouse URL option insert_quorum needs at least 1 (replicas of a shard that acknowledge each insert)",
+                            ))
+                        }
+                        _ => c.insert_quorum = Some(n),
+                    }
                 }
-                "insert_quorum" => c.insert_quorum = Some(n),
                 other => {
                     return Err(Error::usage(format!(
-                        "unknown ClickHouse URL option {other:?}"
+                        "unknown ClickHouse URL option {other:?} (known: {})",
+                        KNOWN_OPTIONS.join(", ")
                     )))
                 }
             }
@@ -238,6 +274,12 @@ mod tests {
                 "absolute ZooKeeper path",
             ),
             ("clickhouse://h/shop?insert_quorum=2", "add cluster=NAME"),
+            (
+                "clickhouse://h/shop?sslrootcrt=/x",
+                "unknown ClickHouse URL option",
+            ),
+            ("clickhouse://h/shop?sslrootcert=/x", "is for HTTPS"),
+            ("clickhouses://h/shop?sslrootcert=", "needs the path"),
             ("clickhouse://h/shop?zookeeper_path=/x", "add cluster=NAME"),
             (
                 "clickhouse://h/a%7Bshard%7D?cluster=c",

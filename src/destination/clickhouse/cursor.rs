@@ -39,7 +39,7 @@ impl ClickHouse {
         body.extend((c.sequence() as u64).to_le_bytes());
         self.query(
             &format!("INSERT INTO {}.`_mooncdc_cursor` (source, sequence, seq_hi, seq_lo) FORMAT RowBinary", qi(&self.cfg.database)),
-            Some(body.into()),
+            Some(body),
             Timeout::Insert,
         )?;
         Ok(())

@@ -1,15 +1,17 @@
 //! Requests to the server: URLs with settings and timeouts, error texts,
-//! SQL quoting.
+//! SQL quoting. Statements travel in the request body, never in the URL
+//! (a URL has a length limit: a wide table's statements exceed it, and the
+//! server then answers a bare `400 Bad Request`); an insert's data follows
+//! its statement after a newline, where the server reads it as is.
 
 use super::*;
 
 impl ClickHouse {
-    pub(super) fn url(&self, sql: &str, timeout: &Timeout, read: bool) -> String {
+    pub(super) fn url(&self, timeout: &Timeout, read: bool) -> String {
         let mut u = format!(
-            "{}?database={}&query={}",
+            "{}?database={}",
             self.cfg.base,
             pct_encode(&self.cfg.database),
-            pct_encode(sql)
         );
         if read {
             // An HTTP interface parameter on every version (not a setting).
@@ -65,10 +67,18 @@ impl ClickHouse {
     pub(super) fn send(
         &self,
         sql: &str,
-        body: Option<reqwest::blocking::Body>,
+        data: Option<Vec<u8>>,
         timeout: Timeout,
     ) -> Result<reqwest::blocking::Response> {
-        let read = body.is_none();
+        let read = data.is_none();
+        let body = || match &data {
+            None => reqwest::blocking::Body::from(sql.to_string()),
+            Some(d) => {
+                let mut b = statement_then_data(sql);
+                b.extend_from_slice(d);
+                reqwest::blocking::Body::from(b)
+            }
+        };
         if read && self.cluster.is_some() {
             // A replica that has not yet fetched a part a quorum holds
             // refuses the read (code 289) rather than answer stale; it
@@ -78,9 +88,9 @@ impl ClickHouse {
                 let r = post(
                     &self.http,
                     &self.cfg,
-                    self.url(sql, &timeout, read),
+                    self.url(&timeout, read),
                     self.budget(&timeout),
-                    reqwest::blocking::Body::from(Vec::new()),
+                    body(),
                 );
                 match r {
                     Err(e)
@@ -96,9 +106,9 @@ impl ClickHouse {
         post(
             &self.http,
             &self.cfg,
-            self.url(sql, &timeout, read),
+            self.url(&timeout, read),
             self.budget(&timeout),
-            body.unwrap_or_else(|| reqwest::blocking::Body::from(Vec::new())),
+            body(),
         )
     }
 
@@ -106,11 +116,20 @@ impl ClickHouse {
     pub(super) fn query(
         &self,
         sql: &str,
-        body: Option<reqwest::blocking::Body>,
+        data: Option<Vec<u8>>,
         timeout: Timeout,
     ) -> Result<Vec<u8>> {
-        reply(self.send(sql, body, timeout)?)
+        reply(self.send(sql, data, timeout)?)
     }
+}
+
+/// The start of an insert's body: its statement (`… FORMAT RowBinary`) and
+/// the newline after which the server reads the data byte for byte.
+pub(super) fn statement_then_data(sql: &str) -> Vec<u8> {
+    let mut b = Vec::with_capacity(sql.len() + 1);
+    b.extend_from_slice(sql.as_bytes());
+    b.push(b'\n');
+    b
 }
 
 /// One request to the server, with the credentials in headers, within a
@@ -153,11 +172,15 @@ pub(super) fn post(
     if !resp.status().is_success() {
         let status = resp.status();
         let text = resp.text().unwrap_or_default();
+        let why = if text.trim().is_empty() {
+            "(the server gave no reason)".to_string()
+        } else {
+            error_text(&text)
+        };
         return Err(Error::new(
             ErrorKind::Database,
             format!(
-                "ClickHouse error (HTTP {status}): {}{}",
-                error_text(&text),
+                "ClickHouse error (HTTP {status}): {why}{}",
                 if cfg.cluster.is_some() {
                     cluster_hint(&text)
                 } else {

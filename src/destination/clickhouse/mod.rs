@@ -6,9 +6,12 @@
 //!   `X-ClickHouse-User`/`X-ClickHouse-Key` headers, never in URLs or messages.
 //!   Optional query parameters: `connectivity_timeout_ms` (8000),
 //!   `schema_timeout_ms` (16000), `ddl_timeout_ms` (128000),
-//!   `insert_timeout_ms` (256000), `max_insert_bytes` (64 MiB).
+//!   `insert_timeout_ms` (256000), `max_insert_bytes` (64 MiB), `sslrootcert`
+//!   (a PEM file of CAs trusted instead of the system's). Statements travel in
+//!   the request body, never in the URL.
 //! - Names: source `_` is doubled, then `.` becomes `_` (`public.my_table` →
-//!   `public_my__table`).
+//!   `public_my__table`); not one-to-one, so each table's source table is
+//!   recorded in `_mooncdc_tables` and a second one refused (`names`).
 //! - `replacing` engine (default): `ReplacingMergeTree(_etl_version)` ordered by
 //!   the key, with `_etl_deleted`, and a `<table>__current` view (`FINAL`, not
 //!   deleted). A delete writes a tombstone; an update that changes the key
@@ -36,6 +39,7 @@ mod config;
 mod cursor;
 mod evolve;
 mod http;
+mod names;
 mod read;
 mod rowbinary;
 mod schema;
@@ -48,6 +52,7 @@ pub use read::ChRows;
 use rowbinary::*;
 use sql::*;
 pub use types::{column_type, table_name, version, ChType};
+use types::{refuse_meta_names, HISTORY_META, REPLACING_META};
 
 use super::{ExistingRows, TargetOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -122,6 +127,9 @@ pub struct ClickHouse {
     pub(super) cluster: Option<Cluster>,
     /// The schema each table was last made or checked for by `ensure`.
     pub(super) ensured: std::cell::RefCell<HashMap<String, Schema>>,
+    /// The source table each ClickHouse table holds (`_mooncdc_tables`),
+    /// read once.
+    pub(super) names: std::cell::RefCell<Option<HashMap<String, String>>>,
 }
 
 /// A cluster target, read from the server's `system.clusters`.
@@ -130,6 +138,11 @@ pub(super) struct Cluster {
     pub(super) name: String,
     /// Replicas of each shard acknowledging an insert.
     pub(super) quorum: u64,
+    /// Every replica: (shard number, host, native port), as
+    /// `system.clusters` lists them.
+    pub(super) replicas: Vec<(u32, String, u16)>,
+    /// When every shard last had a quorum of replicas answering.
+    pub(super) checked: std::cell::Cell<Option<std::time::Instant>>,
 }
 
 pub(super) enum Timeout {
@@ -144,8 +157,12 @@ impl ClickHouse {
     /// Nothing is created or changed on the server.
     pub fn connect(cfg: ChConfig, engine: Engine) -> Result<ClickHouse> {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::blocking::Client::builder()
-            .connect_timeout(cfg.connectivity_timeout)
+        let mut builder =
+            reqwest::blocking::Client::builder().connect_timeout(cfg.connectivity_timeout);
+        if let Some(path) = &cfg.sslrootcert {
+            builder = builder.tls_certs_only(root_certificates(path)?);
+        }
+        let http = builder
             .build()
             .map_err(|e| Error::new(ErrorKind::Tls, "cannot set up HTTP(S)").with_source(e))?;
         let mut ch = ClickHouse {
@@ -159,6 +176,7 @@ impl ClickHouse {
             version: (0, 0),
             cluster: None,
             ensured: Default::default(),
+            names: Default::default(),
         };
         // Reachable, and the credentials work.
         let v = ch.query("SELECT version()", None, Timeout::Connect)?;
@@ -166,7 +184,7 @@ impl ClickHouse {
         let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
         ch.version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
         let s = ch.query(
-            "SELECT name FROM system.settings WHERE name IN ('max_execution_time', 'wait_end_of_query', 'max_insert_block_size', 'insert_quorum', 'insert_quorum_timeout', 'insert_distributed_sync', 'insert_distributed_timeout', 'select_sequential_consistency', 'distributed_ddl_task_timeout')",
+            "SELECT name FROM system.settings WHERE name IN ('max_execution_time', 'wait_end_of_query', 'max_insert_block_size', 'insert_quorum', 'insert_quorum_timeout', 'insert_distributed_sync', 'insert_distributed_timeout', 'select_sequential_consistency', 'distributed_ddl_task_timeout', 'connect_timeout')",
             None,
             Timeout::Schema,
         )?;
@@ -244,10 +262,117 @@ impl ClickHouse {
                 "insert_quorum={quorum}, but a shard of cluster {name:?} has {fewest} replica(s): no insert could be acknowledged"
             )));
         }
+        let v = self.query(
+            &format!(
+                "SELECT shard_num, host_name, port FROM system.clusters WHERE cluster = {} ORDER BY shard_num, replica_num FORMAT TabSeparated",
+                sql_string(name)
+            ),
+            None,
+            Timeout::Schema,
+        )?;
+        let addresses = String::from_utf8_lossy(&v)
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split('\t');
+                Some((
+                    f.next()?.parse().ok()?,
+                    tsv_unescape(f.next()?),
+                    f.next()?.parse().ok()?,
+                ))
+            })
+            .collect();
         Ok(Cluster {
             name: name.to_string(),
             quorum,
+            replicas: addresses,
+            checked: Default::default(),
         })
+    }
+
+    /// Before a batch's inserts on a cluster: every shard has at least
+    /// `quorum` replicas that answer. A replica that crashed still counts
+    /// as active in ZooKeeper until its session times out, and a quorum
+    /// insert then waits the whole `insert_timeout_ms` for it; asked
+    /// first, through the node in the URL (`remote()` to each replica's
+    /// native port), a refused connection fails the batch in moments,
+    /// before anything of it is sent. An answer that is neither (the
+    /// replica refuses `remote()`'s user, say) counts as answering: the
+    /// server's own quorum wait still guards the insert. Checked at most
+    /// once a second.
+    pub(super) fn replicas_answer(&self) -> Result<()> {
+        let Some(c) = &self.cluster else {
+            return Ok(());
+        };
+        if c.checked
+            .get()
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return Ok(());
+        }
+        let mut down: HashMap<u32, Vec<String>> = HashMap::new();
+        for (shard, host, port) in &c.replicas {
+            let addr = if host.contains(':') {
+                format!("[{host}]:{port}")
+            } else {
+                format!("{host}:{port}")
+            };
+            let mut url = self.url(&Timeout::Connect, true);
+            if self.settings.contains("connect_timeout") {
+                url.push_str(&format!(
+                    "&connect_timeout={}",
+                    self.cfg.connectivity_timeout.as_secs().max(1)
+                ));
+            }
+            let sql = format!(
+                "SELECT dummy FROM remote({}, system.one) FORMAT TabSeparated",
+                sql_string(&addr)
+            );
+            let r = http::post(
+                &self.http,
+                &self.cfg,
+                url,
+                self.budget(&Timeout::Connect),
+                reqwest::blocking::Body::from(sql),
+            )
+            .and_then(http::reply);
+            if let Err(e) = r {
+                let m = e.message();
+                if ["Code: 210", "Code: 209", "Code: 279"]
+                    .iter()
+                    .any(|c| m.contains(c))
+                {
+                    down.entry(*shard).or_default().push(addr);
+                } else if m.contains("ClickHouse at ") {
+                    // The node in the URL itself: its own error says it.
+                    return Err(e);
+                }
+            }
+        }
+        let mut shards: Vec<&u32> = down.keys().collect();
+        shards.sort();
+        for shard in shards {
+            let all = c.replicas.iter().filter(|r| r.0 == *shard).count();
+            let gone = &down[shard];
+            let answering = all - gone.len();
+            if (answering as u64) < c.quorum {
+                return Err(Error::new(
+                    ErrorKind::Database,
+                    format!(
+                        "replica {} of shard {shard} of ClickHouse cluster {:?} does not answer: {answering} of the shard's {all} replicas answer, fewer than the insert quorum of {}{}; nothing of this batch was sent and the cursor did not move (an insert would wait insert_timeout_ms for a quorum that cannot come): start it again and apply again (it catches up from its peers), or, knowingly, lower insert_quorum",
+                        gone.join(", "),
+                        c.name,
+                        c.quorum,
+                        if answering == 0 {
+                            " (a shard of the cluster is down)"
+                        } else {
+                            ""
+                        }
+                    ),
+                ));
+            }
+        }
+        c.checked.set(Some(std::time::Instant::now()));
+        Ok(())
     }
 
     /// ` ON CLUSTER name` for DDL on a cluster target; empty otherwise.
@@ -332,6 +457,39 @@ impl ClickHouse {
         }
         Ok(())
     }
+}
+
+/// The CA certificates of `sslrootcert=FILE`, every one in the PEM file.
+fn root_certificates(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>> {
+    let pem = std::fs::read(path).map_err(|e| {
+        Error::io(
+            format!(
+                "cannot read the ClickHouse URL's sslrootcert file {}",
+                path.display()
+            ),
+            e,
+        )
+    })?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+        Error::new(
+            ErrorKind::Tls,
+            format!(
+                "the ClickHouse URL's sslrootcert file {} is not PEM certificates",
+                path.display()
+            ),
+        )
+        .with_source(e)
+    })?;
+    if certs.is_empty() {
+        return Err(Error::new(
+            ErrorKind::Tls,
+            format!(
+                "the ClickHouse URL's sslrootcert file {} holds no certificate (it needs the CA's, in PEM)",
+                path.display()
+            ),
+        ));
+    }
+    Ok(certs)
 }
 
 impl super::Target for ClickHouse {

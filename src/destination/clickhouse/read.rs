@@ -5,13 +5,25 @@ use super::*;
 impl ClickHouse {
     /// The data columns of the table a schema maps to; `None` when it does not exist.
     pub fn table_columns(&self, schema: &Schema) -> Result<Option<Vec<String>>> {
+        self.check_recorded(schema)?;
         let have = self.columns_of(&table_name(&schema.table))?;
         if have.is_empty() {
             return Ok(None);
         }
+        // Only the engine's own columns are left out (a source column may
+        // well be named `cdc_at` or `_etl_batch`); no source column has
+        // their exact names (`types::refuse_meta_names`).
+        let meta: &[&str] = if self
+            .replacing_table(&table_name(&schema.table))?
+            .unwrap_or(true)
+        {
+            &REPLACING_META
+        } else {
+            &HISTORY_META
+        };
         Ok(Some(
             have.into_iter()
-                .filter(|c| !c.starts_with("_etl_") && !c.starts_with("cdc_"))
+                .filter(|c| !meta.contains(&c.as_str()))
                 .collect(),
         ))
     }
@@ -19,12 +31,13 @@ impl ClickHouse {
     /// Rows of a table's current state in key order, for an audit; `None`
     /// when the table does not exist.
     pub fn current_rows(&self, schema: &Schema, kind: SourceKind) -> Result<Option<ChRows>> {
+        self.check_recorded(schema)?;
         let l = Layout::new(schema, kind);
         let have = self.columns_of(&l.name)?;
         if have.is_empty() {
             return Ok(None);
         }
-        if !have.iter().any(|c| c == "_etl_version") {
+        if self.replacing_table(&l.name)? == Some(false) {
             return Err(Error::usage(
                 "an audit compares current state: audit tables made with --engine replacing",
             ));
@@ -36,7 +49,19 @@ impl ClickHouse {
             )));
         }
         let cols: Vec<String> = schema.columns.iter().map(|c| qi(&c.name)).collect();
-        let keys: Vec<String> = schema.key.iter().map(|k| qi(k)).collect();
+        // In the source's key order (DESIGN §7): a decimal key, which the
+        // source sends as text, sorts as that text (bytewise), not as a
+        // number. ClickHouse's text of a decimal is the source's, or that
+        // with trailing fraction zeros dropped (modern servers), which
+        // sorts the same.
+        let keys: Vec<String> = l
+            .key
+            .iter()
+            .map(|&i| match l.types[i] {
+                ChType::Decimal(..) => format!("toString({})", qi(&schema.columns[i].name)),
+                _ => qi(&schema.columns[i].name),
+            })
+            .collect();
         let view = format!(
             "{}.{}",
             qi(&self.cfg.database),

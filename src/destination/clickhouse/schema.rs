@@ -48,6 +48,15 @@ impl ClickHouse {
             .collect())
     }
 
+    /// Whether a target table was made by the replacing engine (`None`
+    /// when it does not exist): read from the engine of the table that
+    /// stores its rows, not from column names a source could share.
+    pub(super) fn replacing_table(&self, table: &str) -> Result<Option<bool>> {
+        Ok(self
+            .engine_of(&self.stored(table))?
+            .map(|e| e.contains("ReplacingMergeTree")))
+    }
+
     /// The engine of an existing table (`None` when it does not exist).
     pub(super) fn engine_of(&self, table: &str) -> Result<Option<String>> {
         let v = self.query(
@@ -98,6 +107,7 @@ impl ClickHouse {
 
     fn ensure_on_server(&self, l: &Layout, drop: bool) -> Result<Option<Error>> {
         let db = qi(&self.cfg.database);
+        refuse_meta_names(&l.schema, self.engine)?;
         if l.key.is_empty() && self.engine == Engine::Replacing {
             return Err(Error::data(format!(
                 "table {:?} has no key: the replacing engine needs one (--engine history keeps tables without keys)",
@@ -107,6 +117,12 @@ impl ClickHouse {
         if self.engine == Engine::Replacing && l.name.ends_with("__current") {
             return Err(Error::data(format!(
                 "table {:?} maps to {}, the name of another table's current-state view; rename the source table",
+                l.schema.table, l.name
+            )));
+        }
+        if l.name.starts_with("_mooncdc_") {
+            return Err(Error::data(format!(
+                "table {:?} maps to {}, a name MoonCDC keeps for its own tables (_mooncdc_…); rename the source table",
                 l.schema.table, l.name
             )));
         }
@@ -134,6 +150,9 @@ impl ClickHouse {
                 }
             }
         }
+        // Recorded before the table is made or written: from then on no
+        // other source table can land in it.
+        self.record_name(l)?;
         let have = self.columns_typed(&stored)?;
         let mut added = false;
         if have.is_empty() {

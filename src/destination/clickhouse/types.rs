@@ -77,6 +77,33 @@ pub fn column_type(c: &Column, kind: SourceKind) -> ChType {
     }
 }
 
+/// The replacing engine's own columns, after the data columns.
+pub(crate) const REPLACING_META: [&str; 2] = ["_etl_version", "_etl_deleted"];
+/// The history engine's own columns, before the data columns.
+pub(crate) const HISTORY_META: [&str; 3] = ["cdc_operation", "cdc_lsn", "cdc_tx_ordinal"];
+
+/// A source column named as one of the engine's own columns cannot be
+/// stored beside it: refused before anything is made, naming the way out.
+pub(crate) fn refuse_meta_names(schema: &Schema, engine: Engine) -> Result<()> {
+    let (meta, what, other): (&[&str], &str, &str) = match engine {
+        Engine::Replacing => (&REPLACING_META, "replacing", "history"),
+        Engine::History => (&HISTORY_META, "history", "replacing"),
+    };
+    if let Some(c) = schema
+        .columns
+        .iter()
+        .find(|c| meta.contains(&c.name.as_str()))
+    {
+        return Err(Error::data(format!(
+            "table {:?} has a column named {:?}, the name of a column the {what} engine adds to every ClickHouse table it makes ({}), and one table cannot hold two columns of one name: rename the column at the source, or use --engine {other}",
+            schema.table,
+            c.name,
+            meta.join(", ")
+        )));
+    }
+    Ok(())
+}
+
 /// The target table name for a source table.
 pub fn table_name(source_table: &str) -> String {
     source_table.replace('_', "__").replace('.', "_")

@@ -60,9 +60,33 @@ pub struct PgTarget {
     /// A PostgreSQL source's declared types as the target spells them (or
     /// `text`), asked once per process (three round trips each).
     spellings: std::cell::RefCell<HashMap<String, String>>,
+    /// The stream table each target table took in this session: a second
+    /// stream name for one table (`t` and `public.t`) is refused.
+    claimed: std::cell::RefCell<HashMap<(String, String), String>>,
 }
 
 const CURSORS: &str = "mooncdc.cursors";
+
+impl PgTarget {
+    /// Note that stream table `stream` lands in `ns`.`name`; refused when
+    /// another stream table of this session landed there.
+    pub(super) fn claim(&self, ns: &str, name: &str, stream: &str) -> Result<()> {
+        let mut claimed = self.claimed.borrow_mut();
+        let key = (ns.to_string(), name.to_string());
+        match claimed.get(&key) {
+            Some(other) if other != stream => Err(Error::data(format!(
+                "stream tables {other:?} and {stream:?} both land in PostgreSQL table {}.{}, and one table cannot hold two stream tables: refused before this batch was written; name the table one way in every stream (with its schema)",
+                quote_ident(ns),
+                quote_ident(name)
+            ))),
+            Some(_) => Ok(()),
+            None => {
+                claimed.insert(key, stream.to_string());
+                Ok(())
+            }
+        }
+    }
+}
 
 impl PgTarget {
     /// Nothing is connected or created until it is used.
@@ -80,6 +104,7 @@ impl PgTarget {
             schema,
             known: Default::default(),
             spellings: Default::default(),
+            claimed: Default::default(),
         })
     }
 

@@ -57,11 +57,31 @@ pub(super) struct Table {
 }
 
 /// Where a stream's table lands: a PostgreSQL source's `schema.table` in
-/// that schema; a SQLite source's `t` in the URL's `schema=` (default
-/// `public`).
+/// that schema (parts read as docs/FORMAT.md "Table names" spells them:
+/// `"x.y".z` is table `z` of schema `x.y`), a name without a schema in
+/// `public` (as PostgreSQL reads it); a SQLite source's `t` in the URL's
+/// `schema=` (default `public`). One stream name, one table: a name not in
+/// the one spelling of its parts (`a.b.c`, `"a".b`) is refused, so two
+/// stream tables never land in one target table.
 pub(super) fn target_name(table: &str, kind: SourceKind, schema: &str) -> Result<(String, String)> {
     match kind {
-        SourceKind::Postgres => crate::source::postgres::split_table(table),
+        SourceKind::Postgres => {
+            let (s, t) = crate::wire::names::split(table).map_err(|e| {
+                Error::data(format!(
+                    "{e}; a PostgreSQL target cannot tell which schema and table it names"
+                ))
+            })?;
+            if !crate::wire::names::is_canonical(table) {
+                return Err(Error::data(format!(
+                    "table name {table:?} is not spelled as docs/FORMAT.md spells it ({:?}), so another stream name could name the same PostgreSQL table; refused",
+                    match &s {
+                        Some(s) => crate::wire::names::join(s, &t),
+                        None => t.clone(),
+                    }
+                )));
+            }
+            Ok((s.unwrap_or_else(|| "public".to_string()), t))
+        }
         _ => Ok((schema.to_string(), table.to_string())),
     }
 }
@@ -292,6 +312,7 @@ impl PgTarget {
             )));
         }
         let (ns, name) = target_name(&s.table, kind, &self.schema)?;
+        self.claim(&ns, &name, &s.table)?;
         if ns == "mooncdc" {
             return Err(Error::data(format!(
                 "table {:?} would land in schema \"mooncdc\", which is MoonCDC's own",
