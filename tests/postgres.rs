@@ -5306,3 +5306,55 @@ fn capture_from_a_standby_snapshot_then_follow() {
     );
     expect(&r, 0, "audit against the primary");
 }
+
+#[test]
+fn partitions_published_as_themselves_are_tables_of_their_own() {
+    let src = Src::new("leaves");
+    let s = src.session();
+    s.exec("CREATE TABLE p (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)");
+    s.exec("CREATE TABLE p1 PARTITION OF p FOR VALUES FROM (0) TO (100)");
+    s.exec("CREATE TABLE p2 PARTITION OF p FOR VALUES FROM (100) TO (200)");
+    s.exec("INSERT INTO p VALUES (1, 'one'), (150, 'one fifty')");
+    // publish_via_partition_root = false (the default): leaves are tables.
+    src.init(&["public.p"]);
+    let r = src.pipeline(
+        "{snapshot} --source \"$SRC\" --slot \"$SLOT\" -q | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "snapshot | apply");
+    assert_eq!(src.proj_rows("public.p1"), vec![vec![ci(1), ct("one")]]);
+    assert_eq!(
+        src.proj_rows("public.p2"),
+        vec![vec![ci(150), ct("one fifty")]]
+    );
+    let (capture, apply, log) =
+        follow_logged(&src, &["--after", &src.target_cursor().unwrap().to_json()]);
+    s.exec("INSERT INTO p VALUES (2, 'two')");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while src.proj_count("public.p1") < 2 {
+        assert!(Instant::now() < deadline, "the first row arrives");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A partition attached with rows: a table of its own from its first
+    // change on, its earlier rows told about.
+    s.exec("CREATE TABLE p3 (id int PRIMARY KEY, v text)");
+    s.exec("ALTER TABLE p3 REPLICA IDENTITY FULL");
+    s.exec("INSERT INTO p3 VALUES (250, 'held before attach')");
+    s.exec("ALTER TABLE p ATTACH PARTITION p3 FOR VALUES FROM (200) TO (300)");
+    // Published as itself, it joins the publication as a table.
+    let text = wait_for_text(&log, "\"public.p3\" was added to the publication", 30);
+    assert!(text.contains("holding rows"), "{text}");
+    s.exec("INSERT INTO p VALUES (260, 'after attach')");
+    s.exec("DELETE FROM p WHERE id = 150");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while src.proj_count("public.p2") != 0 {
+        assert!(Instant::now() < deadline, "the delete arrives");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, err) = sigterm_and_wait(capture);
+    assert_eq!(code, Some(0), "{err}");
+    let _ = finish(apply, false);
+    assert_eq!(
+        src.proj_rows("public.p3"),
+        vec![vec![ci(260), ct("after attach")]]
+    );
+}
