@@ -1,5 +1,5 @@
 //! Audit: compare a source's current rows with a target's projection, table
-//! by table, in key order (DESIGN §7), holding one row of each side at a time.
+//! by table, in key order (docs/FORMAT.md §9), holding one row of each side at a time.
 //!
 //! Rows are compared exactly (storage class, bits, bytes) after the database
 //! boundary's normalization (REAL zero is +0). Reported: rows missing from the
@@ -160,7 +160,7 @@ fn compare_table(
     };
     let key = s.key_indices();
     // The merge-join is exact only while both sides come in key order
-    // (`key_cmp`, DESIGN §7 as docs/ARCHITECTURE.md cites it): a side
+    // (`key_cmp`, docs/FORMAT.md §9): a side
     // whose keys go back is an error, never a list of rows reported
     // missing and extra that are not.
     let mut last_target: Option<Vec<Value>> = None;

@@ -141,7 +141,7 @@ pub fn table_schema(conn: &Connection, name: &str) -> Result<Schema> {
     })
 }
 
-/// `ORDER BY` text that yields the key order of DESIGN §7 (binary collation).
+/// `ORDER BY` text that yields the key order of docs/FORMAT.md §9 (binary collation).
 pub fn order_by_key(schema: &Schema) -> String {
     schema
         .key

@@ -1,5 +1,5 @@
 //! mooncdc-apply end to end on a SQLite projection, through the real binaries
-//! (CLI.md "mooncdc-apply"; DESIGN §9 targets, §11 errors): replays are
+//! (docs/TOOLS.md "mooncdc-apply"; docs/TOOLS.md "mooncdc-apply", docs/FORMAT.md §13 errors): replays are
 //! no-ops, gaps and other sources are refused, divergence fails the whole
 //! batch, the stored cursor, snapshots only into targets without a cursor,
 //! exact TEXT binding, and SIGKILL at random points losing and duplicating

@@ -1,5 +1,5 @@
-//! mooncdc-audit end to end, through the real binaries (CLI.md
-//! "mooncdc-audit"; DESIGN §9, §11): exit 0 equal, 1 different, 2 trouble;
+//! mooncdc-audit end to end, through the real binaries (docs/TOOLS.md
+//! "mooncdc-audit"; docs/FORMAT.md §13): exit 0 equal, 1 different, 2 trouble;
 //! missing, extra and different rows reported with their keys in text and
 //! JSONL; exact comparison (class, REAL bits, TEXT bytes) after the database
 //! boundary's normalization; the warning when the target is behind.

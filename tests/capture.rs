@@ -1,5 +1,5 @@
 //! mooncdc-capture end to end on SQLite sources, through the real binaries
-//! (CLI.md "mooncdc-capture"; DESIGN §2 values, §3 positions, §4 events and
+//! (docs/TOOLS.md "mooncdc-capture"; docs/FORMAT.md §2 values, §3 positions, §4–§5 events and
 //! schemas, §10 acknowledgement, §11 errors). Each test has its own folder
 //! with a source `src.db` and a projection `proj.db`; what capture writes is
 //! parsed with `mooncdc::wire::BatchStreamReader` and checked as structures,

@@ -1,4 +1,4 @@
-//! mooncdc-compact, run as a real binary (CLI.md "mooncdc-compact", DESIGN §5, §8, §11).
+//! mooncdc-compact, run as a real binary (docs/TOOLS.md "mooncdc-compact", docs/FORMAT.md §6 and §13).
 
 mod common;
 

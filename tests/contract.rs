@@ -1,4 +1,4 @@
-//! The Target contract (`mooncdc::destination::Target`, DESIGN §9), run
+//! The Target contract (`mooncdc::destination::Target`, docs/TOOLS.md (apply)), run
 //! case by case against every target through the trait: the in-memory
 //! double, a SQLite projection and a ClickHouse database (a throwaway
 //! server). A new target passes these before anything else.

@@ -1,4 +1,4 @@
-//! mooncdc-merge, run as a real binary (CLI.md "mooncdc-merge", DESIGN §5, §8, §11).
+//! mooncdc-merge, run as a real binary (docs/TOOLS.md "mooncdc-merge", docs/FORMAT.md §6 and §13).
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! throwaway cluster per run of this file (tests/common/pg.rs); each test has
 //! its own database and slot, so the tests run in parallel.
 //!
-//! DESIGN §3 (a sequence is `commit_lsn × 2^64 + ordinal`), §4–§6 (events,
+//! docs/FORMAT.md §3 (a sequence; docs/POSTGRES.md: `commit_lsn × 2^64 + ordinal`), §4–§8 (events,
 //! schemas, batches, snapshots), §9 (the SQLite projection), §10
 //! (acknowledgement), §11 (errors: exit 1, nothing appliable). Outputs are
 //! parsed with `mooncdc::wire::BatchStreamReader` and compared as values;
@@ -76,7 +76,7 @@ fn has_commit_line(out: &[u8]) -> bool {
     })
 }
 
-/// A failure as DESIGN §11 wants it: exit 1, a message containing each of
+/// A failure as docs/FORMAT.md §13 wants it: exit 1, a message containing each of
 /// `needles`, and no commit line on standard output.
 #[track_caller]
 fn assert_refused(r: &Run, what: &str, needles: &[&str]) {
@@ -347,7 +347,7 @@ fn checked_events(b: &[Batch]) -> Vec<Event> {
 }
 
 /// Events grouped by commit LSN (`sequence >> 64`), checking that the
-/// ordinals of each transaction run 1, 2, 3 … (DESIGN §3).
+/// ordinals of each transaction run 1, 2, 3 … (docs/FORMAT.md §3).
 #[track_caller]
 fn by_transaction(ev: &[Event]) -> Vec<(u64, Vec<Event>)> {
     let mut out: Vec<(u64, Vec<Event>)> = Vec::new();
@@ -3534,7 +3534,7 @@ fn quote_numbers(json: &str) -> String {
     out
 }
 
-/// A wal2json value as the wire value MoonCDC's mapping gives (DESIGN §2,
+/// A wal2json value as the wire value MoonCDC's mapping gives (docs/FORMAT.md §2,
 /// src/source/postgres/types.rs): integers exact, floats parsed at their own
 /// width (bits compared), booleans 1/0, bytea bytes, numeric its digits as
 /// text, everything else its text.

@@ -1,4 +1,4 @@
-//! Property tests of the wire codec and the stream operations (DESIGN §2–§8).
+//! Property tests of the wire codec and the stream operations (docs/FORMAT.md, docs/TOOLS.md).
 //!
 //! Every property draws real random inputs from proptest strategies; case
 //! counts are kept small enough for the whole file to run in seconds in the

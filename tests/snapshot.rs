@@ -1,5 +1,5 @@
 //! mooncdc-snapshot end to end on SQLite sources, through the real binaries
-//! (CLI.md "mooncdc-snapshot"; DESIGN §6 snapshots, §7 key order, §9 the
+//! (docs/TOOLS.md "mooncdc-snapshot"; docs/FORMAT.md §8 snapshots, §9 key order; docs/TOOLS.md the
 //! hand-over to capture): exact values, a cursor that hands over exactly to
 //! `mooncdc-capture --after`, even while another connection writes all the
 //! time, table selection, and refusals.
@@ -280,7 +280,7 @@ fn snapshot_carries_every_value_class_and_hands_over_exactly() {
 }
 
 /// SQLite lets a non-INTEGER PRIMARY KEY of a rowid table hold NULL (even
-/// twice); a snapshot with a NULL or duplicate key is invalid (DESIGN §6), so
+/// twice); a snapshot with a NULL or duplicate key is invalid (docs/FORMAT.md §8), so
 /// the snapshot tool must refuse rather than write one.
 #[test]
 fn a_null_primary_key_value_is_refused_by_the_snapshot() {

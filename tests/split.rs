@@ -1,4 +1,4 @@
-//! mooncdc-split, run as a real binary (CLI.md "mooncdc-split", DESIGN §5, §8, §11).
+//! mooncdc-split, run as a real binary (docs/TOOLS.md "mooncdc-split", docs/FORMAT.md §6 and §13).
 
 mod common;
 

@@ -53,7 +53,7 @@ pub type PullRow<'a> = dyn FnMut() -> Result<Option<Row>> + 'a;
 
 /// A database that holds a projection (or a history) of one source.
 ///
-/// The contract every target keeps (DESIGN §9):
+/// The contract every target keeps (docs/TOOLS.md (apply)):
 /// - **One cursor, of one source**, stored next to the data. A batch of
 ///   another source fails.
 /// - **Replay.** With no cursor it accepts a batch from any start (and a
@@ -100,7 +100,7 @@ pub trait Target {
     /// The shape of the table `schema` maps to; `None` when it is missing.
     fn table_shape(&self, schema: &Schema, kind: SourceKind) -> Result<Option<StoredShape>>;
     /// Call `f` with a puller of the rows of the table `schema` maps to, in
-    /// key order (DESIGN §7); a missing table has no rows. `kind` says how
+    /// key order (docs/FORMAT.md §9); a missing table has no rows. `kind` says how
     /// the schema's declared types read.
     fn with_rows(
         &self,
@@ -277,7 +277,7 @@ pub fn stopped_in_header() {
 
 /// A compacted batch (`"compacted":true` in its header) had events folded into
 /// later ones, so a target holding only part of its interval would miss the
-/// changes folded into events it already has (DESIGN §8). Such a target
+/// changes folded into events it already has (docs/TOOLS.md (split, merge, compact)). Such a target
 /// refuses it; one holding none of it (`held` at or before the start) or all
 /// of it (at or after the end) applies it or skips it as usual. `held` is what
 /// [`skip_through`] returned for the batch.

@@ -1,4 +1,4 @@
-//! Compact: remove intermediate changes of the same row (DESIGN §8).
+//! Compact: remove intermediate changes of the same row (docs/TOOLS.md (split, merge, compact)).
 //!
 //! Within a run of adjacent events on one row (same table, same key values,
 //! compared exactly), pairs fold as:
@@ -501,7 +501,7 @@ pub fn compact<R: BufRead>(
                 }
                 let (mut h, _) = header.take().expect("validated stream");
                 // Mark the batch when events were folded away, so a target
-                // holding part of its interval refuses it (DESIGN §8).
+                // holding part of its interval refuses it (docs/TOOLS.md (split, merge, compact)).
                 h.compacted |= folded;
                 stats.batches += 1;
                 stats.events_out += out_count;

@@ -136,7 +136,7 @@ pub trait AuditRows {
     fn cursor(&self) -> Option<Cursor>;
     /// The tables, in the order they are audited.
     fn schemas(&self) -> Vec<Schema>;
-    /// Call `f` with each row of table `i` in key order (DESIGN §7), until it
+    /// Call `f` with each row of table `i` in key order (docs/FORMAT.md §9), until it
     /// returns false.
     fn rows(&mut self, i: usize, f: &mut dyn FnMut(Row) -> Result<bool>) -> Result<()>;
 }

@@ -1,4 +1,4 @@
-//! Batches and batch streams (DESIGN §5).
+//! Batches and batch streams (docs/FORMAT.md §6).
 //!
 //! JSONL `mooncdc.jsonl.v1`, one record a line:
 //!
@@ -41,7 +41,7 @@ pub struct Header {
     pub schemas: Option<Vec<Schema>>,
     /// `"compacted":true`: `mooncdc-compact` folded some events of this batch
     /// into later ones, so only a target holding none of the interval, or all
-    /// of it, may apply it (DESIGN §8). Written only when true.
+    /// of it, may apply it (docs/TOOLS.md (split, merge, compact)). Written only when true.
     pub compacted: bool,
 }
 

@@ -1,4 +1,4 @@
-//! Positions, events and schemas (DESIGN §3–§4).
+//! Positions, events and schemas (docs/FORMAT.md §3–§5).
 //!
 //! A cursor is `{"source":"<identity>","sequence":"<n>"}`: one source's stream
 //! and the position after which the next change comes. Sequences are canonical

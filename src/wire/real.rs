@@ -1,6 +1,6 @@
 //! REAL values on the wire: the exact significand-and-exponent pair, its
 //! canonical encoding, and the read-only decimal form, parsed correctly
-//! rounded with an exact big-integer check (DESIGN §2).
+//! rounded with an exact big-integer check (docs/FORMAT.md §2).
 
 use super::value::{check_canonical_integer, quote, MAX_NUMBER_DIGITS};
 

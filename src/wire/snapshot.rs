@@ -1,4 +1,4 @@
-//! Snapshots (DESIGN §6).
+//! Snapshots (docs/FORMAT.md §8).
 //!
 //! JSONL `mooncdc.snapshot-jsonl.v1`:
 //!
@@ -13,7 +13,7 @@
 //!
 //! The cursor is the position the snapshot is consistent with. Errors: a row
 //! for a table not in the header, a wrong width, a NULL key value, a duplicate
-//! key, rows out of key order (DESIGN §7), a table's rows not together, a
+//! key, rows out of key order (docs/FORMAT.md §9), a table's rows not together, a
 //! missing commit or a wrong count. Each table's rows come together in strictly
 //! increasing key order, so the checks need only the previous row's key.
 

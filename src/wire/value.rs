@@ -74,7 +74,7 @@ impl Value {
         }
     }
 
-    /// Compare as SQLite's `ORDER BY` does (DESIGN §7): NULL < numbers < TEXT < BLOB;
+    /// Compare as SQLite's `ORDER BY` does (docs/FORMAT.md §9): NULL < numbers < TEXT < BLOB;
     /// INTEGER and REAL numerically (so 1 and 1.0 compare equal); TEXT and BLOB bytewise.
     pub fn key_cmp(&self, other: &Value) -> Ordering {
         fn rank(v: &Value) -> u8 {

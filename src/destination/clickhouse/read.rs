@@ -49,7 +49,7 @@ impl ClickHouse {
             )));
         }
         let cols: Vec<String> = schema.columns.iter().map(|c| qi(&c.name)).collect();
-        // In the source's key order (DESIGN §7): a decimal key, which the
+        // In the source's key order (docs/FORMAT.md §9): a decimal key, which the
         // source sends as text, sorts as that text (bytewise), not as a
         // number. ClickHouse's text of a decimal is the source's, or that
         // with trailing fraction zeros dropped (modern servers), which

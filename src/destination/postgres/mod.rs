@@ -299,7 +299,7 @@ impl Target for PgTarget {
         let Some((cols, _)) = self.rt.block_on(read_columns(&c, &ns, &name))? else {
             return f(&mut || Ok(None));
         };
-        // The source's own order and text forms (DESIGN §7), as a
+        // The source's own order and text forms (docs/FORMAT.md §9), as a
         // PostgreSQL source reads its rows.
         let classes: Vec<Class> = cols.iter().map(|c| c.class).collect();
         let local = Schema {

@@ -92,7 +92,7 @@ pub(super) fn plain_type_name(decl: &str) -> bool {
 }
 
 /// The declared type a projection column gets. Every choice keeps each value
-/// in its class (DESIGN §9): a SQLite source's declared type is copied when it
+/// in its class (docs/TOOLS.md (apply)): a SQLite source's declared type is copied when it
 /// is a plain type name (its affinity is the one the source already applied,
 /// and applying an affinity twice changes nothing), else the type named after
 /// its affinity; `ANY` (no affinity in a STRICT table, NUMERIC elsewhere) and

@@ -3,7 +3,7 @@
 //! - `init` creates (or extends) a publication, sets `REPLICA IDENTITY FULL`
 //!   on its tables (full before images; unchanged TOAST values are filled from
 //!   the old row and never become NULL) and creates the slot.
-//! - A position is `commit_lsn × 2^64 + ordinal` (DESIGN §3): ordinals number
+//! - A position is `commit_lsn × 2^64 + ordinal` (docs/FORMAT.md §3): ordinals number
 //!   a transaction's row changes from 1. A batch that ends at a transaction
 //!   boundary ends at `(commit_lsn + 1) × 2^64`, i.e. "everything committed
 //!   before commit_lsn + 1"; a read that catches up ends at the WAL flush

@@ -70,7 +70,7 @@ impl AuditRows for SqliteAuditRows {
     }
 }
 
-/// `SELECT` of a table's columns ordered by its key (DESIGN §7).
+/// `SELECT` of a table's columns ordered by its key (docs/FORMAT.md §9).
 pub fn select_in_key_order(s: &Schema) -> String {
     let cols: Vec<String> = s.columns.iter().map(|c| quote_ident(&c.name)).collect();
     format!(
