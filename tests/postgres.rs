@@ -5358,3 +5358,37 @@ fn partitions_published_as_themselves_are_tables_of_their_own() {
         vec![vec![ci(260), ct("after attach")]]
     );
 }
+
+#[test]
+fn a_publication_a_dba_made_is_used_as_it_is() {
+    let src = Src::new("dbapub");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text)");
+    s.exec("CREATE TABLE b (id int PRIMARY KEY, v text)");
+    s.exec("INSERT INTO a VALUES (1, 'a'); INSERT INTO b VALUES (1, 'b')");
+    s.exec("CREATE PUBLICATION dba_pub FOR TABLE a");
+    let r = src.cmd("init", &["--publication", "dba_pub"]);
+    expect(&r, 0, "init on the DBA's publication");
+    assert_eq!(
+        s.value("SELECT string_agg(tablename, ',') FROM pg_publication_tables WHERE pubname = 'dba_pub'"),
+        "a",
+        "init added no table to it"
+    );
+    let r = src.pipeline(
+        "{snapshot} --source \"$SRC\" --slot \"$SLOT\" --publication dba_pub -q | {apply} --target \"$PROJ\" -q",
+    );
+    expect(&r, 0, "snapshot | apply");
+    assert_eq!(src.proj_rows("public.a"), vec![vec![ci(1), ct("a")]]);
+    let r = src.tool(
+        AUDIT,
+        &[],
+        &[
+            "--publication",
+            "dba_pub",
+            "--target",
+            &src.proj_url(),
+            "-q",
+        ],
+    );
+    expect(&r, 0, "audit of what the publication publishes");
+}

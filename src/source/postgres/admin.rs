@@ -27,7 +27,16 @@ impl PgSource {
             if standby {
                 return self.init_on_standby(&c, tables, make_slot).await;
             }
-            let mut names: Vec<String> = if tables.is_empty() {
+            let existing = c
+                .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&self.publication])
+                .await
+                .map_err(pg_err("cannot read publications"))?
+                .is_some();
+            let mut names: Vec<String> = if tables.is_empty() && existing {
+                // A publication that exists is used as it is: its tables
+                // (add others with --table).
+                publication_tables(&c, &self.publication).await?
+            } else if tables.is_empty() {
                 // Partitions come with their partitioned table.
                 let rows = c
                     .query(
