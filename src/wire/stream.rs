@@ -105,16 +105,23 @@ fn fast_event(line: &[u8], lean: bool) -> Option<Lean> {
 }
 
 /// Read one line as a record: a canonical event line scanned (checked, not
-/// built, when `lean`), an event line in another spelling rewritten into
-/// the canonical one and then scanned, any other line (or one either scan
-/// declines) decoded by the strict decoder.
+/// built, when `lean`), an event line in another spelling checked and
+/// rewritten into the canonical one (`canon.rs`), any other line (or one
+/// both decline) decoded by the strict decoder.
 fn classify(line: &[u8], lean: bool) -> Result<Classified> {
     if let Some(item) = fast_event(line, lean) {
         return Ok((item, Through::Line));
     }
     let mut canonical = Vec::with_capacity(line.len() + 64);
-    if super::canon::canonical_event(line, &mut canonical).is_some() {
-        if let Some(item) = fast_event(&canonical, lean) {
+    if let Some(r) = super::canon::canonical_event(line, &mut canonical) {
+        // Checked there: built only when asked (or to read an escaped
+        // table name).
+        let item = if lean && r.plain_table {
+            Some(Lean::Event(r.meta))
+        } else {
+            super::fast::event_line(&canonical).map(|e| Lean::Item(Item::Event(e)))
+        };
+        if let Some(item) = item {
             return Ok((item, Through::Rewritten(canonical)));
         }
     }
