@@ -116,6 +116,23 @@ impl<'a> Cur<'a> {
         Some(&self.s[start..self.i - 1])
     }
 
+    /// Which of `names` (JSON strings, quotes included) comes next after
+    /// whitespace, told by its first letter; `None` for any other string,
+    /// one with escapes among them.
+    #[inline]
+    fn one_of(&mut self, names: &[&[u8]]) -> Option<usize> {
+        self.ws();
+        let rest = &self.b[self.i..];
+        let first = *rest.get(1)?;
+        for (k, name) in names.iter().enumerate() {
+            if name[1] == first && rest.starts_with(name) {
+                self.i += name.len();
+                return Some(k);
+            }
+        }
+        None
+    }
+
     /// Four hex digits of a `\u` escape at `at`, either case.
     fn hex4(&self, at: usize) -> Option<u32> {
         let h = self.b.get(at..at + 4)?;
@@ -216,12 +233,20 @@ impl<'a> Cur<'a> {
     /// it and written canonically.
     fn value_to(&mut self, out: &mut Vec<u8>) -> Option<()> {
         self.byte(b'[')?;
-        match self.plain()? {
-            "null" => {
+        const TAGS: [&[u8]; 6] = [
+            b"\"null\"",
+            b"\"integer\"",
+            b"\"real\"",
+            b"\"text\"",
+            b"\"text-utf8\"",
+            b"\"blob\"",
+        ];
+        match self.one_of(&TAGS)? {
+            0 => {
                 self.byte(b']')?;
                 out.extend_from_slice(b"[\"null\"]");
             }
-            "integer" => {
+            1 => {
                 self.byte(b',')?;
                 let digits = self.plain()?;
                 self.byte(b']')?;
@@ -231,7 +256,7 @@ impl<'a> Cur<'a> {
                 out.extend_from_slice(digits.as_bytes());
                 out.extend_from_slice(b"\"]");
             }
-            "real" => {
+            2 => {
                 self.byte(b',')?;
                 let a = self.plain()?;
                 // As the strict decoder reads it: a pair, or the decimal form.
@@ -246,14 +271,14 @@ impl<'a> Cur<'a> {
                 };
                 write_real(out, x);
             }
-            "text" => {
+            3 => {
                 self.byte(b',')?;
                 out.extend_from_slice(b"[\"text\",");
                 self.string_to(out)?;
                 self.byte(b']')?;
                 out.push(b']');
             }
-            "text-utf8" => {
+            4 => {
                 self.byte(b',')?;
                 let h = self.plain()?;
                 self.byte(b']')?;
@@ -264,7 +289,7 @@ impl<'a> Cur<'a> {
                 }
                 out.extend_from_slice(b"\"]");
             }
-            "blob" => {
+            5 => {
                 self.byte(b',')?;
                 let h = self.plain()?.as_bytes();
                 self.byte(b']')?;
@@ -380,8 +405,15 @@ impl Cur<'_> {
         let body = out.len();
         self.byte(b'{')?;
         loop {
-            let name = self.plain()?;
-            let k = MEMBERS.iter().position(|m| *m == name)?;
+            const NAMES: [&[u8]; 5] = [
+                b"\"sequence\"",
+                b"\"table\"",
+                b"\"operation\"",
+                b"\"before\"",
+                b"\"after\"",
+            ];
+            let k = self.one_of(&NAMES)?;
+            let name = MEMBERS[k];
             if at[k].is_some() {
                 return None;
             }
