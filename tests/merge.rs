@@ -678,3 +678,171 @@ fn objects_view_for_people_and_jq() {
         assert_eq!(jq(r#"select(.after.r > 0.05) | .after.id"#).trim(), "7");
     }
 }
+
+// ---------------------------------------------------------------- other spellings
+
+/// A JSON string as Python's `json.dumps` writes it (every non-ASCII
+/// character escaped, surrogate pairs beyond the BMP), with `/` escaped too.
+fn ascii_str(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '/' => out.push_str("\\/"),
+            c if c < ' ' || !c.is_ascii() => {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{u:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// A record as another producer spells it: members in reverse order, `", "`
+/// and `": "` between tokens, strings escaped as [`ascii_str`] does.
+fn respell(v: &J, out: &mut String) {
+    match v {
+        J::Object(m) => {
+            out.push('{');
+            for (i, (k, x)) in m.iter().rev().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                ascii_str(k, out);
+                out.push_str(": ");
+                respell(x, out);
+            }
+            out.push('}');
+        }
+        J::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                respell(x, out);
+            }
+            out.push(']');
+        }
+        J::String(s) => ascii_str(s, out),
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+fn respell_stream(canonical: &str) -> String {
+    let mut out = String::new();
+    for line in canonical.lines() {
+        respell(&serde_json::from_str(line).expect("JSON"), &mut out);
+        out.push('\n');
+    }
+    out
+}
+
+/// A batch stream written by another producer (Python's json.dumps
+/// spelling, members in another order) is read by the path that rewrites
+/// event lines into the canonical spelling: merge, compact and split write
+/// exactly what they write for the canonical stream, over several
+/// read-ahead chunks, and a bad value in such a line is still refused with
+/// the strict decoder's message at its line.
+#[test]
+fn other_producers_spelling_gives_the_same_output() {
+    let mut events = vec![
+        ins(
+            1,
+            "w",
+            serde_json::json!([
+                ["integer", "1"],
+                ["text", "café 😀 a/b \"q\" \\ \u{1}"],
+                ["real", "1", "-3"],
+                ["blob", "00ff"],
+                ["null"]
+            ]),
+        ),
+        upd(
+            2,
+            "w",
+            serde_json::json!([
+                ["integer", "1"],
+                ["text", "café 😀 a/b \"q\" \\ \u{1}"],
+                ["real", "1", "-3"],
+                ["blob", "00ff"],
+                ["null"]
+            ]),
+            serde_json::json!([
+                ["integer", "1"],
+                ["text", "Ω"],
+                ["real", "3602879701896397", "-55"],
+                ["blob", ""],
+                ["text", ""]
+            ]),
+        ),
+        ins(3, "q\"é/t", row(3, "named with escapes")),
+        del(4, "q\"é/t", row(3, "named with escapes")),
+    ];
+    events.extend((5..=3000).map(|s| ins(s, "t", row(s as i64, &format!("row {s}: Zoë/Ærø")))));
+    let wide = schema(
+        "w",
+        &[
+            ("id", "INTEGER", false),
+            ("s", "TEXT", true),
+            ("r", "REAL", true),
+            ("b", "BLOB", true),
+            ("n", "TEXT", true),
+        ],
+        &["id"],
+    );
+    let spec = Spec::new(0, 3000)
+        .schemas(vec![kv_schema("t"), wide, kv_schema("q\"é/t")])
+        .events(events)
+        .jsonl();
+    let dir = tempdir();
+    // The canonical spelling: what merge writes.
+    let s = write(dir.path(), "spec.jsonl", &spec);
+    let canonical = run("mooncdc-merge", &[&s], None).ok().stdout_str();
+    let other = respell_stream(&canonical);
+    assert!(other
+        .lines()
+        .all(|l| l.contains("\": ") && !canonical.contains(l)));
+    let c = write(dir.path(), "canonical.jsonl", &canonical);
+    let o = write(dir.path(), "other.jsonl", &other);
+    for (tool, args) in [
+        ("mooncdc-merge", &[][..]),
+        ("mooncdc-compact", &[][..]),
+        ("mooncdc-split", &["--max-events", "700"][..]),
+    ] {
+        let want = run(tool, &[args, &[c.as_str()]].concat(), None);
+        want.ok();
+        let got = run(tool, &[args, &[o.as_str()]].concat(), None);
+        got.ok();
+        assert!(got.stdout == want.stdout, "{tool}: the output differs");
+    }
+    // The merged output is the canonical stream itself.
+    assert!(run("mooncdc-merge", &[&o], None).stdout == canonical.as_bytes());
+
+    // A value the strict decoder refuses, on line 1000 in the other spelling.
+    let bad: String = other
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i + 1 == 1000 {
+                l.replace("[\"integer\", \"999\"]", "[\"integer\", \"0999\"]") + "\n"
+            } else {
+                l.to_string() + "\n"
+            }
+        })
+        .collect();
+    assert!(bad != other, "line 1000 is event 999");
+    let b = write(dir.path(), "bad.jsonl", &bad);
+    for tool in ["mooncdc-merge", "mooncdc-compact", "mooncdc-split"] {
+        let r = run(tool, &[&b], None);
+        r.expect_code(1)
+            .stdout_empty()
+            .stderr_has("bad INTEGER: \"0999\" is not a canonical decimal integer")
+            .stderr_has(" column ");
+        assert!(names_line(&r.stderr, &b, 1000), "{tool}: {}", r.stderr);
+    }
+}

@@ -1866,3 +1866,286 @@ proptest! {
         }
     }
 }
+
+// ------------------------------------------------------------------ other spellings
+
+/// A stream of choices drawn by proptest, taken in turn (and again from the
+/// start when used up).
+struct Choices {
+    v: Vec<u8>,
+    i: usize,
+}
+
+impl Choices {
+    fn pick(&mut self, n: usize) -> usize {
+        let c = self.v[self.i % self.v.len()] as usize;
+        self.i += 1;
+        c % n
+    }
+}
+
+/// Insignificant whitespace, as JSON allows it inside a line (none most
+/// often; LF would end the line).
+fn ws(ch: &mut Choices, out: &mut String) {
+    for _ in 0..[0, 0, 1, 2][ch.pick(4)] {
+        out.push([' ', '\t', '\r'][ch.pick(3)]);
+    }
+}
+
+/// A JSON string holding `s`, each character written one of the ways JSON
+/// allows: as it is, as a short escape, as `\u` escapes (upper or lower
+/// case hex, a surrogate pair beyond the BMP), `\/`.
+fn respell_str(ch: &mut Choices, s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        let must = c < ' ' || c == '"' || c == '\\';
+        let short = match c {
+            '"' => Some("\\\""),
+            '\\' => Some("\\\\"),
+            '/' => Some("\\/"),
+            '\u{8}' => Some("\\b"),
+            '\u{c}' => Some("\\f"),
+            '\n' => Some("\\n"),
+            '\r' => Some("\\r"),
+            '\t' => Some("\\t"),
+            _ => None,
+        };
+        match (ch.pick(3), short) {
+            (0, _) if !must => out.push(c),
+            (1, Some(s)) => out.push_str(s),
+            _ => {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    if ch.pick(2) == 0 {
+                        out.push_str(&format!("\\u{u:04x}"));
+                    } else {
+                        out.push_str(&format!("\\u{u:04X}"));
+                    }
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+/// A value in another valid spelling: whitespace, escapes, hex of either
+/// case, TEXT as `text-utf8`, REAL as a pair that is not reduced or in the
+/// decimal form.
+fn respell_value(ch: &mut Choices, v: &Value, out: &mut String) {
+    let mut items: Vec<String> = Vec::new();
+    let hex = |ch: &mut Choices, b: &[u8]| -> String {
+        b.iter()
+            .map(|x| {
+                if ch.pick(2) == 0 {
+                    format!("{x:02x}")
+                } else {
+                    format!("{x:02X}")
+                }
+            })
+            .collect()
+    };
+    match v {
+        Value::Null => items.push("\"null\"".into()),
+        Value::Integer(i) => {
+            items.push("\"integer\"".into());
+            items.push(format!("\"{i}\""));
+        }
+        Value::Real(x) => {
+            items.push("\"real\"".into());
+            let (m, e) = real_to_pair(*x);
+            let sign = if m == 0 && x.is_sign_negative() {
+                "-"
+            } else {
+                ""
+            };
+            match ch.pick(3) {
+                // The decimal form, shortest round trip (exact: it reads back
+                // as the same binary64).
+                0 if x.is_sign_negative() || *x != 0.0 => {
+                    items.push(format!("\"{}\"", format!("{x:e}").replace("e", "E")));
+                }
+                // Not reduced: twice the significand, one less exponent.
+                1 if m != 0 && m.unsigned_abs() < (1 << 60) && e > -5000 => {
+                    items.push(format!("\"{}\"", m * 2));
+                    items.push(format!("\"{}\"", e - 1));
+                }
+                _ => {
+                    items.push(format!("\"{sign}{m}\""));
+                    items.push(format!("\"{e}\""));
+                }
+            }
+        }
+        Value::Text(s) => {
+            if ch.pick(4) == 0 {
+                items.push("\"text-utf8\"".into());
+                items.push(format!("\"{}\"", hex(ch, s.as_bytes())));
+            } else {
+                items.push("\"text\"".into());
+                let mut t = String::new();
+                respell_str(ch, s, &mut t);
+                items.push(t);
+            }
+        }
+        Value::Blob(b) => {
+            items.push("\"blob\"".into());
+            items.push(format!("\"{}\"", hex(ch, b)));
+        }
+    }
+    out.push('[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            ws(ch, out);
+            out.push(',');
+        }
+        ws(ch, out);
+        out.push_str(item);
+    }
+    ws(ch, out);
+    out.push(']');
+}
+
+/// An event record line in another valid spelling: members (of the record
+/// and of the event) in any order, whitespace between any tokens, and
+/// every string and value respelt.
+fn respell_event(ch: &mut Choices, e: &Event) -> String {
+    let mut members: Vec<(&str, String)> = Vec::new();
+    // (A sequence with escapes is left to the strict decoder.)
+    members.push(("sequence", format!("\"{}\"", e.sequence)));
+    let mut table = String::new();
+    respell_str(ch, &e.table, &mut table);
+    members.push(("table", table));
+    members.push(("operation", format!("\"{}\"", e.operation.as_str())));
+    if let Operation::Truncate {
+        cascade,
+        restart_identity,
+    } = e.operation
+    {
+        members.push(("cascade", cascade.to_string()));
+        members.push(("restart_identity", restart_identity.to_string()));
+    }
+    for (name, image) in [("before", &e.before), ("after", &e.after)] {
+        if let Some(row) = image {
+            let mut r = String::from("[");
+            for (i, v) in row.iter().enumerate() {
+                if i > 0 {
+                    ws(ch, &mut r);
+                    r.push(',');
+                }
+                ws(ch, &mut r);
+                respell_value(ch, v, &mut r);
+            }
+            ws(ch, &mut r);
+            r.push(']');
+            members.push((name, r));
+        }
+    }
+    let object = |ch: &mut Choices, mut members: Vec<(&str, String)>| {
+        // A random order: repeatedly take one of those left.
+        let mut out = String::from("{");
+        let mut first = true;
+        while !members.is_empty() {
+            let (name, value) = members.remove(ch.pick(members.len()));
+            if !first {
+                ws(ch, &mut out);
+                out.push(',');
+            }
+            first = false;
+            ws(ch, &mut out);
+            out.push_str(&format!("\"{name}\""));
+            ws(ch, &mut out);
+            out.push(':');
+            ws(ch, &mut out);
+            out.push_str(&value);
+        }
+        ws(ch, &mut out);
+        out.push('}');
+        out
+    };
+    let event = object(ch, members);
+    let mut line = String::new();
+    ws(ch, &mut line);
+    line.push_str(&object(
+        ch,
+        vec![("kind", "\"event\"".to_string()), ("event", event)],
+    ));
+    ws(ch, &mut line);
+    line
+}
+
+/// The strict decoder alone on one line: the event, if it is one.
+fn strict_event(line: &[u8]) -> Option<Event> {
+    let rec = mooncdc::wire::jsonl::parse_record(line).ok()?;
+    match mooncdc::wire::batch::batch_item(rec).ok()? {
+        Item::Event(e) => Some(e),
+        _ => None,
+    }
+}
+
+/// What the rewriting path makes of a line, checked against the strict
+/// decoder: if it takes the line, the strict decoder takes it too, and
+/// the rewritten line is the canonical encoding of the strict decoder's
+/// event, with the places the fast path finds in it.
+fn rewritten_agrees(line: &[u8]) -> Result<Option<Vec<u8>>, TestCaseError> {
+    let mut out = Vec::new();
+    let Some(r) = mooncdc::wire::canon::canonical_event(line, &mut out) else {
+        return Ok(None);
+    };
+    let s = strict_event(line);
+    let text = String::from_utf8_lossy(line);
+    let Some(s) = s else {
+        return Err(fail(format!(
+            "rewriting path accepted {text}, strict decoder refuses it"
+        )));
+    };
+    let mut want = Vec::new();
+    mooncdc::wire::batch::write_event_line(&mut want, &s);
+    want.pop();
+    prop_assert!(
+        out == want,
+        "{text} rewritten as {}, strict decoder: {}",
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&want)
+    );
+    prop_assert_eq!(Some(r.meta), mooncdc::wire::fast::event_spans(&out));
+    prop_assert_eq!(
+        r.plain_table,
+        mooncdc::wire::fast::event_meta(&out).is_some()
+    );
+    Ok(Some(out))
+}
+
+// Event lines in other valid spellings (whitespace, member order, escapes
+// of every kind, hex of either case, other REAL spellings, text-utf8) are
+// taken by the rewriting path (src/wire/canon.rs) and become exactly the
+// canonical line; lines one byte away from them are either refused by it
+// or read as the strict decoder reads them.
+proptest! {
+    #![proptest_config(config(400))]
+
+    #[test]
+    fn other_spellings_agree_with_the_strict_decoder(
+        b in batch_strategy(4, false),
+        choices in vec(any::<u8>(), 1..64),
+        at in any::<Index>(),
+        byte in prop_oneof![Just(b'"'), Just(b'\\'), Just(b','), Just(b']'), Just(b'}'), Just(b':'), Just(b'0'), Just(b'u'), Just(b'D'), Just(b' '), Just(b'\t'), any::<u8>()],
+        how in 0u8..3,
+    ) {
+        let mut ch = Choices { v: choices, i: 0 };
+        for e in &b.events {
+            let line = respell_event(&mut ch, e);
+            let strict = strict_event(line.as_bytes());
+            prop_assert!(strict.as_ref().is_some_and(|s| events_same(s, e)), "the respelling {line} is not valid or not the same event");
+            let got = rewritten_agrees(line.as_bytes())?;
+            // Only truncates are left to the strict decoder.
+            prop_assert!(got.is_some() || e.operation.is_truncate(), "declined: {line}");
+            let mut line = line.into_bytes();
+            let i = at.index(line.len());
+            match how {
+                0 => line[i] = byte,
+                1 => { line.remove(i); }
+                _ => line.insert(i, byte),
+            }
+            rewritten_agrees(&line)?;
+        }
+    }
+}

@@ -129,9 +129,28 @@ pub fn batch_jsonl(data: &[u8]) {
     }
 
     // The fast paths for canonical lines never disagree with the strict
-    // decoder, line by line and over the whole stream.
+    // decoder, line by line and over the whole stream; nor does the path
+    // that rewrites other spellings into the canonical one.
+    let mut rewritten = Vec::new();
     for line in data.split(|&b| b == b'\n') {
         let strict = strict_event(line);
+        if let Some(r) = mooncdc::wire::canon::canonical_event(line, &mut rewritten) {
+            let e = strict
+                .as_ref()
+                .expect("rewriting path accepted what the strict decoder refuses");
+            let mut want = Vec::new();
+            write_event_line(&mut want, e);
+            want.pop();
+            assert_eq!(
+                rewritten, want,
+                "rewritten line is not the canonical line of the strict decoder's event"
+            );
+            assert_eq!(
+                Some(r.meta),
+                mooncdc::wire::fast::event_spans(&rewritten),
+                "rewriting path and fast path place the members differently"
+            );
+        }
         if let Some(e) = mooncdc::wire::fast::event_line(line) {
             assert_eq!(
                 Some(&e),

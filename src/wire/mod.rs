@@ -4,6 +4,7 @@
 
 mod ahead;
 pub mod batch;
+pub mod canon;
 mod decoder;
 pub mod detect;
 pub mod fast;

@@ -58,26 +58,75 @@ enum AheadItem {
 }
 
 /// A line read as a record, before the stream's rules are checked: the
-/// item, and whether the line is canonical (written through as it is).
-type Classified = (Lean, bool);
+/// item, and the line a writer may write through.
+type Classified = (Lean, Through);
+
+/// The canonical line of an event, which a writer copies instead of
+/// encoding the event again.
+enum Through {
+    /// None: the strict decoder read the line.
+    No,
+    /// The line itself.
+    Line,
+    /// The line in another spelling, rewritten (`canon.rs`).
+    Rewritten(Vec<u8>),
+}
 
 /// The fixed start of a canonical event line: such lines are the bulk of a
 /// stream, and may be scanned on whichever thread has the time.
 const EVENT_LINE_START: &[u8] = b"{\"kind\":\"event\",\"event\":{\"sequence\":";
 
-/// Read one line as a record: a canonical event line scanned (checked, not
-/// built, when `lean`), any other line decoded by the strict decoder.
-fn classify(line: &[u8], lean: bool) -> Result<Classified> {
-    if lean {
-        if let Some(m) = super::fast::event_meta(line) {
-            return Ok((Lean::Event(m), true));
+/// Whether a line starts as an event record does in any spelling that
+/// gives the kind first (`{"kind": "event", …`): such a line is never a
+/// commit, so it too may wait for whichever thread has the time.
+fn starts_as_event(line: &[u8]) -> bool {
+    if line.starts_with(EVENT_LINE_START) {
+        return true;
+    }
+    let mut rest = line;
+    for token in [&b"{"[..], b"\"kind\"", b":", b"\"event\""] {
+        rest = rest.trim_ascii_start();
+        match rest.strip_prefix(token) {
+            Some(r) => rest = r,
+            None => return false,
         }
     }
-    if let Some(e) = super::fast::event_line(line) {
-        return Ok((Lean::Item(Item::Event(e)), true));
+    true
+}
+
+/// A canonical event line scanned (checked, not built, when `lean`).
+fn fast_event(line: &[u8], lean: bool) -> Option<Lean> {
+    if lean {
+        if let Some(m) = super::fast::event_meta(line) {
+            return Some(Lean::Event(m));
+        }
+    }
+    super::fast::event_line(line).map(|e| Lean::Item(Item::Event(e)))
+}
+
+/// Read one line as a record: a canonical event line scanned (checked, not
+/// built, when `lean`), an event line in another spelling checked and
+/// rewritten into the canonical one (`canon.rs`), any other line (or one
+/// both decline) decoded by the strict decoder.
+fn classify(line: &[u8], lean: bool) -> Result<Classified> {
+    if let Some(item) = fast_event(line, lean) {
+        return Ok((item, Through::Line));
+    }
+    let mut canonical = Vec::with_capacity(line.len() + 64);
+    if let Some(r) = super::canon::canonical_event(line, &mut canonical) {
+        // Checked there: built only when asked (or to read an escaped
+        // table name).
+        let item = if lean && r.plain_table {
+            Some(Lean::Event(r.meta))
+        } else {
+            super::fast::event_line(&canonical).map(|e| Lean::Item(Item::Event(e)))
+        };
+        if let Some(item) = item {
+            return Ok((item, Through::Rewritten(canonical)));
+        }
     }
     let item = parse_record(line).and_then(batch_item)?;
-    Ok((Lean::Item(item), false))
+    Ok((Lean::Item(item), Through::No))
 }
 
 /// Check a classified line against the stream's rules, in stream order.
@@ -290,7 +339,7 @@ impl<R: BufRead> BatchStreamReader<R> {
                 let line = &data[start..];
                 // Any other line is read here at once, so that a commit is
                 // handed over without waiting for more input.
-                let (scanned, flush) = if line.starts_with(EVENT_LINE_START) {
+                let (scanned, flush) = if starts_as_event(line) {
                     (None, false)
                 } else {
                     let r = classify(line, true);
@@ -412,10 +461,22 @@ impl<R: BufRead> BatchStreamReader<R> {
                     .map(|_| None)
                     .map_err(|e| e.in_file(ahead.name()).at_line(n + 1)),
                 Some(AheadItem::Line { at, scanned }) => {
-                    let line = &ahead.data()[at.0..at.1];
-                    let (mut item, canonical) = scanned
-                        .unwrap_or_else(|| classify(line, true))
+                    let (mut item, through) = scanned
+                        .unwrap_or_else(|| classify(&ahead.data()[at.0..at.1], true))
                         .map_err(|e| ahead.locate(e))?;
+                    // A rewritten line is kept here, the others are in the chunk.
+                    let canonical = !matches!(through, Through::No);
+                    let line_at = match through {
+                        Through::Rewritten(l) => {
+                            self.buf = l;
+                            None
+                        }
+                        _ => Some(at),
+                    };
+                    let line = match line_at {
+                        Some(at) => &ahead.data()[at.0..at.1],
+                        None => &self.buf[..],
+                    };
                     check(&mut self.validator, &item, line).map_err(|e| ahead.locate(e))?;
                     if let Lean::Event(m) = &item {
                         self.table = m.table;
@@ -428,7 +489,7 @@ impl<R: BufRead> BatchStreamReader<R> {
                         }
                     }
                     self.canonical = canonical;
-                    self.line_at = Some(at);
+                    self.line_at = line_at;
                     Ok(Some(item))
                 }
             },
@@ -442,7 +503,15 @@ impl<R: BufRead> BatchStreamReader<R> {
                         .map(|_| None)
                         .map_err(|e| e.in_file(lines.name()).at_line(at));
                 }
-                let (item, canonical) = classify(&self.buf, lean).map_err(|e| lines.error(e))?;
+                let (item, through) = classify(&self.buf, lean).map_err(|e| lines.error(e))?;
+                let canonical = match through {
+                    Through::No => false,
+                    Through::Line => true,
+                    Through::Rewritten(l) => {
+                        self.buf = l;
+                        true
+                    }
+                };
                 check(&mut self.validator, &item, &self.buf).map_err(|e| lines.error(e))?;
                 if let Lean::Event(m) = &item {
                     self.table = m.table;

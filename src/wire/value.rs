@@ -216,7 +216,7 @@ const fn nibbles(upper: bool) -> [u8; 256] {
 /// The hex digits the encoders write (lower case), as nibbles.
 pub(super) const HEX_LOWER: [u8; 256] = nibbles(false);
 /// Hex digits of either case, as the decoders take them.
-const HEX_ANY: [u8; 256] = nibbles(true);
+pub(super) const HEX_ANY: [u8; 256] = nibbles(true);
 
 /// Decode hex of either case; odd length or a non-hex digit is an error.
 pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
