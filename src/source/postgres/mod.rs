@@ -22,10 +22,13 @@ mod admin;
 mod audit;
 mod catalog;
 pub mod conn;
+mod ddl_state;
 mod ddl_trigger;
 pub mod pgoutput;
 mod pgpass;
 mod pgservice;
+mod publication;
+mod reconnect;
 mod replication;
 mod session;
 pub use session::connect_client;
@@ -35,10 +38,13 @@ mod tls;
 pub mod types;
 
 use admin::*;
-pub use admin::{publication_detail, publication_tables, PubTable};
 pub use audit::AuditSource;
 pub use catalog::table_schema;
 use catalog::*;
+use ddl_state::*;
+use publication::*;
+pub use publication::{publication_detail, publication_tables, PubTable};
+use reconnect::*;
 use snapshot::*;
 pub use snapshot::{select_in_key_order, CopyRows};
 

@@ -160,7 +160,7 @@ async fn connect_one(conn: &PgConn, role: &str) -> Result<Client> {
     tokio::spawn(async move {
         let _ = connection.await;
     });
-    let version = super::admin::server_version(&client).await?;
+    let version = super::publication::server_version(&client).await?;
     check_version(version)?;
     Ok(client)
 }
