@@ -12,6 +12,9 @@ need=()
 command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v sqldiff >/dev/null 2>&1 || need+=(sqlite3-tools)
 command -v jq >/dev/null 2>&1 || need+=(jq)
+# PyPI's wheels (scripts/pg-versions.sh, chdb) come through python3's pip.
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 # The completion tests drive the shells themselves; the TLS tests make a CA.
 [ -e /usr/share/bash-completion/bash_completion ] || need+=(bash-completion)
 command -v zsh >/dev/null 2>&1 || need+=(zsh)

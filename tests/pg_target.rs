@@ -634,6 +634,13 @@ fn tables_are_checked_once_per_schema_not_per_batch() {
 /// changes, audited equal.
 #[test]
 fn negative_scale_numerics_and_reg_types_reach_a_postgres_target() {
+    if pg::major_version() < 15 {
+        eprintln!(
+            "SKIPPED negative_scale_numerics_and_reg_types_reach_a_postgres_target: PostgreSQL {} has no negative numeric scales (the run on 15 checks it)",
+            pg::major_version()
+        );
+        return;
+    }
     let src = pg::db("regs_src");
     let s = src.session();
     s.exec(
