@@ -62,6 +62,9 @@ pub struct PgConn {
     pub port: u16,
     pub user: String,
     password: Option<String>,
+    /// The password file to look each host's password up in, when no
+    /// password was given (libpq reads it per host of a multi-host string).
+    passfile: Option<PathBuf>,
     pub dbname: String,
     pub sslmode: SslMode,
     pub sslrootcert: Option<PathBuf>,
@@ -163,6 +166,10 @@ impl PgConn {
                 c.host = h.clone();
                 c.port = *p;
                 c.hosts = vec![(h.clone(), *p)];
+                if let Some(file) = &self.passfile {
+                    c.password =
+                        super::pgpass::password_from_file(file, h, *p, &self.dbname, &self.user);
+                }
                 c
             })
             .collect()
@@ -583,19 +590,23 @@ impl PgConn {
                 },
             };
         }
-        let sslmode = sslmode.unwrap_or(if is_loopback(&host) {
+        // TLS is left off by default only when every server is on this
+        // machine: `localhost,db.example` verifies db.example.
+        let sslmode = sslmode.unwrap_or(if hosts.iter().all(|(h, _)| is_loopback(h)) {
             SslMode::Disable
         } else {
             SslMode::VerifyFull
         });
         let sslrootcert = sslrootcert.or_else(|| env("PGSSLROOTCERT").map(PathBuf::from));
-        // Last, as libpq: the password file (PGPASSFILE, else ~/.pgpass).
+        // Last, as libpq: the password file (PGPASSFILE, else ~/.pgpass),
+        // looked up for each host (`candidates`).
+        let mut passfile = None;
         if password.is_none() {
-            let file = env("PGPASSFILE")
+            passfile = env("PGPASSFILE")
                 .map(PathBuf::from)
                 .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".pgpass")));
-            if let Some(file) = file {
-                password = super::pgpass::password_from_file(&file, &host, port, &dbname, &user);
+            if let Some(file) = &passfile {
+                password = super::pgpass::password_from_file(file, &host, port, &dbname, &user);
             }
         }
         Ok(PgConn {
@@ -604,6 +615,7 @@ impl PgConn {
             port,
             user,
             password,
+            passfile,
             dbname,
             sslmode,
             sslrootcert,
@@ -834,6 +846,17 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
         assert!(seen.len() > 1, "random order varies");
+        // TLS by default unless every host is on this machine.
+        assert_eq!(
+            parse("postgres://u@localhost,127.0.0.1/d").unwrap().sslmode,
+            SslMode::Disable
+        );
+        assert_eq!(
+            parse("postgres://u@localhost,db.example/d")
+                .unwrap()
+                .sslmode,
+            SslMode::VerifyFull
+        );
         assert!(parse("postgres://u@a/d?load_balance_hosts=sometimes").is_err());
     }
 
@@ -990,6 +1013,28 @@ mod tests {
         assert_eq!(c.sslrootcert, Some(PathBuf::from("/url/root.pem")));
         let c = parse_in("postgres://u@db.example/d", &[]).unwrap();
         assert_eq!(c.sslrootcert, None);
+    }
+
+    #[test]
+    fn each_host_takes_its_own_password_from_the_password_file() {
+        let dir = std::env::temp_dir().join(format!("mooncdc-pgpass-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pgpass");
+        std::fs::write(&file, "h1:5432:d:u:one\nh2:5433:d:u:two\n").unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let env = [("PGPASSFILE", file.to_str().unwrap())];
+        let c = parse_in("postgres://u@h1:5432,h2:5433,h3:5434/d", &env).unwrap();
+        let got: Vec<Option<String>> = c.candidates().iter().map(|c| c.password.clone()).collect();
+        assert_eq!(got, [Some("one".into()), Some("two".into()), None]);
+        // A password given in the string is every host's.
+        let c = parse_in("postgres://u:pw@h1:5432,h2:5433/d", &env).unwrap();
+        let got: Vec<Option<String>> = c.candidates().iter().map(|c| c.password.clone()).collect();
+        assert_eq!(got, [Some("pw".into()), Some("pw".into())]);
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

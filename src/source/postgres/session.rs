@@ -21,13 +21,23 @@ pub async fn connect_client(conn: &PgConn, role: &str) -> Result<Client> {
                     if attrs == SessionAttrs::Any {
                         return Ok(c);
                     }
-                    let row = c
+                    // A server that dies between the connect and the
+                    // question is one more host that did not suit.
+                    let row = match c
                         .query_one(
                             "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
                             &[],
                         )
                         .await
-                        .map_err(pg_err("cannot ask a server whether it is a standby"))?;
+                        .map_err(pg_err("cannot ask a server whether it is a standby"))
+                    {
+                        Ok(row) => row,
+                        Err(e) => {
+                            tried.push(format!("{}:{}: {}", cand.host, cand.port, e.full_message()));
+                            last = Some(e);
+                            continue;
+                        }
+                    };
                     if attrs.accepts(row.get(0), row.get(1)) {
                         return Ok(c);
                     }
@@ -98,9 +108,17 @@ pub(super) async fn repl_connect(
                     if attrs == SessionAttrs::Any {
                         return Ok(c);
                     }
-                    let rows = c
+                    let rows = match c
                         .simple_query("SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'")
-                        .await?;
+                        .await
+                    {
+                        Ok(rows) => rows,
+                        Err(e) => {
+                            tried.push(format!("{}:{}: {e}", cand.host, cand.port));
+                            last = Some(e);
+                            continue;
+                        }
+                    };
                     let flag = |i: usize| {
                         rows.first()
                             .and_then(|r| r.get(i))
