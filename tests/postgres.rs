@@ -4974,6 +4974,8 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
     let proj2 = dir.path().join("proj2.db");
     let t = format!("sqlite:{}", proj.display());
     let t2 = format!("sqlite:{}", proj2.display());
+    let proj3 = dir.path().join("proj3.db");
+    let t3 = format!("sqlite:{}", proj3.display());
     // One failover slot, one plain slot for the same tables.
     let r = run(
         CAPTURE,
@@ -4991,6 +4993,27 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
     );
     expect(&r, 0, "init --failover");
     assert!(r.stderr.contains("is a failover slot"), "{}", r.stderr);
+    assert!(
+        !r.stderr.contains("synchronized_standby_slots is not set"),
+        "{}",
+        r.stderr
+    );
+    // A second failover slot, read now and then without --follow.
+    let r = run(
+        CAPTURE,
+        &[
+            "init",
+            "--source",
+            &url,
+            "--slot",
+            "s_fo2",
+            "--table",
+            "public.a",
+            "--failover",
+        ],
+        None,
+    );
+    expect(&r, 0, "init --failover of a second slot");
     assert_eq!(
         s.value("SELECT failover FROM pg_replication_slots WHERE slot_name = 's_fo'"),
         "t"
@@ -5003,7 +5026,7 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
         None,
     );
     expect(&r, 0, "init of a plain slot");
-    for (slot, target) in [("s_fo", &t), ("s_plain", &t2)] {
+    for (slot, target) in [("s_fo", &t), ("s_plain", &t2), ("s_fo2", &t3)] {
         let r = pipeline(&format!(
             "{{snapshot}} --source {u} --slot {slot} -q | {{apply}} --target {t} -q",
             u = shell_quote(&url),
@@ -5073,12 +5096,40 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
     }
     wait_count(&proj, 150, "the first primary's rows");
     wait_count(&proj2, 150, "the first primary's rows (plain slot)");
+    // s_fo2: read to the end and acknowledged (a standby keeps a synced slot
+    // only once its primary's copy has moved).
+    let cursor_of = |target: &str| {
+        run(APPLY, &["cursor", "--target", target], None)
+            .stdout_str()
+            .trim()
+            .to_string()
+    };
+    let read_fo2 = || {
+        pipeline(&format!(
+            "{{capture}} --source {u} --slot s_fo2 --after \"$({{apply}} cursor --target {t})\" | {{apply}} --target {t} -q",
+            u = shell_quote(&url),
+            t = shell_quote(&t3)
+        ))
+    };
+    let ack_fo2 = || {
+        let cursor = cursor_of(&t3);
+        run(
+            CAPTURE,
+            &[
+                "ack", "--source", &url, "--slot", "s_fo2", "--cursor", &cursor,
+            ],
+            None,
+        )
+    };
+    expect(&read_fo2(), 0, "read of s_fo2");
+    assert_eq!(count_sum(&proj3).0, 150);
+    expect(&ack_fo2(), 0, "ack of s_fo2");
     // The standby has synchronized the failover slot past the snapshot.
     let sb = pg::Session::connect(standby.port, &db.dbname);
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let synced = sb.value(
-            "SELECT coalesce((SELECT synced AND confirmed_flush_lsn > '0/0' FROM pg_replication_slots WHERE slot_name = 's_fo'), false)",
+            "SELECT count(*) = 2 FROM pg_replication_slots WHERE slot_name IN ('s_fo', 's_fo2') AND synced AND confirmed_flush_lsn > '0/0'",
         );
         if synced == "t" {
             break;
@@ -5122,6 +5173,36 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
         None,
     );
     expect(&r, 0, "audit against the new primary");
+    // s_fo2 after the failover: a read (which never acknowledges) takes the
+    // new primary's rows, so its target's cursor is past the fork and the
+    // slot's confirmed position before it. A fresh start from there cannot
+    // tell these changes from an old primary's that the standby never had
+    // (the new primary's own would then be skipped): refused, naming the
+    // fork. Acknowledged (they were read here), the start goes on.
+    expect(&read_fo2(), 0, "read of s_fo2 from the new primary");
+    assert_eq!(count_sum(&proj3).0, 200);
+    s2.exec("INSERT INTO a VALUES (201, 'later')");
+    let r = read_fo2();
+    expect(
+        &r,
+        1,
+        "a start from past the fork on a slot confirmed before it",
+    );
+    assert!(
+        r.stderr.contains("forked from timeline") && r.stderr.contains("new snapshot"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(count_sum(&proj3).0, 200, "nothing applied");
+    expect(&ack_fo2(), 0, "ack of s_fo2");
+    expect(&read_fo2(), 0, "the read once acknowledged");
+    assert_eq!(count_sum(&proj3).0, 201);
+    let r = run(
+        AUDIT,
+        &["--source", &url, "--slot", "s_fo2", "--target", &t3, "-q"],
+        None,
+    );
+    expect(&r, 0, "audit of s_fo2's target against the new primary");
     // The plain slot is not on the new primary: its follower stops, naming
     // --failover, with nothing wrong applied.
     assert!(
@@ -5391,4 +5472,53 @@ fn a_publication_a_dba_made_is_used_as_it_is() {
         ],
     );
     expect(&r, 0, "audit of what the publication publishes");
+}
+
+/// A publication that leaves an action out (`publish = 'insert, update'`)
+/// would drop every DELETE and TRUNCATE without a trace: init, capture and
+/// verify refuse it, naming what is missing and the ALTER PUBLICATION that
+/// mends it.
+#[test]
+fn a_publication_that_leaves_actions_out_is_refused() {
+    let src = Src::new("pubacts");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text)");
+    s.exec("CREATE PUBLICATION part_pub FOR TABLE a WITH (publish = 'insert, update')");
+    let r = src.cmd("init", &["--publication", "part_pub"]);
+    expect(&r, 1, "init on a publication without deletes and truncates");
+    assert!(
+        r.stderr.contains("delete, truncate") && r.stderr.contains("ALTER PUBLICATION"),
+        "init names what is missing and the way out:\n{}",
+        r.stderr
+    );
+    s.exec("ALTER PUBLICATION part_pub SET (publish = 'insert, update, delete, truncate')");
+    expect(
+        &src.cmd("init", &["--publication", "part_pub"]),
+        0,
+        "init once all is published",
+    );
+    expect(
+        &src.cmd("verify", &["--publication", "part_pub"]),
+        0,
+        "verify",
+    );
+    // A DBA narrows it afterwards: verify says so, capture stops.
+    s.exec("ALTER PUBLICATION part_pub SET (publish = 'insert')");
+    s.exec("INSERT INTO a VALUES (1, 'x'); DELETE FROM a");
+    let r = src.cmd("verify", &["--publication", "part_pub"]);
+    expect(&r, 1, "verify of the narrowed publication");
+    assert!(
+        r.stderr.contains("update, delete, truncate"),
+        "{}",
+        r.stderr
+    );
+    let r = src.capture(&["--publication", "part_pub"]);
+    expect(&r, 1, "capture from the narrowed publication");
+    assert!(
+        r.stderr
+            .contains("does not publish update, delete, truncate"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stdout.is_empty(), "nothing written");
 }

@@ -100,6 +100,9 @@ impl PgSource {
                     }
                 }
             }
+            if let Some(msg) = publish_gap(&c, &self.publication).await? {
+                return Err(Error::state(msg));
+            }
             let published = publication_detail(&c, &self.publication).await?;
             // Never a change that makes the application's own writes fail:
             // under a column list that leaves columns out, FULL identity
@@ -170,6 +173,9 @@ impl PgSource {
                 self.publication
             )));
         }
+        if let Some(msg) = publish_gap(c, &self.publication).await? {
+            return Err(Error::state(msg));
+        }
         let published = publication_detail(c, &self.publication).await?;
         for t in tables {
             let full = table_arg(t)?;
@@ -191,7 +197,24 @@ impl PgSource {
                 }
             }
         }
-        self.ensure_slot(c).await?;
+        // The slot waits for the primary's next running-transactions record,
+        // which an idle primary may not write for long: bounded, with the
+        // way to hurry it.
+        c.batch_execute("SET statement_timeout = '60s'")
+            .await
+            .map_err(pg_err("cannot set a statement timeout"))?;
+        let made = self.ensure_slot(c).await;
+        let _ = c.batch_execute("RESET statement_timeout").await;
+        if let Err(e) = made {
+            if e.full_message().contains("statement timeout") {
+                return Err(Error::state(format!(
+                    "making slot {:?} on this standby waited 60 s for a running-transactions record from the primary: \
+                     run SELECT pg_log_standby_snapshot() on the primary (or write anything there), then init here again",
+                    self.slot
+                )));
+            }
+            return Err(e);
+        }
         let id = self.identity().await?;
         Ok((id, published.into_iter().map(|p| p.name).collect()))
     }
@@ -255,6 +278,22 @@ impl PgSource {
             .await
             .map_err(repl_err("cannot make the slot a failover slot"))?;
             r.close().await;
+            // Without it a reader may be sent changes a standby does not have
+            // yet; promoted, that standby lacks them, and a follower whose
+            // target holds them has to start over.
+            let waits_for: String = c
+                .query_one("SHOW synchronized_standby_slots", &[])
+                .await
+                .map_err(pg_err("cannot read synchronized_standby_slots"))?
+                .get(0);
+            if waits_for.trim().is_empty() {
+                crate::log::warn(
+                    "synchronized_standby_slots is not set on this server: changes may reach the targets before the standby has them, \
+                     and after a failover to that standby the follower stops and asks for a new snapshot; list the standby's \
+                     physical slot there (ALTER SYSTEM SET synchronized_standby_slots = '…'; SELECT pg_reload_conf())",
+                    &[("event", "failover-unprotected".into())],
+                );
+            }
             Ok(format!(
                 "slot {:?} is a failover slot: a standby with sync_replication_slots = on, hot_standby_feedback = on and a \
                  primary_slot_name listed in the primary's synchronized_standby_slots keeps it, so capture goes on after its promotion",
@@ -305,6 +344,9 @@ impl PgSource {
             if exists.is_none() {
                 drift.push(format!("publication {:?} does not exist (run init)", self.publication));
                 return Ok(drift);
+            }
+            if let Some(msg) = publish_gap(&c, &self.publication).await? {
+                drift.push(msg);
             }
             let tables = publication_detail(&c, &self.publication).await?;
             if tables.is_empty() {

@@ -23,6 +23,9 @@ pub(super) struct Catalog {
 impl Catalog {
     /// Check the publication's tables (each must have a key) before reading.
     pub(super) async fn load(c: &Client, publication: &str) -> Result<Catalog> {
+        if let Some(msg) = publish_gap(c, publication).await? {
+            return Err(Error::state(msg));
+        }
         let tables = publication_detail(c, publication).await?;
         if tables.is_empty() {
             return Err(Error::state(format!(

@@ -141,14 +141,28 @@ impl PgSource {
         Ok((c, repl, now_timeline))
     }
 
-    /// Where timeline `old` ended in the history of timeline `new` (its
-    /// `TIMELINE_HISTORY`: `tli<TAB>switchpoint<TAB>reason` lines).
+    /// Where timeline `old` ended in the history of timeline `new`.
     pub(super) async fn fork_point(&self, old: &str, new: &str) -> Result<u64> {
+        match self.history(new).await?.into_iter().find(|(t, _)| t == old) {
+            Some((_, at)) => Ok(at),
+            None => Err(Error::state(format!(
+                "the server is on timeline {new}, whose history does not pass through timeline {old} that was read: take a new snapshot"
+            ))),
+        }
+    }
+
+    /// The timelines timeline `tl` forked from, each with the LSN it ended
+    /// at (`TIMELINE_HISTORY`: `tli<TAB>switchpoint<TAB>reason` lines);
+    /// empty for timeline 1.
+    async fn history(&self, tl: &str) -> Result<Vec<(String, u64)>> {
+        if tl.parse::<u32>().is_ok_and(|n| n <= 1) {
+            return Ok(Vec::new());
+        }
         let (mut c, _) = self.replication_session().await?;
         let rows = c
-            .simple_query(&format!("TIMELINE_HISTORY {new}"))
+            .simple_query(&format!("TIMELINE_HISTORY {tl}"))
             .await
-            .map_err(repl_err("cannot read the new timeline's history"))?;
+            .map_err(repl_err("cannot read the timeline's history"))?;
         c.close().await;
         let content = rows
             .first()
@@ -156,17 +170,46 @@ impl PgSource {
             .and_then(|v| v.as_deref())
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .unwrap_or_default();
+        let mut out = Vec::new();
         for line in content.lines() {
             let mut f = line.split('\t');
-            if f.next().map(str::trim) == Some(old) {
-                if let Some(at) = f.next() {
-                    return parse_lsn(at.trim());
+            if let (Some(t), Some(at)) = (f.next(), f.next()) {
+                if let Ok(at) = parse_lsn(at.trim()) {
+                    out.push((t.trim().to_string(), at));
                 }
             }
         }
-        Err(Error::state(format!(
-            "the server is on timeline {new}, whose history does not pass through timeline {old} that was read: take a new snapshot"
-        )))
+        Ok(out)
+    }
+
+    /// At a start from a cursor: a fork of this server's timeline between
+    /// the slot's confirmed position and the cursor means the target may
+    /// hold changes of the old primary that never reached this server
+    /// (promoted from an asynchronous standby), and this server's own
+    /// changes up to the cursor's position would be skipped. The slot
+    /// confirmed past a fork shows it was read here after the fork.
+    pub(super) async fn cursor_past_a_fork(
+        &self,
+        timeline: &str,
+        lsn: u64,
+        confirmed: u64,
+    ) -> Result<()> {
+        for (old, at) in self.history(timeline).await? {
+            if confirmed <= at && at < lsn {
+                return Err(Error::state(format!(
+                    "the cursor (LSN {}) is past LSN {}, where this server's timeline {timeline} forked from timeline {old} \
+                     (a failover or a recovery), and the slot was confirmed only up to {}: the target may hold changes \
+                     the old primary had and this server never did, and this server's own changes up to the cursor would \
+                     be skipped. Take a new snapshot into a new target (docs/OPERATIONS.md, \"Starting over\"). Only if the \
+                     target read those changes from this server after the fork, acknowledge them (mooncdc-capture ack \
+                     --cursor …) and start again",
+                    lsn_text(lsn),
+                    lsn_text(at),
+                    lsn_text(confirmed)
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -43,6 +43,7 @@ impl PgSource {
         let mut last_received = std::time::Instant::now();
         let mut last_heartbeat = std::time::Instant::now();
         let mut last_slot_look = std::time::Instant::now() - Duration::from_secs(60);
+        let mut last_members_look = std::time::Instant::now();
         let mut c = self.client("read").await?;
         let (id, mut timeline) = self.identity_and_timeline().await?;
         let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
@@ -81,6 +82,8 @@ impl PgSource {
                         slot.confirmed,
                     ));
                 }
+                self.cursor_past_a_fork(&timeline, (cur.sequence() >> 64) as u64, slot.confirmed)
+                    .await?;
                 cur.sequence()
             }
         };
@@ -165,6 +168,12 @@ impl PgSource {
                 // server answers with a keepalive saying where its WAL is,
                 // which ends a read and keeps a quiet follower's readiness
                 // honest) are written here, never raced against a timer.
+                // The publication's relations again, between transactions
+                // on a timer of their own (a busy stream is never quiet).
+                if follow && txn.is_none() && last_members_look.elapsed() >= Duration::from_secs(5) {
+                    last_members_look = std::time::Instant::now();
+                    members = self.look_at_members(&c, std::mem::take(&mut members)).await?;
+                }
                 client
                     .maintain(std::mem::take(&mut ping))
                     .await
@@ -220,7 +229,6 @@ impl PgSource {
                                         crate::metrics::server_wal(lsn);
                                     }
                                 }
-                                members = self.look_at_members(&c, std::mem::take(&mut members)).await?;
                             }
                             // A heartbeat: a transactional logical message,
                             // which pgoutput (without `messages`) never sends
@@ -541,6 +549,8 @@ impl PgSource {
                 &[("event", "reconnected".into())],
             );
             crate::metrics::reconnected();
+            // The receive timeout counts from the new session's start.
+            last_received = std::time::Instant::now();
             start = w.position;
             txn = None;
         };
