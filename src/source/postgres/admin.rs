@@ -169,7 +169,7 @@ impl PgSource {
             .map_err(pg_err("cannot read publications"))?;
         if exists.is_none() {
             return Err(Error::state(format!(
-                "this server is a standby and publication {:?} does not exist here: {first}",
+                "this server is a standby and publication {:?} does not exist here (if init --no-slot just made it on the primary, the standby has not replayed it yet: run init here again in a moment): {first}",
                 self.publication
             )));
         }
