@@ -5151,19 +5151,55 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
     assert_eq!(code, Some(0), "{err}");
     let (acode, aerr) = finish(apply3, false);
     assert_eq!(acode, Some(0), "{aerr}");
-    // Lose the primary; promote the standby; write on the new primary.
+    // Lose the primary in the middle of a stream of writes (each its own
+    // transaction; those the standby never received are not the new
+    // primary's, and must not reach the target either); promote the
+    // standby; write on the new primary.
     drop(s);
+    let port = primary.port;
+    let dbname = db.dbname.clone();
+    let writer = std::thread::spawn(move || {
+        let w = pg::Session::connect(port, &dbname);
+        let mut i = 1000;
+        while w
+            .try_exec(&format!(
+                "INSERT INTO a VALUES ({i}, 'while the primary is lost')"
+            ))
+            .is_ok()
+        {
+            i += 1;
+        }
+        i - 1000
+    });
+    std::thread::sleep(Duration::from_millis(300));
     primary.stop_immediate();
+    let written = writer.join().unwrap();
+    assert!(written > 0, "writes were running when the primary was lost");
     standby.promote();
     let s2 = pg::Session::connect(standby.port, &db.dbname);
     for i in 151..=200 {
         s2.exec(&format!("INSERT INTO a VALUES ({i}, 'on the new primary')"));
     }
-    wait_count(
-        &proj,
-        200,
-        "the new primary's rows, through the failover slot",
+    let src_now = || -> (i64, i64) {
+        let c = s2.value("SELECT count(*) || ' ' || sum(id) FROM a");
+        let (a, b) = c.split_once(' ').unwrap();
+        (a.parse().unwrap(), b.parse().unwrap())
+    };
+    let want = src_now();
+    eprintln!(
+        "failover: {written} writes while the primary was lost, {} of them on the new primary",
+        want.0 - 200
     );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while count_sum(&proj) != want {
+        assert!(
+            Instant::now() < deadline,
+            "the new primary's rows, through the failover slot: {:?} of {want:?}\n{}",
+            count_sum(&proj),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("timeline changed"), "{text}");
     let (code, err) = sigterm_and_wait(capture);
@@ -5171,12 +5207,7 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
     let (acode, aerr) = finish(apply, false);
     assert_eq!(acode, Some(0), "{aerr}");
     // Every key once: count and sum against the new primary's.
-    let src: (i64, i64) = {
-        let c = s2.value("SELECT count(*) || ' ' || sum(id) FROM a");
-        let (a, b) = c.split_once(' ').unwrap();
-        (a.parse().unwrap(), b.parse().unwrap())
-    };
-    assert_eq!(count_sum(&proj), src);
+    assert_eq!(count_sum(&proj), src_now());
     let r = run(
         AUDIT,
         &["--source", &url, "--slot", "s_fo", "--target", &t, "-q"],
@@ -5190,7 +5221,7 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
     // (the new primary's own would then be skipped): refused, naming the
     // fork. Acknowledged (they were read here), the start goes on.
     expect(&read_fo2(), 0, "read of s_fo2 from the new primary");
-    assert_eq!(count_sum(&proj3).0, 200);
+    assert_eq!(count_sum(&proj3), want);
     s2.exec("INSERT INTO a VALUES (201, 'later')");
     let r = read_fo2();
     expect(
@@ -5203,10 +5234,10 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
         "{}",
         r.stderr
     );
-    assert_eq!(count_sum(&proj3).0, 200, "nothing applied");
+    assert_eq!(count_sum(&proj3), want, "nothing applied");
     expect(&ack_fo2(), 0, "ack of s_fo2");
     expect(&read_fo2(), 0, "the read once acknowledged");
-    assert_eq!(count_sum(&proj3).0, 201);
+    assert_eq!(count_sum(&proj3), src_now());
     let r = run(
         AUDIT,
         &["--source", &url, "--slot", "s_fo2", "--target", &t3, "-q"],
@@ -5227,9 +5258,16 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
         "{text2}"
     );
     let _ = finish(apply2, false);
+    let from_new_primary: i64 = rusqlite::Connection::open(&proj2)
+        .unwrap()
+        .query_row(
+            "SELECT count(*) FROM \"public.a\" WHERE id BETWEEN 151 AND 200",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
     assert_eq!(
-        count_sum(&proj2).0,
-        150,
+        from_new_primary, 0,
         "nothing after the failover reached the plain slot's target"
     );
 }
