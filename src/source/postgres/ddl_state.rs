@@ -1,6 +1,7 @@
-//! What the DDL trigger's messages said of each table since its last
-//! Relation message: renames, the columns before, columns dropped and added
-//! again.
+//! Schema changes in the stream: what the DDL trigger's messages said of
+//! each table since its last Relation message (renames, the columns before,
+//! columns dropped and added again), and each Relation message turned into
+//! the header's tables or schema records.
 
 use super::*;
 
@@ -154,4 +155,80 @@ impl DdlState {
         }
         Ok(())
     }
+}
+
+/// A Relation message: the table's shape at this point of the stream, as
+/// a table new to the header, schema records (with the DDL trigger's
+/// renames and drop-and-add), or nothing when the read is catching up
+/// (`replaying`: before the resume point, inside a batch already open).
+pub(super) async fn relation_message(
+    catalog: &mut Catalog,
+    c: &Client,
+    rel: Relation,
+    replaying: bool,
+    ddl: &mut DdlState,
+    w: &mut BatchOut<'_>,
+) -> Result<()> {
+    match catalog.relation(c, rel).await? {
+        // The same columns, but the DDL trigger saw one
+        // dropped and added again (its values gone).
+        RelChange::Same(s) => {
+            let readded = ddl.readded_in(&s);
+            ddl.forget(&s.table);
+            if !(readded.is_empty() || replaying && w.open) {
+                w.pending.push(SchemaChange {
+                    schema: without(&s, &readded),
+                    renamed: Vec::new(),
+                });
+                w.pending.push(SchemaChange {
+                    schema: s,
+                    renamed: Vec::new(),
+                });
+            }
+        }
+        // First described after a change the DDL trigger
+        // recorded in this read: the table as it was
+        // before it, then the change.
+        RelChange::New(s) if !replaying && ddl.before.contains_key(&s.table) => {
+            let before = ddl.before.remove(&s.table).expect("checked");
+            let old = Schema {
+                table: s.table.clone(),
+                columns: before,
+                key: s.key.clone(),
+            };
+            old.check().map_err(Error::data)?;
+            w.add_table(old.clone());
+            let changes = ddl.changes(old, &s)?;
+            w.pending.extend(changes);
+        }
+        // Catching up inside a batch already open (a
+        // transaction sent again after a reconnect):
+        // what was written already says it all.
+        RelChange::New(s) | RelChange::Changed(_, s) if replaying && w.open => {
+            ddl.forget(&s.table);
+        }
+        RelChange::New(s) => {
+            ddl.forget(&s.table);
+            w.add_table(s);
+        }
+        // A read that starts inside a transaction: the
+        // header describes the table at its start.
+        RelChange::Changed(_, new) if replaying => {
+            ddl.forget(&new.table);
+            w.add_table(new);
+        }
+        // A schema change: schema records, written with
+        // the next event, inside its transaction's batch.
+        RelChange::Changed(old, new) => {
+            if old.table != new.table {
+                return Err(Error::state(format!(
+                        "table {:?} was renamed to {:?}; a target cannot follow a table rename by itself: rename the target's table (and keep the publication's) or give it a new snapshot (docs/OPERATIONS.md, schema changes)",
+                        old.table, new.table
+                    )));
+            }
+            let changes = ddl.changes(old, &new)?;
+            w.pending.extend(changes);
+        }
+    }
+    Ok(())
 }

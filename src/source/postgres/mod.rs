@@ -20,6 +20,7 @@
 
 mod admin;
 mod audit;
+mod batch_out;
 mod catalog;
 pub mod conn;
 mod ddl_state;
@@ -39,6 +40,7 @@ pub mod types;
 
 use admin::*;
 pub use audit::AuditSource;
+use batch_out::*;
 pub use catalog::table_schema;
 use catalog::*;
 use ddl_state::*;
