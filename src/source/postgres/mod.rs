@@ -23,6 +23,7 @@ mod audit;
 mod batch_out;
 mod catalog;
 pub mod conn;
+mod copy;
 mod ddl_state;
 mod ddl_trigger;
 pub mod pgoutput;
@@ -43,12 +44,14 @@ pub use audit::AuditSource;
 use batch_out::*;
 pub use catalog::table_schema;
 use catalog::*;
+pub use copy::CopyRows;
+use copy::*;
 use ddl_state::*;
 use publication::*;
 pub use publication::{publication_detail, publication_tables, PubTable};
 use reconnect::*;
+pub use snapshot::select_in_key_order;
 use snapshot::*;
-pub use snapshot::{select_in_key_order, CopyRows};
 
 use crate::error::{Cause, Error, ErrorKind, Result};
 use crate::source::{
