@@ -24,6 +24,8 @@
 //!   flight; snapshots load with `COPY … FROM STDIN (FORMAT binary)`.
 
 mod apply;
+mod copy_in;
+mod statements;
 mod table;
 
 use super::{ApplyStats, ExistingRows, OnConflict, PullRow, StoredShape, Target, TargetOptions};
@@ -38,6 +40,8 @@ use crate::wire::{
     BatchStreamReader, Column, Cursor, DynRead, Item, Operation, Row, Schema, SnapItem,
     SnapshotReader, Value,
 };
+use copy_in::*;
+use statements::*;
 use std::collections::HashMap;
 use table::*;
 use tokio_postgres::types::{ToSql, Type};

@@ -1,0 +1,189 @@
+//! A batch's events as pipelined statements: built per event, run many at
+//! a time with their results checked in order, and the batch's transaction
+//! begun and committed with the cursor.
+
+use super::*;
+use crate::wire::Sequence;
+
+/// Statements in flight at most before their results are checked…
+pub(super) const PIPELINE: usize = 512;
+/// …and the bytes of their values at most (memory bounded by this, not by
+/// the size of a batch or of its values).
+pub(super) const PIPELINE_BYTES: usize = 16 << 20;
+
+pub(super) fn event_bytes(e: &crate::wire::Event) -> usize {
+    let row = |r: &Option<Row>| {
+        r.iter()
+            .flatten()
+            .map(|v| match v {
+                Value::Text(s) => 32 + s.len(),
+                Value::Blob(b) => 32 + b.len(),
+                _ => 32,
+            })
+            .sum::<usize>()
+    };
+    2 * (row(&e.before) + row(&e.after))
+}
+
+/// One statement waiting to be sent, and what its result must be.
+pub(super) struct Op {
+    stmt: Statement,
+    params: Vec<Box<dyn ToSql + Sync + Send>>,
+    /// Rows it must change (`None`: any number).
+    expect: Option<u64>,
+    sequence: Sequence,
+    what: &'static str,
+    table: String,
+    key: String,
+}
+
+pub(super) async fn run(c: &Client, ops: &mut Vec<Op>) -> Result<()> {
+    let results = futures_util::future::join_all(ops.iter().map(|op| async move {
+        let params: Vec<&(dyn ToSql + Sync)> = op
+            .params
+            .iter()
+            .map(|p| &**p as &(dyn ToSql + Sync))
+            .collect();
+        c.execute(&op.stmt, &params).await
+    }))
+    .await;
+    for (op, r) in ops.iter().zip(results) {
+        match r {
+            Ok(n) if op.expect.is_none_or(|e| e == n) => {}
+            Ok(_) => {
+                return Err(Error::state(format!(
+                    "event {} ({} on table {:?}, key {}): {}; the target diverges from the source (--on-conflict overwrite forces it)",
+                    op.sequence,
+                    op.what,
+                    op.table,
+                    op.key,
+                    match op.what {
+                        "insert" => "the target already holds a row with this key",
+                        _ => "no stored row has this key and the before image",
+                    }
+                )))
+            }
+            Err(e) => {
+                return Err(pg_err(&format!(
+                    "event {} ({} on table {:?}, key {}) failed",
+                    op.sequence, op.what, op.table, op.key
+                ))(e))
+            }
+        }
+    }
+    ops.clear();
+    Ok(())
+}
+
+pub(super) fn key_text(t: &Table, row: &Row) -> String {
+    let key: Vec<Value> = t.key.iter().map(|&i| row[i].clone()).collect();
+    let mut out = Vec::new();
+    crate::wire::value::write_row(&mut out, &key);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+pub(super) fn params(
+    t: &Table,
+    row: &Row,
+    seq: Option<Sequence>,
+) -> Result<Vec<Box<dyn ToSql + Sync + Send>>> {
+    if row.len() != t.cols.len() {
+        return Err(Error::data(format!(
+            "a row of {} values for table {:?} of {} columns",
+            row.len(),
+            t.schema.table,
+            t.cols.len()
+        )));
+    }
+    let at = || seq.map_or("snapshot row".to_string(), |s| format!("event {s}"));
+    t.cols
+        .iter()
+        .zip(row)
+        .map(|(c, v)| param(c, v, &t.schema.table, &at))
+        .collect()
+}
+
+/// The statements for one event.
+pub(super) fn event_ops(
+    t: &Table,
+    e: &crate::wire::Event,
+    on_conflict: OnConflict,
+) -> Result<Vec<Op>> {
+    let op = |stmt: &Statement, p, expect, key: String| Op {
+        stmt: stmt.clone(),
+        params: p,
+        expect,
+        sequence: e.sequence,
+        what: e.operation.as_str(),
+        table: e.table.clone(),
+        key,
+    };
+    let s = Some(e.sequence);
+    let overwrite = on_conflict == OnConflict::Overwrite;
+    Ok(match (e.operation, &e.before, &e.after) {
+        (Operation::Insert, _, Some(a)) => {
+            let k = key_text(t, a);
+            if overwrite {
+                let mut p = params(t, a, s)?;
+                p.extend(params(t, a, s)?);
+                vec![op(&t.upsert, p, None, k)]
+            } else {
+                vec![op(&t.insert, params(t, a, s)?, Some(1), k)]
+            }
+        }
+        (Operation::Update, Some(b), Some(a)) => {
+            let k = key_text(t, b);
+            let mut p = params(t, b, s)?;
+            p.extend(params(t, a, s)?);
+            if overwrite {
+                vec![op(&t.upsert, p, None, k)]
+            } else {
+                vec![op(&t.update, p, Some(1), k)]
+            }
+        }
+        (Operation::Delete, Some(b), _) => {
+            let k = key_text(t, b);
+            if overwrite {
+                vec![op(&t.delete_any, params(t, b, s)?, None, k)]
+            } else {
+                vec![op(&t.delete, params(t, b, s)?, Some(1), k)]
+            }
+        }
+        _ => unreachable!("checked images"),
+    })
+}
+
+/// BEGIN, and the cursor table when it is missing (only then: a role given
+/// rights on a `mooncdc` schema made by its DBA need not create anything).
+pub(super) async fn begin_with_cursor_table(
+    c: &Client,
+) -> std::result::Result<(), tokio_postgres::Error> {
+    c.batch_execute("BEGIN").await?;
+    let exists: bool = c
+        .query_one("SELECT to_regclass('mooncdc.cursors') IS NOT NULL", &[])
+        .await?
+        .get(0);
+    if !exists {
+        c.batch_execute(
+            "CREATE SCHEMA IF NOT EXISTS mooncdc; \
+             CREATE TABLE IF NOT EXISTS mooncdc.cursors (source text PRIMARY KEY, sequence text NOT NULL)",
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// A deferred key check failing at the commit: which table and key.
+pub(super) fn commit_error(e: tokio_postgres::Error) -> Error {
+    if let Some(d) = e.as_db_error() {
+        if d.code() == &tokio_postgres::error::SqlState::UNIQUE_VIOLATION {
+            return Error::state(format!(
+                "at the batch's commit, table {}.{} holds a key twice ({}): the batch inserts or moves a row onto a key the target holds; the target diverges from the source (--on-conflict overwrite forces it); nothing of the batch was applied",
+                d.schema().unwrap_or("?"),
+                d.table().unwrap_or("?"),
+                d.detail().unwrap_or("")
+            ));
+        }
+    }
+    pg_err("cannot commit the batch")(e)
+}
