@@ -45,6 +45,12 @@ use crate::wire::{BatchStreamReader, Commit, Event, Header, Item, Operation, Sch
 use std::collections::{HashMap, VecDeque};
 use std::io::BufRead;
 
+mod events;
+mod fold;
+pub use events::compact_events;
+pub use fold::RawEvent;
+use fold::*;
+
 /// Memory for held-back events before the oldest is written out.
 pub const HOLD_LIMIT_BYTES: usize = 8 << 20;
 
@@ -53,30 +59,6 @@ pub struct CompactStats {
     pub batches: u64,
     pub events_in: u64,
     pub events_out: u64,
-}
-
-/// An event to compact: its canonical line (without the newline) and where
-/// its parts are in it.
-#[derive(Debug, Clone, Copy)]
-pub struct RawEvent<'a> {
-    pub line: &'a [u8],
-    pub meta: EventMeta,
-}
-
-fn part(line: &[u8], (a, b): (usize, usize)) -> &[u8] {
-    &line[a..b]
-}
-
-impl<'a> RawEvent<'a> {
-    fn table(&self) -> &'a [u8] {
-        part(self.line, self.meta.table_json)
-    }
-    fn before(&self) -> Option<&'a [u8]> {
-        self.meta.before_at.map(|s| part(self.line, s))
-    }
-    fn after(&self) -> Option<&'a [u8]> {
-        self.meta.after_at.map(|s| part(self.line, s))
-    }
 }
 
 /// A held event: its line (newline included), then its key's bytes.
@@ -124,84 +106,6 @@ pub struct Compactor {
     key: Vec<u8>,
     other_key: Vec<u8>,
     scratch: Vec<u8>,
-}
-
-enum Fold {
-    /// Into one event of this operation: the first's before image (if it
-    /// has one) and the second's after image (if it has one).
-    Into(Operation),
-    Vanish,
-    No,
-}
-
-fn fold(a: RawEvent<'_>, b: RawEvent<'_>) -> Fold {
-    use Operation::*;
-    let follows = || matches!((b.before(), a.after()), (Some(x), Some(y)) if x == y);
-    match (a.meta.operation, b.meta.operation) {
-        (Insert, Update) if follows() => Fold::Into(Insert),
-        (Insert, Delete) if follows() => Fold::Vanish,
-        (Update, Update) if follows() => Fold::Into(Update),
-        (Update, Delete) if follows() => Fold::Into(Delete),
-        (Delete, Insert) => Fold::Into(Update),
-        _ => Fold::No,
-    }
-}
-
-/// Write the line of `a` and `b` folded into one `op` event (the sequence
-/// of `b`, the before image of `a`, the after image of `b`, as the
-/// operation has them) into `out`, newline included; its parts' places.
-/// The same bytes as `write_event_line` of that event.
-fn write_folded(out: &mut Vec<u8>, op: Operation, a: RawEvent<'_>, b: RawEvent<'_>) -> EventMeta {
-    out.clear();
-    out.extend_from_slice(EVENT_LINE_PREFIX);
-    out.extend_from_slice(b"{\"sequence\":");
-    write_seq(out, b.meta.sequence);
-    out.extend_from_slice(b",\"table\":");
-    let t0 = out.len();
-    out.extend_from_slice(b.table());
-    let table_json = (t0, out.len());
-    let table = if escaped(&b.meta) {
-        (t0, t0)
-    } else {
-        (t0 + 1, out.len() - 1)
-    };
-    out.extend_from_slice(b",\"operation\":\"");
-    out.extend_from_slice(op.as_str().as_bytes());
-    out.push(b'"');
-    let image = |out: &mut Vec<u8>, name: &[u8], img: Option<&[u8]>| {
-        img.map(|img| {
-            out.extend_from_slice(name);
-            let start = out.len();
-            out.extend_from_slice(img);
-            (start, out.len())
-        })
-    };
-    let (before, before_at) = match op {
-        Operation::Insert => (None, None),
-        _ => (a.meta.before, image(out, b",\"before\":", a.before())),
-    };
-    let (after, after_at) = match op {
-        Operation::Delete => (None, None),
-        _ => (b.meta.after, image(out, b",\"after\":", b.after())),
-    };
-    out.extend_from_slice(b"}}");
-    let meta = EventMeta {
-        sequence: b.meta.sequence,
-        operation: op,
-        table,
-        table_json,
-        before,
-        after,
-        before_at,
-        after_at,
-    };
-    debug_assert_eq!(
-        event_spans(out),
-        Some(meta),
-        "a folded line scans as written"
-    );
-    out.push(b'\n');
-    meta
 }
 
 impl Compactor {
@@ -645,191 +549,5 @@ fn drop_truncated(
     Ok(written - schema_records)
 }
 
-/// Compact a batch in memory (for tests and library users).
-pub fn compact_events(events: Vec<Event>, schemas: &[Schema]) -> Result<Vec<Event>> {
-    let sh = shapes(schemas)?;
-    let mut c = Compactor::new(HOLD_LIMIT_BYTES);
-    let mut lines: Vec<u8> = Vec::new();
-    let mut write = |l: &[u8]| {
-        lines.extend_from_slice(l);
-        Ok(())
-    };
-    // Events before their table's last truncate are emptied by it.
-    let last: HashMap<&str, usize> = events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.operation.is_truncate())
-        .map(|(i, e)| (e.table.as_str(), i))
-        .collect();
-    let mut buf = Vec::new();
-    let mut name = Vec::new();
-    for (i, e) in events.iter().enumerate() {
-        if last.get(e.table.as_str()).is_some_and(|&t| i < t) {
-            continue;
-        }
-        if e.operation.is_truncate() {
-            buf.clear();
-            write_event_line(&mut buf, e);
-            name.clear();
-            write_json_str(&mut name, &e.table);
-            c.push_truncate(&name, &buf, &mut write)?;
-            continue;
-        }
-        let shape = sh
-            .get(&e.table)
-            .ok_or_else(|| Error::data(format!("no schema for table {:?}", e.table)))?;
-        for img in [&e.before, &e.after].into_iter().flatten() {
-            if img.len() != shape.width {
-                return Err(Error::data(format!(
-                    "event {} has {} values but table {:?} has {} columns",
-                    e.sequence,
-                    img.len(),
-                    e.table,
-                    shape.width
-                )));
-            }
-        }
-        c.push(encoded(&mut buf, e)?, shape, &mut write)?;
-    }
-    c.finish(&mut write)?;
-    lines
-        .split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            crate::wire::jsonl::parse_record(l)
-                .and_then(crate::wire::batch::batch_item)
-                .map(|item| match item {
-                    Item::Event(e) => e,
-                    _ => unreachable!("the compactor writes events"),
-                })
-        })
-        .collect()
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::{Sequence, Value};
-
-    /// A folded line is what the encoder writes for the folded event, for
-    /// every fold, with plain and escaped table names.
-    #[test]
-    fn folded_lines_are_the_encoders_lines() {
-        let row = |k: i64, t: &str| Some(vec![Value::Integer(k), Value::Text(t.into())]);
-        for table in ["t", "a\"b\u{1}", ""] {
-            let ev = |seq: Sequence, op, before, after| Event {
-                sequence: seq,
-                table: table.into(),
-                operation: op,
-                before,
-                after,
-            };
-            use Operation::*;
-            for (a, b, want) in [
-                (
-                    ev(1, Insert, None, row(1, "x")),
-                    ev(2, Update, row(1, "x"), row(1, "y")),
-                    Some(ev(2, Insert, None, row(1, "y"))),
-                ),
-                (
-                    ev(1, Update, row(1, "w"), row(1, "x")),
-                    ev(2, Update, row(1, "x"), row(1, "y")),
-                    Some(ev(2, Update, row(1, "w"), row(1, "y"))),
-                ),
-                (
-                    ev(1, Update, row(1, "w"), row(1, "x")),
-                    ev(3, Delete, row(1, "x"), None),
-                    Some(ev(3, Delete, row(1, "w"), None)),
-                ),
-                (
-                    ev(1, Delete, row(1, "w"), None),
-                    ev(2, Insert, None, row(1, "\n")),
-                    Some(ev(2, Update, row(1, "w"), row(1, "\n"))),
-                ),
-                (
-                    ev(1, Insert, None, row(1, "x")),
-                    ev(2, Delete, row(1, "x"), None),
-                    None,
-                ),
-                (
-                    ev(1, Insert, None, row(1, "x")),
-                    ev(2, Update, row(1, "z"), row(1, "y")),
-                    None,
-                ),
-            ] {
-                let (mut la, mut lb, mut want_line) = (Vec::new(), Vec::new(), Vec::new());
-                let (ra, rb) = (encoded(&mut la, &a).unwrap(), encoded(&mut lb, &b).unwrap());
-                match (fold(ra, rb), want) {
-                    (Fold::Into(op), Some(w)) => {
-                        let mut got = Vec::new();
-                        write_folded(&mut got, op, ra, rb);
-                        write_event_line(&mut want_line, &w);
-                        assert_eq!(
-                            String::from_utf8_lossy(&got),
-                            String::from_utf8_lossy(&want_line)
-                        );
-                    }
-                    (Fold::Vanish, None) if a.operation == Insert && b.operation == Delete => {}
-                    (Fold::No, None) if a.operation == Insert && b.operation == Update => {}
-                    (_, w) => panic!("{a:?} then {b:?}: expected {w:?}"),
-                }
-            }
-        }
-    }
-
-    /// The library function refuses an event no stream may hold, as it did
-    /// before it compacted lines (no panic).
-    #[test]
-    fn events_no_stream_may_hold_are_refused() {
-        let schema: Schema = serde_json::from_str(
-            r#"{"table":"t","columns":[{"name":"k","type":"INTEGER","nullable":false}],"key":["k"]}"#,
-        )
-        .unwrap();
-        let bad = Event {
-            sequence: 1,
-            table: "t".into(),
-            operation: Operation::Insert,
-            before: Some(vec![Value::Integer(1)]),
-            after: Some(vec![Value::Integer(1)]),
-        };
-        let e = compact_events(vec![bad], &[schema]).unwrap_err();
-        assert!(e.to_string().contains("insert event 1 must have"), "{e}");
-    }
-
-    #[test]
-    fn keys_are_compared_exactly() {
-        let shape = TableShape {
-            width: 2,
-            key: vec![1, 0],
-        };
-        let mut values = Vec::new();
-        let mut key = |row: Vec<Value>| {
-            let e = Event {
-                sequence: 1,
-                table: "t".into(),
-                operation: Operation::Insert,
-                before: None,
-                after: Some(row),
-            };
-            let mut buf = Vec::new();
-            let raw = encoded(&mut buf, &e).unwrap();
-            let mut out = Vec::new();
-            Compactor::key_of(&mut values, raw.after().unwrap(), &shape, &mut out).unwrap();
-            out
-        };
-        let k = key(vec![Value::Real(0.0), Value::Text("a,\"]b".into())]);
-        assert_eq!(k, key(vec![Value::Real(0.0), Value::Text("a,\"]b".into())]));
-        assert_ne!(
-            k,
-            key(vec![Value::Real(-0.0), Value::Text("a,\"]b".into())])
-        );
-        assert_ne!(
-            k,
-            key(vec![Value::Integer(0), Value::Text("a,\"]b".into())])
-        );
-        assert_ne!(
-            k,
-            key(vec![Value::Real(0.0), Value::Blob(b"a,\"]b".to_vec())])
-        );
-    }
-}
+mod tests;

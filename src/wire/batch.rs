@@ -22,8 +22,7 @@
 
 use super::jsonl::{json_error, Limits, RawRecord, RecordKind};
 use super::model::{
-    write_cursor, write_event, write_schema_change_line, write_schemas, write_seq, Cursor, Event,
-    Schema, SchemaChange, Seq, Sequence,
+    write_event, write_schema_change_line, Cursor, Event, Schema, SchemaChange, Seq, Sequence,
 };
 use super::strict::{present, Obj};
 use crate::error::{Error, Result};
@@ -554,67 +553,11 @@ impl Batch {
     }
 }
 
-// ---------------------------------------------------------------- writers
-
-pub fn write_header_line(out: &mut Vec<u8>, h: &Header) {
-    out.extend_from_slice(b"{\"kind\":\"header\",\"format\":\"");
-    out.extend_from_slice(JSONL_FORMAT.as_bytes());
-    out.extend_from_slice(b"\",\"start\":");
-    write_cursor(out, &h.start);
-    out.extend_from_slice(b",\"high_water\":");
-    write_seq(out, h.high_water);
-    if h.compacted {
-        out.extend_from_slice(b",\"compacted\":true");
-    }
-    if let Some(s) = &h.schemas {
-        out.extend_from_slice(b",\"schemas\":");
-        write_schemas(out, s);
-    }
-    out.extend_from_slice(b"}\n");
-}
-
-/// The fixed text around an event object in its JSONL record.
-pub const EVENT_LINE_PREFIX: &[u8] = b"{\"kind\":\"event\",\"event\":";
-pub const EVENT_LINE_SUFFIX: &[u8] = b"}\n";
-
-pub fn write_event_line(out: &mut Vec<u8>, e: &Event) {
-    out.extend_from_slice(EVENT_LINE_PREFIX);
-    write_event(out, e);
-    out.extend_from_slice(EVENT_LINE_SUFFIX);
-}
-
-pub use super::model::write_schema_change_line as write_schema_line;
-
-/// The fixed start of a `schema` record's line.
-pub const SCHEMA_LINE_PREFIX: &[u8] = b"{\"kind\":\"schema\",";
-
-pub fn write_commit_line(out: &mut Vec<u8>, c: &Commit) {
-    out.extend_from_slice(b"{\"kind\":\"commit\",\"end\":");
-    write_cursor(out, &c.end);
-    out.extend_from_slice(b",\"count\":\"");
-    out.extend_from_slice(itoa::Buffer::new().format(c.count).as_bytes());
-    out.extend_from_slice(b"\"}\n");
-}
-
-/// The JSON batch document up to the opening of its `events` array.
-pub fn write_json_open(out: &mut Vec<u8>, h: &Header, end: &Cursor) {
-    out.extend_from_slice(b"{\"format\":\"");
-    out.extend_from_slice(JSON_FORMAT.as_bytes());
-    out.extend_from_slice(b"\",\"start\":");
-    write_cursor(out, &h.start);
-    out.extend_from_slice(b",\"end\":");
-    write_cursor(out, end);
-    out.extend_from_slice(b",\"high_water\":");
-    write_seq(out, h.high_water);
-    if h.compacted {
-        out.extend_from_slice(b",\"compacted\":true");
-    }
-    if let Some(s) = &h.schemas {
-        out.extend_from_slice(b",\"schemas\":");
-        write_schemas(out, s);
-    }
-    out.extend_from_slice(b",\"events\":[");
-}
-
 pub use super::decoder::BatchDecoder;
-pub use super::stream::{read_document, BatchStreamReader, Lean};
+pub use super::jsonl::read_document;
+pub use super::lines::write_schema_change_line as write_schema_line;
+pub use super::lines::{
+    write_commit_line, write_event_line, write_header_line, write_json_open, EVENT_LINE_PREFIX,
+    EVENT_LINE_SUFFIX, SCHEMA_LINE_PREFIX,
+};
+pub use super::stream::{BatchStreamReader, Lean};

@@ -305,3 +305,31 @@ pub fn json_error(e: serde_json::Error) -> Error {
     };
     Error::data(rule)
 }
+
+/// Read a whole JSON document input, refusing more than the line cap.
+pub fn read_document<R: std::io::Read>(inner: R, name: &str, limits: Limits) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let cap = match limits.max_input_bytes {
+        Some(t) => t.min(limits.max_line_bytes),
+        None => limits.max_line_bytes,
+    };
+    let mut text = Vec::new();
+    inner
+        .take(cap + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| Error::io("cannot read input", e).in_file(name))?;
+    if text.len() as u64 > cap {
+        return Err(Error::limit(format!(
+            "JSON document is longer than {cap} bytes (a JSON document counts as one line: raise --max-line-bytes, or use JSONL)"
+        ))
+        .in_file(name));
+    }
+    if let Err(e) = std::str::from_utf8(&text) {
+        return Err(Error::data(format!(
+            "input is not valid UTF-8 (invalid byte at offset {})",
+            e.valid_up_to()
+        ))
+        .in_file(name));
+    }
+    Ok(text)
+}

@@ -9,6 +9,7 @@ mod decoder;
 pub mod detect;
 pub mod fast;
 pub mod jsonl;
+mod lines;
 pub mod model;
 pub mod names;
 mod real;

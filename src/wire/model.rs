@@ -10,7 +10,7 @@
 //! Unknown members are errors everywhere.
 
 use super::strict::{one_of, present, Obj};
-use super::value::{write_json_str, write_row, Value};
+use super::value::Value;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use std::fmt;
@@ -542,113 +542,6 @@ impl SchemaChange {
     }
 }
 
-// ---------------------------------------------------------------- encoding
-
-pub fn write_seq(out: &mut Vec<u8>, s: Sequence) {
-    out.push(b'"');
-    out.extend_from_slice(itoa::Buffer::new().format(s).as_bytes());
-    out.push(b'"');
-}
-
-pub fn write_cursor(out: &mut Vec<u8>, c: &Cursor) {
-    out.extend_from_slice(b"{\"source\":");
-    write_json_str(out, &c.source);
-    out.extend_from_slice(b",\"sequence\":");
-    write_seq(out, c.sequence());
-    out.push(b'}');
-}
-
-pub fn write_event(out: &mut Vec<u8>, e: &Event) {
-    out.extend_from_slice(b"{\"sequence\":");
-    write_seq(out, e.sequence);
-    out.extend_from_slice(b",\"table\":");
-    write_json_str(out, &e.table);
-    out.extend_from_slice(b",\"operation\":\"");
-    out.extend_from_slice(e.operation.as_str().as_bytes());
-    out.push(b'"');
-    if let Some(b) = &e.before {
-        out.extend_from_slice(b",\"before\":");
-        write_row(out, b);
-    }
-    if let Some(a) = &e.after {
-        out.extend_from_slice(b",\"after\":");
-        write_row(out, a);
-    }
-    if let Operation::Truncate {
-        cascade,
-        restart_identity,
-    } = e.operation
-    {
-        out.extend_from_slice(if cascade {
-            b",\"cascade\":true"
-        } else {
-            b",\"cascade\":false"
-        });
-        out.extend_from_slice(if restart_identity {
-            b",\"restart_identity\":true"
-        } else {
-            b",\"restart_identity\":false"
-        });
-    }
-    out.push(b'}');
-}
-
-pub fn write_schema(out: &mut Vec<u8>, s: &Schema) {
-    out.extend_from_slice(b"{\"table\":");
-    write_json_str(out, &s.table);
-    out.extend_from_slice(b",\"columns\":[");
-    for (i, c) in s.columns.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        out.extend_from_slice(b"{\"name\":");
-        write_json_str(out, &c.name);
-        out.extend_from_slice(b",\"type\":");
-        write_json_str(out, &c.decl_type);
-        out.extend_from_slice(if c.nullable {
-            b",\"nullable\":true}"
-        } else {
-            b",\"nullable\":false}"
-        });
-    }
-    out.extend_from_slice(b"],\"key\":[");
-    for (i, k) in s.key.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_json_str(out, k);
-    }
-    out.extend_from_slice(b"]}");
-}
-
-/// A `schema` record's line (with its newline).
-pub fn write_schema_change_line(out: &mut Vec<u8>, c: &SchemaChange) {
-    out.extend_from_slice(b"{\"kind\":\"schema\",\"schema\":");
-    write_schema(out, &c.schema);
-    if !c.renamed.is_empty() {
-        out.extend_from_slice(b",\"renamed\":[");
-        for (i, r) in c.renamed.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            out.extend_from_slice(b"{\"from\":");
-            write_json_str(out, &r.from);
-            out.extend_from_slice(b",\"to\":");
-            write_json_str(out, &r.to);
-            out.push(b'}');
-        }
-        out.push(b']');
-    }
-    out.extend_from_slice(b"}\n");
-}
-
-pub fn write_schemas(out: &mut Vec<u8>, schemas: &[Schema]) {
-    out.push(b'[');
-    for (i, s) in schemas.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_schema(out, s);
-    }
-    out.push(b']');
-}
+pub use super::lines::{
+    write_cursor, write_event, write_schema, write_schema_change_line, write_schemas, write_seq,
+};

@@ -43,6 +43,7 @@ mod names;
 mod read;
 mod rowbinary;
 mod schema;
+mod send;
 mod sql;
 mod types;
 

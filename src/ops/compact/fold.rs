@@ -1,0 +1,111 @@
+//! How two events on one row fold into one (the table in compact.rs), on
+//! their canonical lines: a folded line is written from pieces of the two.
+
+use super::*;
+
+/// An event to compact: its canonical line (without the newline) and where
+/// its parts are in it.
+#[derive(Debug, Clone, Copy)]
+pub struct RawEvent<'a> {
+    pub line: &'a [u8],
+    pub meta: EventMeta,
+}
+
+pub(super) fn part(line: &[u8], (a, b): (usize, usize)) -> &[u8] {
+    &line[a..b]
+}
+
+impl<'a> RawEvent<'a> {
+    pub(super) fn table(&self) -> &'a [u8] {
+        part(self.line, self.meta.table_json)
+    }
+    pub(super) fn before(&self) -> Option<&'a [u8]> {
+        self.meta.before_at.map(|s| part(self.line, s))
+    }
+    pub(super) fn after(&self) -> Option<&'a [u8]> {
+        self.meta.after_at.map(|s| part(self.line, s))
+    }
+}
+
+pub(super) enum Fold {
+    /// Into one event of this operation: the first's before image (if it
+    /// has one) and the second's after image (if it has one).
+    Into(Operation),
+    Vanish,
+    No,
+}
+
+pub(super) fn fold(a: RawEvent<'_>, b: RawEvent<'_>) -> Fold {
+    use Operation::*;
+    let follows = || matches!((b.before(), a.after()), (Some(x), Some(y)) if x == y);
+    match (a.meta.operation, b.meta.operation) {
+        (Insert, Update) if follows() => Fold::Into(Insert),
+        (Insert, Delete) if follows() => Fold::Vanish,
+        (Update, Update) if follows() => Fold::Into(Update),
+        (Update, Delete) if follows() => Fold::Into(Delete),
+        (Delete, Insert) => Fold::Into(Update),
+        _ => Fold::No,
+    }
+}
+
+/// Write the line of `a` and `b` folded into one `op` event (the sequence
+/// of `b`, the before image of `a`, the after image of `b`, as the
+/// operation has them) into `out`, newline included; its parts' places.
+/// The same bytes as `write_event_line` of that event.
+pub(super) fn write_folded(
+    out: &mut Vec<u8>,
+    op: Operation,
+    a: RawEvent<'_>,
+    b: RawEvent<'_>,
+) -> EventMeta {
+    out.clear();
+    out.extend_from_slice(EVENT_LINE_PREFIX);
+    out.extend_from_slice(b"{\"sequence\":");
+    write_seq(out, b.meta.sequence);
+    out.extend_from_slice(b",\"table\":");
+    let t0 = out.len();
+    out.extend_from_slice(b.table());
+    let table_json = (t0, out.len());
+    let table = if escaped(&b.meta) {
+        (t0, t0)
+    } else {
+        (t0 + 1, out.len() - 1)
+    };
+    out.extend_from_slice(b",\"operation\":\"");
+    out.extend_from_slice(op.as_str().as_bytes());
+    out.push(b'"');
+    let image = |out: &mut Vec<u8>, name: &[u8], img: Option<&[u8]>| {
+        img.map(|img| {
+            out.extend_from_slice(name);
+            let start = out.len();
+            out.extend_from_slice(img);
+            (start, out.len())
+        })
+    };
+    let (before, before_at) = match op {
+        Operation::Insert => (None, None),
+        _ => (a.meta.before, image(out, b",\"before\":", a.before())),
+    };
+    let (after, after_at) = match op {
+        Operation::Delete => (None, None),
+        _ => (b.meta.after, image(out, b",\"after\":", b.after())),
+    };
+    out.extend_from_slice(b"}}");
+    let meta = EventMeta {
+        sequence: b.meta.sequence,
+        operation: op,
+        table,
+        table_json,
+        before,
+        after,
+        before_at,
+        after_at,
+    };
+    debug_assert_eq!(
+        event_spans(out),
+        Some(meta),
+        "a folded line scans as written"
+    );
+    out.push(b'\n');
+    meta
+}

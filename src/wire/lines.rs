@@ -1,0 +1,174 @@
+//! Writing the canonical lines (docs/FORMAT.md): sequences, cursors,
+//! events, schemas, and a batch's header, event, schema and commit lines,
+//! byte for byte as every tool writes them.
+
+use super::batch::{Commit, Header, JSONL_FORMAT, JSON_FORMAT};
+use super::model::*;
+use super::value::{write_json_str, write_row};
+
+pub fn write_seq(out: &mut Vec<u8>, s: Sequence) {
+    out.push(b'"');
+    out.extend_from_slice(itoa::Buffer::new().format(s).as_bytes());
+    out.push(b'"');
+}
+
+pub fn write_cursor(out: &mut Vec<u8>, c: &Cursor) {
+    out.extend_from_slice(b"{\"source\":");
+    write_json_str(out, &c.source);
+    out.extend_from_slice(b",\"sequence\":");
+    write_seq(out, c.sequence());
+    out.push(b'}');
+}
+
+pub fn write_event(out: &mut Vec<u8>, e: &Event) {
+    out.extend_from_slice(b"{\"sequence\":");
+    write_seq(out, e.sequence);
+    out.extend_from_slice(b",\"table\":");
+    write_json_str(out, &e.table);
+    out.extend_from_slice(b",\"operation\":\"");
+    out.extend_from_slice(e.operation.as_str().as_bytes());
+    out.push(b'"');
+    if let Some(b) = &e.before {
+        out.extend_from_slice(b",\"before\":");
+        write_row(out, b);
+    }
+    if let Some(a) = &e.after {
+        out.extend_from_slice(b",\"after\":");
+        write_row(out, a);
+    }
+    if let Operation::Truncate {
+        cascade,
+        restart_identity,
+    } = e.operation
+    {
+        out.extend_from_slice(if cascade {
+            b",\"cascade\":true"
+        } else {
+            b",\"cascade\":false"
+        });
+        out.extend_from_slice(if restart_identity {
+            b",\"restart_identity\":true"
+        } else {
+            b",\"restart_identity\":false"
+        });
+    }
+    out.push(b'}');
+}
+
+pub fn write_schema(out: &mut Vec<u8>, s: &Schema) {
+    out.extend_from_slice(b"{\"table\":");
+    write_json_str(out, &s.table);
+    out.extend_from_slice(b",\"columns\":[");
+    for (i, c) in s.columns.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"name\":");
+        write_json_str(out, &c.name);
+        out.extend_from_slice(b",\"type\":");
+        write_json_str(out, &c.decl_type);
+        out.extend_from_slice(if c.nullable {
+            b",\"nullable\":true}"
+        } else {
+            b",\"nullable\":false}"
+        });
+    }
+    out.extend_from_slice(b"],\"key\":[");
+    for (i, k) in s.key.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json_str(out, k);
+    }
+    out.extend_from_slice(b"]}");
+}
+
+/// A `schema` record's line (with its newline).
+pub fn write_schema_change_line(out: &mut Vec<u8>, c: &SchemaChange) {
+    out.extend_from_slice(b"{\"kind\":\"schema\",\"schema\":");
+    write_schema(out, &c.schema);
+    if !c.renamed.is_empty() {
+        out.extend_from_slice(b",\"renamed\":[");
+        for (i, r) in c.renamed.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"from\":");
+            write_json_str(out, &r.from);
+            out.extend_from_slice(b",\"to\":");
+            write_json_str(out, &r.to);
+            out.push(b'}');
+        }
+        out.push(b']');
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+pub fn write_schemas(out: &mut Vec<u8>, schemas: &[Schema]) {
+    out.push(b'[');
+    for (i, s) in schemas.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_schema(out, s);
+    }
+    out.push(b']');
+}
+
+pub fn write_header_line(out: &mut Vec<u8>, h: &Header) {
+    out.extend_from_slice(b"{\"kind\":\"header\",\"format\":\"");
+    out.extend_from_slice(JSONL_FORMAT.as_bytes());
+    out.extend_from_slice(b"\",\"start\":");
+    write_cursor(out, &h.start);
+    out.extend_from_slice(b",\"high_water\":");
+    write_seq(out, h.high_water);
+    if h.compacted {
+        out.extend_from_slice(b",\"compacted\":true");
+    }
+    if let Some(s) = &h.schemas {
+        out.extend_from_slice(b",\"schemas\":");
+        write_schemas(out, s);
+    }
+    out.extend_from_slice(b"}\n");
+}
+
+/// The fixed text around an event object in its JSONL record.
+pub const EVENT_LINE_PREFIX: &[u8] = b"{\"kind\":\"event\",\"event\":";
+pub const EVENT_LINE_SUFFIX: &[u8] = b"}\n";
+
+pub fn write_event_line(out: &mut Vec<u8>, e: &Event) {
+    out.extend_from_slice(EVENT_LINE_PREFIX);
+    write_event(out, e);
+    out.extend_from_slice(EVENT_LINE_SUFFIX);
+}
+
+/// The fixed start of a `schema` record's line.
+pub const SCHEMA_LINE_PREFIX: &[u8] = b"{\"kind\":\"schema\",";
+
+pub fn write_commit_line(out: &mut Vec<u8>, c: &Commit) {
+    out.extend_from_slice(b"{\"kind\":\"commit\",\"end\":");
+    write_cursor(out, &c.end);
+    out.extend_from_slice(b",\"count\":\"");
+    out.extend_from_slice(itoa::Buffer::new().format(c.count).as_bytes());
+    out.extend_from_slice(b"\"}\n");
+}
+
+/// The JSON batch document up to the opening of its `events` array.
+pub fn write_json_open(out: &mut Vec<u8>, h: &Header, end: &Cursor) {
+    out.extend_from_slice(b"{\"format\":\"");
+    out.extend_from_slice(JSON_FORMAT.as_bytes());
+    out.extend_from_slice(b"\",\"start\":");
+    write_cursor(out, &h.start);
+    out.extend_from_slice(b",\"end\":");
+    write_cursor(out, end);
+    out.extend_from_slice(b",\"high_water\":");
+    write_seq(out, h.high_water);
+    if h.compacted {
+        out.extend_from_slice(b",\"compacted\":true");
+    }
+    if let Some(s) = &h.schemas {
+        out.extend_from_slice(b",\"schemas\":");
+        write_schemas(out, s);
+    }
+    out.extend_from_slice(b",\"events\":[");
+}
