@@ -8,6 +8,9 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 use std::path::Path;
 
+mod affinity;
+pub use affinity::{affinity, keeps_class, looks_numeric, Affinity};
+
 /// Names that belong to MoonCDC inside a database.
 pub const RESERVED_PREFIX: &str = "_mooncdc";
 
@@ -139,6 +142,17 @@ pub fn table_schema(conn: &Connection, name: &str) -> Result<Schema> {
         columns,
         key: pk.into_iter().map(|(_, c)| c).collect(),
     })
+}
+
+/// `SELECT` of a table's columns ordered by its key (docs/FORMAT.md §9).
+pub fn select_in_key_order(s: &Schema) -> String {
+    let cols: Vec<String> = s.columns.iter().map(|c| quote_ident(&c.name)).collect();
+    format!(
+        "SELECT {} FROM {} ORDER BY {}",
+        cols.join(", "),
+        quote_ident(&s.table),
+        order_by_key(s)
+    )
 }
 
 /// `ORDER BY` text that yields the key order of docs/FORMAT.md §9 (binary collation).

@@ -5,10 +5,10 @@
 
 use super::{ApplyStats, ExistingRows, PullRow, StoredShape, Target, TargetOptions};
 use crate::error::{Error, Result};
-use crate::source::SourceKind;
 use crate::wire::batch::{shapes, TableShape};
 use crate::wire::value::key_cmp;
 use crate::wire::value::{write_row, Value};
+use crate::wire::SourceKind;
 use crate::wire::{
     Batch, BatchStreamReader, Cursor, DynRead, Item, Operation, Row, Schema, SnapItem,
     SnapshotReader,

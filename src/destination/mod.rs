@@ -9,7 +9,7 @@ pub mod postgres;
 pub mod sqlite;
 
 use crate::error::{Error, Result};
-use crate::source::SourceKind;
+use crate::wire::SourceKind;
 use crate::wire::{BatchStreamReader, Cursor, DynRead, Row, Schema, Sequence, SnapshotReader};
 
 /// Totals of one apply.

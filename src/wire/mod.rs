@@ -23,6 +23,7 @@ pub use detect::{detect, InputFormat};
 pub use jsonl::Limits;
 pub use model::{
     put_in_force, Column, Cursor, Event, Operation, Rename, Row, Schema, SchemaChange, Sequence,
+    SourceKind,
 };
 pub use snapshot::{SnapItem, SnapshotReader};
 pub use value::Value;

@@ -542,6 +542,33 @@ impl SchemaChange {
     }
 }
 
+/// The kind of a source. It decides how a stream's declared types read
+/// (SQLite declared types and affinities, PostgreSQL `format_type` names)
+/// and how its sequences map to other positions (a ClickHouse version).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    Sqlite,
+    Postgres,
+    /// A stream made by anything else (a test, a hand-written file): its
+    /// declared types are not trusted to mean anything.
+    Other,
+}
+
+impl SourceKind {
+    /// The kind a stream's source identity names (`sqlite:<uuid>`,
+    /// `postgres:<sysid>/<db>/<slot>`): the one place that reads it, since
+    /// the wire carries nothing else.
+    pub fn of_identity(identity: &str) -> SourceKind {
+        if identity.starts_with("sqlite:") {
+            SourceKind::Sqlite
+        } else if identity.starts_with("postgres:") {
+            SourceKind::Postgres
+        } else {
+            SourceKind::Other
+        }
+    }
+}
+
 pub use super::lines::{
     write_cursor, write_event, write_schema, write_schema_change_line, write_schemas, write_seq,
 };

@@ -57,8 +57,8 @@ use types::{refuse_meta_names, HISTORY_META, REPLACING_META};
 
 use super::{ExistingRows, TargetOptions};
 use crate::error::{Error, ErrorKind, Result};
-use crate::source::SourceKind;
 use crate::wire::value::write_value;
+use crate::wire::SourceKind;
 use crate::wire::{
     BatchStreamReader, Column, Cursor, Event, Item, Operation, Row, Schema, SchemaChange, Sequence,
     SnapItem, SnapshotReader, Value,

@@ -64,16 +64,14 @@ pub fn column_type(c: &Column, kind: SourceKind) -> ChType {
         };
     }
     // SQLite: by declared type, as its affinity rules read it.
-    if t.contains("int") {
-        ChType::Int64
-    } else if t.contains("char") || t.contains("clob") || t.contains("text") {
-        ChType::Text
-    } else if t.contains("blob") {
-        ChType::Blob
-    } else if t.contains("real") || t.contains("floa") || t.contains("doub") {
-        ChType::Float64
-    } else {
-        ChType::Any
+    use crate::sqlite_util::Affinity;
+    match crate::sqlite_util::affinity(&c.decl_type) {
+        Affinity::Integer => ChType::Int64,
+        Affinity::Text => ChType::Text,
+        // Declared BLOB: BLOB values only; no declared type: any class.
+        Affinity::Blob if t.contains("blob") => ChType::Blob,
+        Affinity::Real => ChType::Float64,
+        Affinity::Blob | Affinity::Numeric => ChType::Any,
     }
 }
 

@@ -29,13 +29,13 @@ mod statements;
 mod table;
 
 use super::{ApplyStats, ExistingRows, OnConflict, PullRow, StoredShape, Target, TargetOptions};
-use crate::destination::sqlite::Affinity;
 use crate::error::{Error, Result};
 use crate::source::postgres::conn::PgConn;
 use crate::source::postgres::types::{class_of, Class};
 use crate::source::postgres::{connect_client, pg_err, runtime};
-use crate::source::SourceKind;
+use crate::sqlite_util::Affinity;
 use crate::util::quote_ident;
+use crate::wire::SourceKind;
 use crate::wire::{
     BatchStreamReader, Column, Cursor, DynRead, Item, Operation, Row, Schema, SnapItem,
     SnapshotReader, Value,

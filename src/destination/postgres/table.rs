@@ -138,7 +138,7 @@ pub(super) async fn column_type(
                 .try_get::<_, String>(0)
                 .map_err(pg_err("cannot look up a column type"))
         }
-        _ => match crate::destination::sqlite::affinity(&col.decl_type) {
+        _ => match crate::sqlite_util::affinity(&col.decl_type) {
             Affinity::Integer => Ok("bigint".into()),
             Affinity::Real => Ok("double precision".into()),
             Affinity::Text => Ok("text".into()),

@@ -60,7 +60,7 @@ impl SqliteTarget {
         let mut parked: Vec<(String, Row, u128)> = Vec::new();
         // Schema records wait for the event they belong to.
         let mut pending: Vec<crate::wire::SchemaChange> = Vec::new();
-        let mut kind = crate::source::SourceKind::Sqlite;
+        let mut kind = crate::wire::SourceKind::Sqlite;
         let mut in_force: Vec<Schema> = Vec::new();
         let mut ensured = false;
         // The stream's schema of each table in force, and the tables whose
@@ -80,7 +80,7 @@ impl SqliteTarget {
                     Item::Header(h) => {
                         parked.clear();
                         pending.clear();
-                        kind = crate::source::SourceKind::of_identity(&h.start.source);
+                        kind = crate::wire::SourceKind::of_identity(&h.start.source);
                         self.begin()?;
                         gate = Some(BatchGate::open(stored_cursor(self.db())?.as_ref(), &h)?);
                         tables.clear();
@@ -321,7 +321,7 @@ impl SqliteTarget {
                             let t = ensure_table(
                                 self.db(),
                                 s,
-                                crate::source::SourceKind::of_identity(&c.source),
+                                crate::wire::SourceKind::of_identity(&c.source),
                                 // A snapshot follows no stream: a table
                                 // with other columns is refused as before.
                                 false,
@@ -380,7 +380,7 @@ impl SqliteTarget {
 fn ensure_in_force(
     conn: &rusqlite::Connection,
     in_force: &mut Vec<Schema>,
-    kind: crate::source::SourceKind,
+    kind: crate::wire::SourceKind,
     tables: &mut HashMap<String, TableSql>,
     olds: &mut HashMap<String, Schema>,
     mut deferred: Option<&mut HashMap<String, Error>>,

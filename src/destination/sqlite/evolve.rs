@@ -18,7 +18,7 @@ pub(super) fn evolve_table(
     conn: &Connection,
     old: Option<&Schema>,
     c: &crate::wire::SchemaChange,
-    kind: crate::source::SourceKind,
+    kind: crate::wire::SourceKind,
 ) -> Result<TableSql> {
     let new = &c.schema;
     let t = &new.table;

@@ -14,9 +14,9 @@ mod evolve;
 mod table;
 mod types;
 
+pub use crate::sqlite_util::{affinity, keeps_class, looks_numeric, Affinity};
 use table::*;
 use types::*;
-pub use types::{affinity, keeps_class, looks_numeric, Affinity};
 
 use super::{ExistingRows, TargetOptions};
 use crate::error::{Error, Result};
@@ -283,7 +283,7 @@ impl super::Target for SqliteTarget {
     fn table_shape(
         &self,
         schema: &Schema,
-        _kind: crate::source::SourceKind,
+        _kind: crate::wire::SourceKind,
     ) -> Result<Option<super::StoredShape>> {
         let Some(c) = &self.conn else { return Ok(None) };
         if !table_exists(c, &schema.table)? {
@@ -298,14 +298,14 @@ impl super::Target for SqliteTarget {
     fn with_rows(
         &self,
         schema: &Schema,
-        _kind: crate::source::SourceKind,
+        _kind: crate::wire::SourceKind,
         f: &mut dyn FnMut(&mut super::PullRow<'_>) -> Result<()>,
     ) -> Result<()> {
         let c = match &self.conn {
             Some(c) if table_exists(c, &schema.table)? => c,
             _ => return f(&mut || Ok(None)),
         };
-        let sql = crate::source::sqlite::select_in_key_order(schema);
+        let sql = crate::sqlite_util::select_in_key_order(schema);
         let mut st = c
             .prepare(&sql)
             .map_err(db_err("cannot read a target table"))?;

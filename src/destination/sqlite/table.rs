@@ -106,7 +106,7 @@ pub(super) fn is_constraint(e: &rusqlite::Error) -> bool {
 pub(super) fn ensure_table(
     conn: &Connection,
     s: &Schema,
-    kind: crate::source::SourceKind,
+    kind: crate::wire::SourceKind,
     drop: bool,
 ) -> Result<TableSql> {
     if s.key.is_empty() {

@@ -3,33 +3,6 @@
 
 use super::*;
 
-/// SQLite's column affinity, chosen from a declared type by SQLite's rules
-/// (datatype3.html, 3.1): the first of these substrings found decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Affinity {
-    Integer,
-    Text,
-    /// No affinity: values are stored as given.
-    Blob,
-    Real,
-    Numeric,
-}
-
-pub fn affinity(decl: &str) -> Affinity {
-    let t = decl.to_ascii_uppercase();
-    if t.contains("INT") {
-        Affinity::Integer
-    } else if t.contains("CHAR") || t.contains("CLOB") || t.contains("TEXT") {
-        Affinity::Text
-    } else if t.contains("BLOB") || t.trim().is_empty() {
-        Affinity::Blob
-    } else if t.contains("REAL") || t.contains("FLOA") || t.contains("DOUB") {
-        Affinity::Real
-    } else {
-        Affinity::Numeric
-    }
-}
-
 /// Words that begin a column constraint: never part of a declared type that
 /// SQLite reports, so a stream whose type holds one is not pasted as is.
 const CONSTRAINT_WORDS: &[&str] = &[
@@ -97,9 +70,9 @@ pub(super) fn plain_type_name(decl: &str) -> bool {
 /// and applying an affinity twice changes nothing), else the type named after
 /// its affinity; `ANY` (no affinity in a STRICT table, NUMERIC elsewhere) and
 /// every column of other sources get no type, which means no affinity.
-pub(super) fn column_type(decl: &str, kind: crate::source::SourceKind) -> String {
+pub(super) fn column_type(decl: &str, kind: crate::wire::SourceKind) -> String {
     let decl = decl.trim();
-    if kind != crate::source::SourceKind::Sqlite || decl.eq_ignore_ascii_case("ANY") {
+    if kind != crate::wire::SourceKind::Sqlite || decl.eq_ignore_ascii_case("ANY") {
         return String::new();
     }
     if plain_type_name(decl) {
@@ -113,70 +86,6 @@ pub(super) fn column_type(decl: &str, kind: crate::source::SourceKind) -> String
         Affinity::Numeric => "NUMERIC",
     }
     .to_string()
-}
-
-/// Whether SQLite would read TEXT `s` as a number when applying a numeric
-/// affinity (sqlite3AtoF accepting the whole string): optional white space,
-/// a sign, digits with at most one point, an exponent with digits, white space.
-pub fn looks_numeric(s: &str) -> bool {
-    let space = |c: &u8| matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() && space(&b[i]) {
-        i += 1;
-    }
-    if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-        i += 1;
-    }
-    let mut digits = 0;
-    while i < b.len() && b[i].is_ascii_digit() {
-        i += 1;
-        digits += 1;
-    }
-    if i < b.len() && b[i] == b'.' {
-        i += 1;
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-            digits += 1;
-        }
-    }
-    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
-        i += 1;
-        if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-            i += 1;
-        }
-        let mut exp = 0;
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-            exp += 1;
-        }
-        if exp == 0 {
-            return false;
-        }
-    }
-    while i < b.len() && space(&b[i]) {
-        i += 1;
-    }
-    i == b.len() && digits > 0
-}
-
-/// Whether storing `v` in a column of affinity `a` keeps its class.
-pub fn keeps_class(a: Affinity, v: &Value) -> bool {
-    match (a, v) {
-        (Affinity::Blob, _) | (_, Value::Null | Value::Blob(_)) => true,
-        (Affinity::Text, Value::Text(_)) => true,
-        (Affinity::Text, _) => false,
-        (Affinity::Integer | Affinity::Numeric | Affinity::Real, Value::Text(s)) => {
-            !looks_numeric(s)
-        }
-        (Affinity::Integer | Affinity::Numeric, Value::Integer(_)) => true,
-        // An integral REAL becomes an INTEGER (sqlite3VdbeIntegerAffinity).
-        (Affinity::Integer | Affinity::Numeric, Value::Real(r)) => {
-            !(r.fract() == 0.0 && *r > i64::MIN as f64 && *r < i64::MAX as f64)
-        }
-        (Affinity::Real, Value::Real(_)) => true,
-        (Affinity::Real, Value::Integer(_)) => false,
-    }
 }
 
 #[cfg(test)]
@@ -287,7 +196,7 @@ mod tests {
 
     #[test]
     fn declared_types_are_copied_only_when_plain() {
-        let s = crate::source::SourceKind::Sqlite;
+        let s = crate::wire::SourceKind::Sqlite;
         for plain in [
             "INTEGER",
             "VARCHAR(10)",
@@ -315,7 +224,7 @@ mod tests {
             assert_eq!(column_type(odd, s), mapped, "{odd:?}");
         }
         assert_eq!(
-            column_type("INTEGER", crate::source::SourceKind::Postgres),
+            column_type("INTEGER", crate::wire::SourceKind::Postgres),
             ""
         );
     }

@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::source::AuditRows;
-use crate::sqlite_util::{order_by_key, table_schema, user_tables};
+pub use crate::sqlite_util::select_in_key_order;
+use crate::sqlite_util::{table_schema, user_tables};
 use crate::wire::Row;
 
 pub struct SqliteAuditRows {
@@ -68,15 +69,4 @@ impl AuditRows for SqliteAuditRows {
         }
         Ok(())
     }
-}
-
-/// `SELECT` of a table's columns ordered by its key (docs/FORMAT.md §9).
-pub fn select_in_key_order(s: &Schema) -> String {
-    let cols: Vec<String> = s.columns.iter().map(|c| quote_ident(&c.name)).collect();
-    format!(
-        "SELECT {} FROM {} ORDER BY {}",
-        cols.join(", "),
-        quote_ident(&s.table),
-        order_by_key(s)
-    )
 }
