@@ -12,7 +12,7 @@ use crate::destination::clickhouse::{ChConfig, ClickHouse, Engine};
 use crate::destination::sqlite::{read_cursor, SqliteTarget};
 use crate::destination::{Target, TargetOptions};
 use crate::error::{Error, Result};
-use crate::source::postgres::conn::PgConn;
+use crate::pg::conn::PgConn;
 use crate::source::postgres::PgSource;
 use crate::source::sqlite::SqliteSource;
 use crate::source::{HeldCursor, Source};
@@ -36,7 +36,7 @@ pub struct PgNames {
 /// A libpq `key=value` connection string (with or without `dbname=`): no
 /// scheme, and its first word one of libpq's keys.
 fn is_key_values(s: &str) -> bool {
-    use crate::source::postgres::conn::KEYS;
+    use crate::pg::conn::KEYS;
     !s.contains("://")
         && s.split_whitespace()
             .next()

@@ -45,6 +45,7 @@ pub mod error;
 pub mod log;
 pub mod metrics;
 pub mod ops;
+pub mod pg;
 pub mod source;
 pub mod sqlite_util;
 pub mod util;

@@ -30,9 +30,9 @@ mod table;
 
 use super::{ApplyStats, ExistingRows, OnConflict, PullRow, StoredShape, Target, TargetOptions};
 use crate::error::{Error, Result};
-use crate::source::postgres::conn::PgConn;
-use crate::source::postgres::types::{class_of, Class};
-use crate::source::postgres::{connect_client, pg_err, runtime};
+use crate::pg::conn::PgConn;
+use crate::pg::types::{class_of, Class};
+use crate::pg::{connect_client, pg_err, runtime};
 use crate::sqlite_util::Affinity;
 use crate::util::quote_ident;
 use crate::wire::SourceKind;
@@ -312,13 +312,12 @@ impl Target for PgTarget {
             key: schema.key.clone(),
         };
         let from = format!("{}.{}", quote_ident(&ns), quote_ident(&name));
-        let select = crate::source::postgres::select_in_key_order(&local, &classes, &from, None);
+        let select = crate::pg::select_in_key_order(&local, &classes, &from, None);
         let stream = self
             .rt
             .block_on(c.copy_out(&format!("COPY ({select}) TO STDOUT")))
             .map_err(pg_err("cannot read a target table"))?;
-        let mut rows =
-            crate::source::postgres::CopyRows::new(Box::pin(stream), classes, local.table.clone());
+        let mut rows = crate::pg::CopyRows::new(Box::pin(stream), classes, local.table.clone());
         let rt = &self.rt;
         f(&mut || rt.block_on(rows.next()))
     }

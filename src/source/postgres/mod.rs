@@ -22,35 +22,28 @@ mod admin;
 mod audit;
 mod batch_out;
 mod catalog;
-pub mod conn;
-mod copy;
 mod ddl_state;
 mod ddl_trigger;
 pub mod pgoutput;
-mod pgpass;
-mod pgservice;
 mod publication;
 mod reconnect;
 mod replication;
 mod session;
-pub use session::connect_client;
 mod snapshot;
 mod stream;
-mod tls;
-pub mod types;
 
+use crate::pg::{bin_of, passes, server_version, tls, within_connect_timeout, Bin};
+pub use crate::pg::{conn, types};
+pub use crate::pg::{connect_client, pg_err, runtime, select_in_key_order, CopyRows};
 use admin::*;
 pub use audit::AuditSource;
 use batch_out::*;
 pub use catalog::table_schema;
 use catalog::*;
-pub use copy::CopyRows;
-use copy::*;
 use ddl_state::*;
 use publication::*;
 pub use publication::{publication_detail, publication_tables, PubTable};
 use reconnect::*;
-pub use snapshot::select_in_key_order;
 use snapshot::*;
 
 use crate::error::{Cause, Error, ErrorKind, Result};
@@ -67,14 +60,13 @@ use crate::wire::{
     Column, Commit, Cursor, Event, Header, Operation, Row, Schema, SchemaChange, Sequence, Value,
 };
 use conn::{PgConn, SessionAttrs};
-use futures_util::StreamExt;
 use pgoutput::{Cell, Message, Relation};
 use replication::{IdentifySystem, ReplClient, ReplError, ReplEvent};
 use std::collections::HashMap;
 use std::io::Write;
 use std::time::Duration;
 use tokio_postgres::Client;
-use types::{class_of, copy_fields, from_text, Class};
+use types::{class_of, from_text, Class};
 
 /// Default slot and publication names.
 pub const DEFAULT_SLOT: &str = "mooncdc_main";
@@ -86,29 +78,6 @@ pub struct PgSource {
     pub conn: PgConn,
     pub slot: String,
     pub publication: String,
-}
-
-/// A driver error as the cause of `what`: the server's own message for a
-/// server error, the driver's text otherwise; the error itself is kept.
-pub fn pg_err(what: &str) -> impl Fn(tokio_postgres::Error) -> Error + '_ {
-    move |e| {
-        let text = match e.as_db_error() {
-            Some(d) => d.message().to_string(),
-            None => {
-                // The root cause in plain words, with a hint where one is known.
-                let cause = crate::error::root_cause(&e);
-                match cause.as_str() {
-                    "connection refused" => "connection refused: is the server running on that host and accepting TCP/IP connections on that port?".to_string(),
-                    c if c.contains("failed to lookup address") || c.contains("Name or service not known") => {
-                        "could not translate the host name to an address".to_string()
-                    }
-                    _ if e.to_string() == cause => cause,
-                    _ => format!("{e}: {cause}"),
-                }
-            }
-        };
-        Error::new(ErrorKind::Database, what).with_source(Cause { text, inner: e })
-    }
 }
 
 fn repl_err(what: &str) -> impl Fn(ReplError) -> Error + '_ {
@@ -146,8 +115,13 @@ pub(super) fn is_transient(e: &Error) -> bool {
                 }
             };
         }
+        // A phase of connecting that timed out, or no server of a
+        // multi-host string that suits (a standby being promoted).
         if let Some(c) = s.downcast_ref::<Cause<std::io::Error>>() {
-            return c.inner.kind() == std::io::ErrorKind::TimedOut;
+            return matches!(
+                c.inner.kind(),
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::NotConnected
+            );
         }
         source = s.source();
     }
@@ -156,13 +130,6 @@ pub(super) fn is_transient(e: &Error) -> bool {
 
 fn io_out(e: std::io::Error) -> Error {
     Error::io("cannot write output", e)
-}
-
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("cannot start the async runtime", e))
 }
 
 /// The end of the WAL a reader can have: the flushed WAL on a primary, the

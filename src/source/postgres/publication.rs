@@ -245,18 +245,6 @@ pub struct PubTable {
     pub generated_unpublished: Vec<String>,
 }
 
-/// The server's version number (`server_version_num`, e.g. 150004).
-pub async fn server_version(c: &Client) -> Result<i32> {
-    let v: String = c
-        .query_one("SHOW server_version_num", &[])
-        .await
-        .map_err(pg_err("cannot read the server's version"))?
-        .get(0);
-    v.trim()
-        .parse()
-        .map_err(|_| Error::data(format!("bad server_version_num {v:?}")))
-}
-
 /// The publication's tables with their column lists and row filters, sorted
 /// by stream name.
 pub async fn publication_detail(c: &Client, publication: &str) -> Result<Vec<PubTable>> {

@@ -237,43 +237,6 @@ impl ReadAs {
     }
 }
 
-/// `SELECT` of a table's columns in the key order of docs/FORMAT.md
-/// (snapshots): TEXT-mapped keys compare as their text in the C collation
-/// (bytewise), others natively. `from` is the quoted relation (with `ONLY`
-/// where it applies), `filter` a row filter.
-pub fn select_in_key_order(
-    s: &Schema,
-    classes: &[Class],
-    from: &str,
-    filter: Option<&str>,
-) -> String {
-    let cols: Vec<String> = s.columns.iter().map(|c| quote_ident(&c.name)).collect();
-    let order: Vec<String> = s
-        .key
-        .iter()
-        .map(|k| {
-            let i = s
-                .columns
-                .iter()
-                .position(|c| &c.name == k)
-                .expect("checked schema");
-            match classes[i] {
-                // concat() uses the type's output function, so the order is
-                // that of the text on the wire (a cast to text would strip a
-                // char(n)'s padding).
-                Class::Text => format!("concat({}) COLLATE \"C\"", quote_ident(k)),
-                _ => quote_ident(k),
-            }
-        })
-        .collect();
-    let filter = filter.map(|f| format!(" WHERE ({f})")).unwrap_or_default();
-    format!(
-        "SELECT {} FROM {from}{filter} ORDER BY {}",
-        cols.join(", "),
-        order.join(", ")
-    )
-}
-
 /// The planner's row estimate of the tables, summed; 0 when unknown.
 async fn row_estimate(c: &Client, tables: &[PubTable]) -> u64 {
     let mut total = 0f64;

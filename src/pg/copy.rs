@@ -6,7 +6,7 @@ use super::*;
 
 /// A column's binary COPY form, for the types read in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Bin {
+pub(crate) enum Bin {
     /// int2, int4, int8 (told apart by their length).
     Int,
     Float4,
@@ -18,7 +18,7 @@ pub(super) enum Bin {
 }
 
 /// The binary form of a declared type (`format_type`'s text), if read here.
-pub(super) fn bin_of(decl: &str) -> Option<Bin> {
+pub(crate) fn bin_of(decl: &str) -> Option<Bin> {
     Some(match decl {
         "bigint" | "integer" | "smallint" => Bin::Int,
         "real" => Bin::Float4,
@@ -150,18 +150,18 @@ fn binary_step(b: &[u8], header_read: bool, kinds: &[Bin]) -> std::result::Resul
 
 /// Rows of a `COPY … TO STDOUT` stream, decoded to wire values.
 pub struct CopyRows {
-    pub(super) stream: std::pin::Pin<Box<tokio_postgres::CopyOutStream>>,
-    pub(super) classes: Vec<Class>,
-    pub(super) table: String,
-    pub(super) buf: Vec<u8>,
+    pub(crate) stream: std::pin::Pin<Box<tokio_postgres::CopyOutStream>>,
+    pub(crate) classes: Vec<Class>,
+    pub(crate) table: String,
+    pub(crate) buf: Vec<u8>,
     /// Where the next row starts in `buf`: rows are read in place, and what
     /// was read is dropped once per chunk, not once per row.
-    pub(super) pos: usize,
-    pub(super) done: bool,
+    pub(crate) pos: usize,
+    pub(crate) done: bool,
     /// COPY's binary form, with each column's reading; `None`: text form.
-    pub(super) binary: Option<Vec<Bin>>,
+    pub(crate) binary: Option<Vec<Bin>>,
     /// Whether the binary form's header was read.
-    pub(super) header_read: bool,
+    pub(crate) header_read: bool,
 }
 
 impl CopyRows {
