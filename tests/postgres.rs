@@ -3535,7 +3535,7 @@ fn quote_numbers(json: &str) -> String {
 }
 
 /// A wal2json value as the wire value MoonCDC's mapping gives (docs/FORMAT.md §2,
-/// src/source/postgres/types.rs): integers exact, floats parsed at their own
+/// src/pg/types.rs): integers exact, floats parsed at their own
 /// width (bits compared), booleans 1/0, bytea bytes, numeric its digits as
 /// text, everything else its text.
 fn norm_wal2json(ty: &str, v: &J) -> Value {
