@@ -4940,6 +4940,22 @@ fn count_sum(proj: &std::path::Path) -> (i64, i64) {
     .unwrap_or((0, 0))
 }
 
+/// Wait (90 s at most) until the projection's `public.a` has `want`'s count
+/// and sum; else fail with `what` and the follower's log.
+#[track_caller]
+fn wait_for_count_sum(proj: &std::path::Path, want: (i64, i64), what: &str, log: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while count_sum(proj) != want {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {:?} of {want:?}\n{}",
+            count_sum(proj),
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
     if pg::major_version() < 17 {
@@ -5190,16 +5206,12 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
         "failover: {written} writes while the primary was lost, {} of them on the new primary",
         want.0 - 200
     );
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while count_sum(&proj) != want {
-        assert!(
-            Instant::now() < deadline,
-            "the new primary's rows, through the failover slot: {:?} of {want:?}\n{}",
-            count_sum(&proj),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_count_sum(
+        &proj,
+        want,
+        "the new primary's rows, through the failover slot",
+        &log,
+    );
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("timeline changed"), "{text}");
     let (code, err) = sigterm_and_wait(capture);
@@ -5408,16 +5420,12 @@ fn capture_from_a_standby_snapshot_then_follow() {
         let (a, b) = c.split_once(' ').unwrap();
         (a.parse().unwrap(), b.parse().unwrap())
     };
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while count_sum(&proj) != want {
-        assert!(
-            Instant::now() < deadline,
-            "the primary's changes arrive through the standby: {:?} of {want:?}\n{}",
-            count_sum(&proj),
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_count_sum(
+        &proj,
+        want,
+        "the primary's changes arrive through the standby",
+        &log,
+    );
     let (code, err) = sigterm_and_wait(capture);
     assert_eq!(code, Some(0), "{err}");
     let _ = finish(apply, false);

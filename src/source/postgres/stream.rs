@@ -164,16 +164,16 @@ impl PgSource {
                     }
                     return Ok(());
                 }
-                // Status updates (and a ping when the stream was quiet: the
-                // server answers with a keepalive saying where its WAL is,
-                // which ends a read and keeps a quiet follower's readiness
-                // honest) are written here, never raced against a timer.
                 // The publication's relations again, between transactions
                 // on a timer of their own (a busy stream is never quiet).
                 if follow && txn.is_none() && last_members_look.elapsed() >= Duration::from_secs(5) {
                     last_members_look = std::time::Instant::now();
                     members = self.look_at_members(&c, std::mem::take(&mut members)).await?;
                 }
+                // Status updates (and a ping when the stream was quiet: the
+                // server answers with a keepalive saying where its WAL is,
+                // which ends a read and keeps a quiet follower's readiness
+                // honest) are written here, never raced against a timer.
                 client
                     .maintain(std::mem::take(&mut ping))
                     .await
