@@ -7,7 +7,7 @@
 //! both cursors. A target behind the source's high water is warned about:
 //! differences may then be changes not yet applied.
 
-use crate::destination::{PullRow, Target};
+use crate::destination::{AuditedTarget, PullRow};
 use crate::error::{Error, Result};
 use crate::source::Source;
 use crate::wire::model::write_cursor;
@@ -246,7 +246,7 @@ fn in_key_order(side: &str, table: &str, last: Option<&[Value]>, k: &[Value]) ->
 /// where it has them.
 pub fn audit(
     source: &dyn Source,
-    target: &mut dyn Target,
+    target: &mut dyn AuditedTarget,
     tables: &[String],
     format: AuditFormat,
     out: &mut dyn Write,
@@ -292,7 +292,7 @@ pub fn audit(
 
 /// How the target's table differs in shape from the source's, if it does.
 fn schema_difference(
-    target: &dyn Target,
+    target: &dyn AuditedTarget,
     s: &Schema,
     kind: crate::source::SourceKind,
 ) -> Result<Option<String>> {

@@ -10,7 +10,7 @@
 
 use crate::destination::clickhouse::{ChConfig, ClickHouse, Engine};
 use crate::destination::sqlite::{read_cursor, SqliteTarget};
-use crate::destination::{Target, TargetOptions};
+use crate::destination::{AuditedTarget, Target, TargetOptions};
 use crate::error::{Error, Result};
 use crate::pg::conn::PgConn;
 use crate::source::postgres::PgSource;
@@ -122,6 +122,25 @@ impl Endpoint {
             Endpoint::Postgres(c) => Ok(Box::new(
                 crate::destination::postgres::PgTarget::open((**c).clone())?.with_options(options),
             )),
+        }
+    }
+
+    /// Open as a target to audit: read back, never changed. A SQLite target
+    /// must exist (a missing file is trouble, not a target with every row
+    /// missing); a target that cannot be read back is refused here.
+    pub fn audited_target(&self) -> Result<Box<dyn AuditedTarget>> {
+        match self {
+            Endpoint::Sqlite(p) => {
+                crate::sqlite_util::open_existing(p)?;
+                Ok(Box::new(SqliteTarget::open(p)?))
+            }
+            Endpoint::ClickHouse(c) => Ok(Box::new(ClickHouse::connect(
+                (**c).clone(),
+                Engine::Replacing,
+            )?)),
+            Endpoint::Postgres(c) => Ok(Box::new(crate::destination::postgres::PgTarget::open(
+                (**c).clone(),
+            )?)),
         }
     }
 

@@ -6,16 +6,19 @@
 mod common;
 
 use common::{ch, del, ins, kv_schema, row, trunc, upd, Spec};
-use mooncdc::destination::clickhouse::Engine;
+use mooncdc::destination::clickhouse::{ClickHouse, Engine};
 use mooncdc::destination::memory::MemoryTarget;
-use mooncdc::destination::{Target, TargetOptions};
+use mooncdc::destination::postgres::PgTarget;
+use mooncdc::destination::sqlite::SqliteTarget;
+use mooncdc::destination::{AuditedTarget, Target, TargetOptions};
 use mooncdc::endpoint;
+use mooncdc::endpoint::Endpoint;
 use mooncdc::source::SourceKind;
 use mooncdc::wire::{BatchStreamReader, DynRead, Limits, Row, Schema, SnapshotReader, Value};
 use serde_json::{json, Value as J};
 
 /// Makes a fresh target for the case named; files go in the folder given.
-type Make = Box<dyn Fn(&std::path::Path, &str, TargetOptions) -> Box<dyn Target>>;
+type Make = Box<dyn Fn(&std::path::Path, &str, TargetOptions) -> Box<dyn AuditedTarget>>;
 
 /// How to make a fresh, empty target of one kind.
 struct Kind {
@@ -41,11 +44,11 @@ fn kinds() -> Vec<Kind> {
             name: "sqlite",
             checks_images: true,
             make: Box::new(|dir, case, o| {
-                let url = format!("sqlite:{}", dir.join(format!("{case}.db")).display());
-                endpoint::parse(&url)
-                    .unwrap()
-                    .target(o, Engine::Replacing)
-                    .unwrap()
+                Box::new(
+                    SqliteTarget::open(&dir.join(format!("{case}.db")))
+                        .unwrap()
+                        .with_options(o),
+                )
             }),
         },
         Kind {
@@ -53,10 +56,10 @@ fn kinds() -> Vec<Kind> {
             checks_images: true,
             make: Box::new(|_, case, o| {
                 let db = common::pg::db(&format!("contract_{case}"));
-                endpoint::parse(&db.url())
-                    .unwrap()
-                    .target(o, Engine::Replacing)
-                    .unwrap()
+                let Endpoint::Postgres(c) = endpoint::parse(&db.url()).unwrap() else {
+                    unreachable!("a PostgreSQL URL")
+                };
+                Box::new(PgTarget::open(*c).unwrap().with_options(o))
             }),
         },
         Kind {
@@ -64,10 +67,14 @@ fn kinds() -> Vec<Kind> {
             checks_images: false,
             make: Box::new(|_, case, o| {
                 let db = ch::db(&format!("contract_{case}"));
-                endpoint::parse(&db.url())
-                    .unwrap()
-                    .target(o, Engine::Replacing)
-                    .unwrap()
+                let Endpoint::ClickHouse(c) = endpoint::parse(&db.url()).unwrap() else {
+                    unreachable!("a ClickHouse URL")
+                };
+                Box::new(
+                    ClickHouse::connect(*c, Engine::Replacing)
+                        .unwrap()
+                        .with_options(o),
+                )
             }),
         },
     ]
@@ -92,7 +99,7 @@ fn kv() -> Schema {
 }
 
 /// The target's rows of `t`, in the order it yields them.
-fn rows(t: &dyn Target) -> Vec<Row> {
+fn rows(t: &dyn AuditedTarget) -> Vec<Row> {
     let mut out = Vec::new();
     t.with_rows(&kv(), SourceKind::Sqlite, &mut |pull| {
         while let Some(r) = pull()? {
@@ -104,7 +111,7 @@ fn rows(t: &dyn Target) -> Vec<Row> {
     out
 }
 
-fn expect_rows(k: &Kind, t: &dyn Target, want: &[(i64, &str)]) {
+fn expect_rows(k: &Kind, t: &dyn AuditedTarget, want: &[(i64, &str)]) {
     let got = rows(t);
     let want: Vec<Row> = want
         .iter()
@@ -327,7 +334,7 @@ fn a_truncate_empties_the_table_at_its_position_for_every_target() {
 }
 
 /// `t`'s rows read with `schema`.
-fn rows_as(t: &dyn Target, schema: &J) -> Vec<Row> {
+fn rows_as(t: &dyn AuditedTarget, schema: &J) -> Vec<Row> {
     let s: Schema = serde_json::from_value(schema.clone()).unwrap();
     let mut out = Vec::new();
     t.with_rows(&s, SourceKind::Sqlite, &mut |pull| {
@@ -341,7 +348,7 @@ fn rows_as(t: &dyn Target, schema: &J) -> Vec<Row> {
 }
 
 #[track_caller]
-fn expect_rows_as(k: &Kind, t: &dyn Target, schema: &J, want: J) {
+fn expect_rows_as(k: &Kind, t: &dyn AuditedTarget, schema: &J, want: J) {
     let want: Vec<Row> = serde_json::from_value(want).unwrap();
     let got = rows_as(t, schema);
     let same = got.len() == want.len()

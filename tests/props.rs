@@ -1729,7 +1729,7 @@ proptest! {
         overwrite in any::<bool>(),
         dup in proptest::option::of(any::<Index>()),
     ) {
-        use mooncdc::destination::{OnConflict, Target, TargetOptions};
+        use mooncdc::destination::{AuditedTarget, OnConflict, Target, TargetOptions};
         let schemas: Vec<Schema> = ["t", "u"]
             .iter()
             .map(|t| serde_json::from_str(&format!(
@@ -1823,11 +1823,9 @@ proptest! {
         let mut double = MemoryTarget { options, ..Default::default() };
         let by_double = double.apply_stream(&mut open(), &mut |_| {});
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite:{}", dir.path().join("p.db").display());
-        let mut sqlite = mooncdc::endpoint::parse(&url)
+        let mut sqlite = mooncdc::destination::sqlite::SqliteTarget::open(&dir.path().join("p.db"))
             .unwrap()
-            .target(options, mooncdc::destination::clickhouse::Engine::Replacing)
-            .unwrap();
+            .with_options(options);
         let mut input = open().read_ahead().map_err(|e| fail(e.to_string()))?;
         let by_sqlite = sqlite.apply_stream(&mut input, &mut |_| {});
         match refused {
@@ -1847,7 +1845,7 @@ proptest! {
             double.cursor().unwrap().map(|c| c.sequence())
         );
         for s in &schemas {
-            let read = |t: &dyn Target| {
+            let read = |t: &dyn AuditedTarget| {
                 let mut out = Vec::new();
                 t.with_rows(s, mooncdc::source::SourceKind::Sqlite, &mut |pull| {
                     while let Some(r) = pull()? {
@@ -1862,7 +1860,7 @@ proptest! {
                 out
             };
             let want = read(&double);
-            prop_assert_eq!(read(sqlite.as_ref()), want, "table {}", s.table);
+            prop_assert_eq!(read(&sqlite), want, "table {}", s.table);
         }
     }
 }

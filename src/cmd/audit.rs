@@ -4,20 +4,12 @@
 use crate::audit::{audit, write_summary, AuditFormat};
 use crate::cli::args::{AuditArgs, AuditFormatArg};
 use crate::cli::{self, Progress};
-use crate::destination::clickhouse::Engine;
-use crate::destination::TargetOptions;
 use crate::endpoint;
 use std::process::ExitCode;
 
 pub fn run(a: AuditArgs) -> anyhow::Result<ExitCode> {
     let source = endpoint::parse(&a.source)?.source(&super::snapshot::pg_names(&a.pg))?;
-    let target_endpoint = endpoint::parse(&a.target)?;
-    if let endpoint::Endpoint::Sqlite(p) = &target_endpoint {
-        // An audit reads; a target that does not exist is trouble, not a
-        // target with every row missing.
-        crate::sqlite_util::open_existing(p)?;
-    }
-    let mut target = target_endpoint.target(TargetOptions::default(), Engine::Replacing)?;
+    let mut target = endpoint::parse(&a.target)?.audited_target()?;
     let format = match a.format {
         AuditFormatArg::Text => AuditFormat::Text,
         AuditFormatArg::Jsonl => AuditFormat::Jsonl,

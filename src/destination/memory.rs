@@ -3,7 +3,7 @@
 //! cases against it and the real targets, and the property tests use it as
 //! the model of a target.
 
-use super::{ApplyStats, ExistingRows, PullRow, StoredShape, Target, TargetOptions};
+use super::{ApplyStats, AuditedTarget, ExistingRows, PullRow, StoredShape, Target, TargetOptions};
 use crate::error::{Error, Result};
 use crate::wire::batch::{shapes, TableShape};
 use crate::wire::value::key_cmp;
@@ -312,7 +312,9 @@ impl Target for MemoryTarget {
     fn committed(&self) -> ApplyStats {
         self.committed.clone()
     }
+}
 
+impl AuditedTarget for MemoryTarget {
     fn table_shape(&self, schema: &Schema, _kind: SourceKind) -> Result<Option<StoredShape>> {
         Ok(self.schemas.get(&schema.table).map(|s| StoredShape {
             columns: s.columns.iter().map(|c| c.name.clone()).collect(),

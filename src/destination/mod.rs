@@ -1,7 +1,7 @@
 //! Destinations: where batches and snapshots land. One [`Target`] trait
-//! (the CLI's word is `--target`), one folder per backend, and the rules
-//! every backend shares ([`skip_through`], [`check_compacted`],
-//! [`ExistingRows`]).
+//! (the CLI's word is `--target`) and [`AuditedTarget`] for those that can
+//! be read back, one folder per backend, and the rules every backend shares
+//! ([`BatchGate`], [`HeaderShape`], [`ExistingRows`]).
 
 pub mod clickhouse;
 pub mod memory;
@@ -73,8 +73,9 @@ pub type PullRow<'a> = dyn FnMut() -> Result<Option<Row>> + 'a;
 ///   unless [`OnConflict::Overwrite`].
 /// - **Snapshots** load only into a target without a cursor, and into tables
 ///   without rows unless [`ExistingRows`] says otherwise.
-/// - **Read-only**: `cursor`, `table_shape` and `with_rows` create and change
-///   nothing, so `apply cursor`, `audit` and `--ack-from-target` never write.
+/// - **Read-only**: `cursor` (and [`AuditedTarget`]'s reads) create and
+///   change nothing, so `apply cursor`, `audit` and `--ack-from-target` never
+///   write.
 pub trait Target {
     /// The stored cursor, if any.
     fn cursor(&self) -> Result<Option<Cursor>>;
@@ -92,6 +93,12 @@ pub trait Target {
     ) -> Result<ApplyStats>;
     /// What the last apply committed, also when it then failed.
     fn committed(&self) -> ApplyStats;
+}
+
+/// A target whose tables can be read back, for `mooncdc-audit`: a target
+/// that only writes (an archive of files) implements [`Target`] alone, and
+/// the audit refuses it when it opens it (`Endpoint::audited_target`).
+pub trait AuditedTarget: Target {
     /// Begin a consistent view for an audit (a read transaction where the
     /// target has them).
     fn begin_audit(&mut self) -> Result<()> {

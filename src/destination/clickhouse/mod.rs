@@ -514,6 +514,9 @@ impl super::Target for ClickHouse {
     fn committed(&self) -> ApplyStats {
         self.committed.clone()
     }
+}
+
+impl super::AuditedTarget for ClickHouse {
     fn table_shape(
         &self,
         schema: &Schema,

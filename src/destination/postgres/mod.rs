@@ -28,7 +28,10 @@ mod copy_in;
 mod statements;
 mod table;
 
-use super::{ApplyStats, ExistingRows, OnConflict, PullRow, StoredShape, Target, TargetOptions};
+use super::{
+    ApplyStats, AuditedTarget, ExistingRows, OnConflict, PullRow, StoredShape, Target,
+    TargetOptions,
+};
 use crate::error::{Error, Result};
 use crate::pg::conn::PgConn;
 use crate::pg::types::{class_of, Class};
@@ -271,7 +274,9 @@ impl Target for PgTarget {
     fn committed(&self) -> ApplyStats {
         self.committed.clone()
     }
+}
 
+impl AuditedTarget for PgTarget {
     fn begin_audit(&mut self) -> Result<()> {
         let rt = &self.rt;
         if self.client.is_none() {

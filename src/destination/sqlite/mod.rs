@@ -277,6 +277,9 @@ impl super::Target for SqliteTarget {
     fn committed(&self) -> ApplyStats {
         self.committed.clone()
     }
+}
+
+impl super::AuditedTarget for SqliteTarget {
     fn begin_audit(&mut self) -> Result<()> {
         self.begin_read()
     }
