@@ -3,7 +3,7 @@
 //! Every error has a kind (which decides the exit status), a sentence-case
 //! message that states the rule that was broken, and where known the file and
 //! line it was found at. Lower-level errors are kept as the source, never
-//! flattened into the message, so `{:#}` in anyhow prints the whole chain.
+//! flattened into the message: the tools print the whole chain (`cli::report_error`).
 
 use std::fmt;
 

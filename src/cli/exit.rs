@@ -36,7 +36,7 @@ pub fn parse_args<T: clap::Parser>(tool: &str) -> T {
 
 /// Run a tool's body: print an error once with its cause chain, choose the
 /// exit status, and treat a closed downstream pipe as a quiet success.
-pub fn run(tool: &str, body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitCode {
+pub fn run(tool: &str, body: impl FnOnce() -> crate::error::Result<ExitCode>) -> ExitCode {
     run_with(tool, 1, body)
 }
 
@@ -45,7 +45,7 @@ pub fn run(tool: &str, body: impl FnOnce() -> anyhow::Result<ExitCode>) -> ExitC
 pub fn run_with(
     tool: &str,
     failure: u8,
-    body: impl FnOnce() -> anyhow::Result<ExitCode>,
+    body: impl FnOnce() -> crate::error::Result<ExitCode>,
 ) -> ExitCode {
     crate::log::init(tool);
     match body() {
@@ -54,10 +54,7 @@ pub fn run_with(
             if is_broken_pipe(&err) {
                 return ExitCode::SUCCESS;
             }
-            let usage = err
-                .chain()
-                .find_map(|e| e.downcast_ref::<Error>())
-                .is_some_and(|e| e.kind() == ErrorKind::Usage);
+            let usage = err.kind() == ErrorKind::Usage;
             report_error(&err);
             if usage {
                 ExitCode::from(2)
@@ -70,10 +67,9 @@ pub fn run_with(
 
 /// Write an error once, with its causes in plain words (no ` (os error N)`)
 /// and its kind as a field, in the tools' one style.
-pub fn report_error(err: &anyhow::Error) {
+pub fn report_error(err: &Error) {
     let mut msg = err.to_string();
-    let mut source = err.source();
-    // anyhow's chain() includes the error itself first; print the causes.
+    let mut source = std::error::Error::source(err);
     while let Some(s) = source {
         msg.push_str(&format!(
             ": {}",
@@ -81,19 +77,23 @@ pub fn report_error(err: &anyhow::Error) {
         ));
         source = s.source();
     }
-    let kind = err
-        .chain()
-        .find_map(|e| e.downcast_ref::<Error>())
-        .map_or("other".to_string(), |e| {
-            format!("{:?}", e.kind()).to_lowercase()
-        });
+    let kind = format!("{:?}", err.kind()).to_lowercase();
     crate::log::write("error", &msg, &[("kind", kind.into())]);
 }
 
-fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| {
-        e.downcast_ref::<std::io::Error>()
+fn is_broken_pipe(err: &Error) -> bool {
+    if err.is_broken_pipe() {
+        return true;
+    }
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        if s.downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-            || e.downcast_ref::<Error>().is_some_and(Error::is_broken_pipe)
-    })
+            || s.downcast_ref::<Error>().is_some_and(Error::is_broken_pipe)
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }

@@ -9,7 +9,7 @@ use crate::endpoint;
 use crate::error::Error;
 use std::process::ExitCode;
 
-pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
+pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
     if let Some(ApplyCommand::Cursor {
         target,
         source_identity,
@@ -56,7 +56,7 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
     crate::metrics::started();
     let mut progress = Progress::new("events", a.quiet);
     let (mut snapshots, mut rows) = (0u64, 0u64);
-    let result = (|| -> anyhow::Result<()> {
+    let result = (|| -> crate::error::Result<()> {
         for p in cli::input_paths(&a.files) {
             let input = cli::open_input(p, limits)?;
             let is_snapshot = matches!(input, Input::Snapshot(_));
@@ -200,7 +200,7 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<ExitCode> {
 
 /// `apply cursor`: print the stored cursor; exit 1 when there is none (or
 /// it is of another source than the one named).
-fn cursor(target: &str, source_identity: Option<&str>) -> anyhow::Result<ExitCode> {
+fn cursor(target: &str, source_identity: Option<&str>) -> crate::error::Result<ExitCode> {
     let c = endpoint::parse(target)?.cursor_reader()?()?;
     Ok(match c {
         Some(c) if source_identity.is_none_or(|id| id == c.source) => {

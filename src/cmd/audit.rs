@@ -7,7 +7,7 @@ use crate::cli::{self, Progress};
 use crate::endpoint;
 use std::process::ExitCode;
 
-pub fn run(a: AuditArgs) -> anyhow::Result<ExitCode> {
+pub fn run(a: AuditArgs) -> crate::error::Result<ExitCode> {
     let source = endpoint::parse(&a.source)?.source(&super::snapshot::pg_names(&a.pg))?;
     let mut target = endpoint::parse(&a.target)?.audited_target()?;
     let format = match a.format {

@@ -10,11 +10,11 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-fn open(url: &str, pg: &PgArgs) -> anyhow::Result<Box<dyn Source>> {
-    Ok(endpoint::parse(url)?.source(&super::snapshot::pg_names(pg))?)
+fn open(url: &str, pg: &PgArgs) -> crate::error::Result<Box<dyn Source>> {
+    endpoint::parse(url)?.source(&super::snapshot::pg_names(pg))
 }
 
-pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
+pub fn run(a: CaptureArgs) -> crate::error::Result<ExitCode> {
     crate::log::set_quiet(a.quiet);
     match a.command {
         None => read(a.read, a.verbose, a.quiet),
@@ -29,10 +29,10 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
         }) => {
             let src = open(&source, &pg)?;
             if ddl && src.kind() != crate::source::SourceKind::Postgres {
-                return Err(src.install_ddl().unwrap_err().into());
+                return Err(src.install_ddl().unwrap_err());
             }
             if failover && src.kind() != crate::source::SourceKind::Postgres {
-                return Err(src.make_failover().unwrap_err().into());
+                return Err(src.make_failover().unwrap_err());
             }
             let (identity, tables) = if no_slot {
                 src.init_without_slot(&tables)?
@@ -58,7 +58,7 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
         }) => {
             // 1 is drift only; anything else that stops the check (a missing
             // database, a server that is down) is trouble, 2, as diff(1).
-            let drift = match open(&source, &pg).and_then(|s| Ok(s.verify()?)) {
+            let drift = match open(&source, &pg).and_then(|s| s.verify()) {
                 Ok(d) => d,
                 Err(e) => {
                     cli::report_error(&e);
@@ -103,16 +103,14 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
             if sql.trim().is_empty() {
                 return Err(Error::usage(
                     "migrate needs SQL: --sql FILE, or the statements after --",
-                )
-                .into());
+                ));
             }
             let path = match endpoint::parse(&source)? {
                 endpoint::Endpoint::Sqlite(p) => p,
                 _ => {
                     return Err(Error::usage(
                         "migrate is for SQLite sources (a PostgreSQL source's schema changes reach capture through its publication)",
-                    )
-                    .into())
+                    ))
                 }
             };
             for line in crate::source::sqlite::migrate(&path, &sql)? {
@@ -127,6 +125,9 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
         }) => {
             let st = open(&source, &pg)?.status()?;
             let mut out = cli::stdout();
+            let written = |r: std::io::Result<()>| {
+                r.map_err(|e| crate::error::Error::io("cannot write output", e))
+            };
             if output_format == TextOrJson::Json {
                 // Each figure as the source typed it (counts as numbers below
                 // 2^53, a cursor as an object, flags as booleans).
@@ -135,11 +136,11 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
                 for f in &st.fields {
                     o.insert(f.name.replace(' ', "_"), f.value.clone());
                 }
-                writeln!(out, "{}", serde_json::Value::Object(o))?;
+                written(writeln!(out, "{}", serde_json::Value::Object(o)))?;
             } else {
-                writeln!(out, "identity: {}", st.identity)?;
+                written(writeln!(out, "identity: {}", st.identity))?;
                 for f in &st.fields {
-                    writeln!(out, "{}: {}", f.name, f.text)?;
+                    written(writeln!(out, "{}: {}", f.name, f.text))?;
                 }
             }
             cli::finish_output(out)?;
@@ -161,9 +162,9 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
                 }
                 (None, Some(c)) => c,
                 (None, None) => {
-                    return Err(
-                        Error::usage("ack needs --through, --cursor-file or --cursor").into(),
-                    )
+                    return Err(Error::usage(
+                        "ack needs --through, --cursor-file or --cursor",
+                    ))
                 }
             };
             crate::log::info(&src.ack(&c)?);
@@ -172,7 +173,7 @@ pub fn run(a: CaptureArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn read(r: ReadArgs, verbose: bool, quiet: bool) -> anyhow::Result<ExitCode> {
+fn read(r: ReadArgs, verbose: bool, quiet: bool) -> crate::error::Result<ExitCode> {
     crate::log::set_json(r.log_format == crate::cli::args::LogFormat::Json);
     let url = r
         .source
@@ -183,8 +184,7 @@ fn read(r: ReadArgs, verbose: bool, quiet: bool) -> anyhow::Result<ExitCode> {
     if r.max_events == Some(0) || r.max_bytes == Some(0) || r.max_line_bytes == Some(0) {
         return Err(Error::usage(
             "--max-events, --max-bytes and --max-line-bytes must be positive",
-        )
-        .into());
+        ));
     }
     let limits = ReadLimits {
         max_events: r.max_events,

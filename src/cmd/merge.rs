@@ -5,7 +5,7 @@ use crate::ops::merge::merge;
 use crate::ops::WriteSink;
 use std::process::ExitCode;
 
-pub fn run(a: MergeArgs) -> anyhow::Result<ExitCode> {
+pub fn run(a: MergeArgs) -> crate::error::Result<ExitCode> {
     crate::log::set_quiet(a.quiet);
     crate::ops::spool::set_dir(a.spool_dir.as_deref())?;
     let limits = cli::limits(&a.limits)?;

@@ -7,7 +7,7 @@ use crate::source::SnapshotRequest;
 use std::process::ExitCode;
 use std::time::Duration;
 
-pub fn run(a: SnapshotArgs) -> anyhow::Result<ExitCode> {
+pub fn run(a: SnapshotArgs) -> crate::error::Result<ExitCode> {
     crate::ops::spool::set_dir(a.spool_dir.as_deref())?;
     let source = endpoint::parse(&a.source)?.source(&pg_names(&a.pg))?;
     let req = SnapshotRequest {

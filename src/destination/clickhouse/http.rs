@@ -164,10 +164,15 @@ pub(super) fn post(
         } else {
             ""
         };
+        // The driver's error is kept as the cause, in plain words.
         Error::new(
             ErrorKind::Database,
-            format!("ClickHouse at {}: {what}: {cause}{hint}", cfg.base),
+            format!("ClickHouse at {}: {what}", cfg.base),
         )
+        .with_source(crate::error::Cause {
+            text: format!("{cause}{hint}"),
+            inner: e,
+        })
     })?;
     if !resp.status().is_success() {
         let status = resp.status();
