@@ -25,7 +25,7 @@ function __fish_mooncdc_apply_using_subcommand
 end
 
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l target -d 'The target database URL (sqlite:PATH or clickhouse://user@host:8123/db)' -r
-complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l engine -d 'Table engine (ClickHouse targets)' -r -f -a "replacing\t'Current state (ReplacingMergeTree)'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l engine -d 'Table engine (ClickHouse targets; also engine= in the URL) [default: replacing]' -r -f -a "replacing\t'Current state (ReplacingMergeTree)'
 history\t'Append-only change history (MergeTree)'"
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l on-conflict -d 'What to do when a stored row contradicts an event\'s image' -r -f -a "error\t'Refuse the batch: the target diverges from the source'
 overwrite\t'Make the row what the event says'"

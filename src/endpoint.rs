@@ -106,18 +106,48 @@ impl Endpoint {
         }
     }
 
-    /// Open as a target. Nothing is created or changed until something is
-    /// applied.
-    pub fn target(&self, options: TargetOptions, engine: Engine) -> Result<Box<dyn Target>> {
-        if engine == Engine::History && !matches!(self, Endpoint::ClickHouse(_)) {
-            return Err(Error::usage(
+    /// A backend option given as a tool's flag (`--engine history`): set in
+    /// the backend's own configuration, as the URL's option of that name
+    /// would be. Refused where the backend has no such option, and where the
+    /// URL already says otherwise.
+    pub fn set_option(&mut self, key: &str, value: &str) -> Result<()> {
+        match (self, key) {
+            (Endpoint::ClickHouse(c), "engine") => {
+                let e = Engine::named(value).ok_or_else(|| {
+                    Error::usage(format!(
+                        "--engine {value:?}: choose replacing (the current state) or history (every change)"
+                    ))
+                })?;
+                match c.engine {
+                    Some(u) if u != e => Err(Error::usage(format!(
+                        "--engine {} but the URL says engine={}: give one of them",
+                        e.as_str(),
+                        u.as_str()
+                    ))),
+                    _ => {
+                        c.engine = Some(e);
+                        Ok(())
+                    }
+                }
+            }
+            // The current state is what every other target holds.
+            (_, "engine") if value == "replacing" => Ok(()),
+            (_, "engine") => Err(Error::usage(
                 "--engine history is for ClickHouse targets; a SQLite or PostgreSQL target holds the current state",
-            ));
+            )),
+            (_, k) => Err(Error::usage(format!("no target takes an option {k:?}"))),
         }
+    }
+
+    /// Open as a target. Nothing is created or changed until something is
+    /// applied. Options of one backend (a ClickHouse target's engine) are in
+    /// its own configuration: its URL, or [`set_option`](Self::set_option).
+    pub fn target(&self, options: TargetOptions) -> Result<Box<dyn Target>> {
         match self {
             Endpoint::Sqlite(p) => Ok(Box::new(SqliteTarget::open(p)?.with_options(options))),
             Endpoint::ClickHouse(c) => Ok(Box::new(
-                ClickHouse::connect((**c).clone(), engine)?.with_options(options),
+                ClickHouse::connect((**c).clone(), c.engine.unwrap_or(Engine::Replacing))?
+                    .with_options(options),
             )),
             Endpoint::Postgres(c) => Ok(Box::new(
                 crate::destination::postgres::PgTarget::open((**c).clone())?.with_options(options),
@@ -134,6 +164,9 @@ impl Endpoint {
                 crate::sqlite_util::open_existing(p)?;
                 Ok(Box::new(SqliteTarget::open(p)?))
             }
+            Endpoint::ClickHouse(c) if c.engine == Some(Engine::History) => Err(Error::usage(
+                "a ClickHouse target with engine=history holds every change, not the current state, and cannot be audited: audit a target made with the replacing engine",
+            )),
             Endpoint::ClickHouse(c) => Ok(Box::new(ClickHouse::connect(
                 (**c).clone(),
                 Engine::Replacing,
@@ -159,7 +192,7 @@ impl Endpoint {
                 }))
             }
             _ => {
-                let t = self.target(TargetOptions::default(), Engine::Replacing)?;
+                let t = self.target(TargetOptions::default())?;
                 Ok(Box::new(move || t.cursor()))
             }
         }
@@ -258,14 +291,16 @@ mod tests {
         assert!(!e.display().contains("secret"));
         // A PostgreSQL target opens without connecting; a refusal never
         // shows the password.
-        assert!(e
-            .target(TargetOptions::default(), Engine::Replacing)
-            .is_ok());
-        let err = e
-            .target(TargetOptions::default(), Engine::History)
-            .err()
-            .unwrap();
+        assert!(e.target(TargetOptions::default()).is_ok());
+        let err = e.clone().set_option("engine", "history").err().unwrap();
         assert!(!err.to_string().contains("secret"));
+        // engine= in a ClickHouse URL, and --engine beside it.
+        let mut ch = parse("clickhouse://default@localhost:8123/db?engine=history").unwrap();
+        assert!(ch.set_option("engine", "history").is_ok());
+        let err = ch.set_option("engine", "replacing").unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::Usage);
+        assert!(err.to_string().contains("engine=history"), "{err}");
+        assert!(parse("clickhouse://default@localhost:8123/db?engine=log").is_err());
         assert!(
             matches!(parse("clickhouse://h:notaport/db"), Err(e) if e.kind() == crate::ErrorKind::Usage)
         );

@@ -1172,6 +1172,21 @@ fn history_engine_keeps_every_change_in_order() {
     assert_eq!((s.applied, s.skipped), (0, 5));
     assert_rows("history rows after a replay", &expected, &db.rows(q));
 
+    // engine=history in the URL is --engine history; the two disagreeing is
+    // a usage error, before anything is made.
+    let by_url = ch::db("history_url");
+    let url_history = format!("{}?engine=history", by_url.url());
+    let s = apply_ok(&url_history, stream.as_bytes(), &[]);
+    assert_eq!(s.applied, 5);
+    assert_rows(
+        "history rows by the URL's engine",
+        &expected,
+        &by_url.rows(q),
+    );
+    let both = apply(&url_history, stream.as_bytes(), &["--engine", "replacing"]);
+    expect(&both, 2, "--engine replacing against engine=history");
+    assert!(both.stderr.contains("engine=history"), "{}", both.stderr);
+
     // The current-state engine refuses the history's tables, clearly.
     let b3 = Spec::new(pgseq(b, 2), pgseq(b, 3))
         .source(PG_SRC)
@@ -1195,6 +1210,9 @@ fn history_engine_keeps_every_change_in_order() {
     let r = audit(&dbs.src_url(), &hurl, &[]);
     expect(&r, 2, "audit of a history target");
     assert!(r.stderr.contains("--engine replacing"), "{}", r.stderr);
+    let r = audit(&dbs.src_url(), &url_history, &[]);
+    expect(&r, 2, "audit of a URL that names the history engine");
+    assert!(r.stderr.contains("cannot be audited"), "{}", r.stderr);
 
     // A snapshot's rows carry the snapshot cursor's position.
     let h2 = ch::db("history_snapshot");

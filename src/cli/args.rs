@@ -452,9 +452,9 @@ pub struct ApplyArgs {
     /// The target database URL (sqlite:PATH or clickhouse://user@host:8123/db)
     #[arg(long, value_name = "URL")]
     pub target: Option<String>,
-    /// Table engine (ClickHouse targets)
-    #[arg(long, value_enum, default_value_t = EngineArg::Replacing)]
-    pub engine: EngineArg,
+    /// Table engine (ClickHouse targets; also engine= in the URL) [default: replacing]
+    #[arg(long, value_enum)]
+    pub engine: Option<EngineArg>,
     /// What to do when a stored row contradicts an event's image
     #[arg(long, value_enum, default_value_t = OnConflictArg::Error)]
     pub on_conflict: OnConflictArg,

@@ -3,7 +3,6 @@
 
 use crate::cli::args::{ApplyArgs, ApplyCommand, EngineArg, ExistingRowsArg, OnConflictArg};
 use crate::cli::{self, Input, Progress};
-use crate::destination::clickhouse::Engine;
 use crate::destination::{ApplyStats, ExistingRows, OnConflict, TargetOptions};
 use crate::endpoint;
 use crate::error::Error;
@@ -34,10 +33,6 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
             ExistingRowsArg::Keep => ExistingRows::Keep,
         },
     };
-    let engine = match a.engine {
-        EngineArg::Replacing => Engine::Replacing,
-        EngineArg::History => Engine::History,
-    };
     let limits = cli::limits(&a.limits)?;
     // A stop between batches exits at once; in a batch, after its commit.
     crate::util::stop::install();
@@ -48,7 +43,17 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
             std::time::Duration::from_millis(a.stall_timeout_ms.max(1)),
         )?;
     }
-    let mut t = endpoint::parse(&url)?.target(options, engine)?;
+    let mut endpoint = endpoint::parse(&url)?;
+    if let Some(engine) = a.engine {
+        endpoint.set_option(
+            "engine",
+            match engine {
+                EngineArg::Replacing => "replacing",
+                EngineArg::History => "history",
+            },
+        )?;
+    }
+    let mut t = endpoint.target(options)?;
     let mut total = ApplyStats {
         cursor: t.cursor()?,
         ..Default::default()

@@ -10,6 +10,24 @@ pub enum Engine {
     History,
 }
 
+impl Engine {
+    /// The engine an `engine=` option or `--engine` names.
+    pub fn named(v: &str) -> Option<Engine> {
+        match v {
+            "replacing" => Some(Engine::Replacing),
+            "history" => Some(Engine::History),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Replacing => "replacing",
+            Engine::History => "history",
+        }
+    }
+}
+
 /// Connection settings.
 #[derive(Clone)]
 pub struct ChConfig {
@@ -32,10 +50,13 @@ pub struct ChConfig {
     /// `sslrootcert=FILE` (HTTPS only): the CA certificates (PEM) trusted
     /// instead of the system's, as PostgreSQL's option of that name.
     pub sslrootcert: Option<std::path::PathBuf>,
+    /// `engine=replacing|history`: the table engine (also `--engine`).
+    pub engine: Option<Engine>,
 }
 
 /// The URL options a ClickHouse target takes (docs/CLICKHOUSE.md).
-const KNOWN_OPTIONS: [&str; 9] = [
+const KNOWN_OPTIONS: [&str; 10] = [
+    "engine",
     "connectivity_timeout_ms",
     "schema_timeout_ms",
     "ddl_timeout_ms",
@@ -145,10 +166,18 @@ impl ChConfig {
             insert_quorum: None,
             zookeeper_path: "/clickhouse/tables".into(),
             sslrootcert: None,
+            engine: None,
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match k {
+                "engine" => {
+                    c.engine = Some(Engine::named(v).ok_or_else(|| {
+                        Error::usage(format!(
+                            "ClickHouse URL option engine={v:?}: choose replacing (the current state) or history (every change)"
+                        ))
+                    })?);
+                }
                 "cluster" => {
                     let v = crate::util::percent_decode(v)?;
                     if v.is_empty() {
