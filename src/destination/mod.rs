@@ -4,6 +4,7 @@
 //! ([`BatchGate`], [`HeaderShape`], [`ExistingRows`]).
 
 pub mod clickhouse;
+mod driver;
 pub mod memory;
 pub mod postgres;
 pub mod sqlite;

@@ -3,7 +3,7 @@
 //! changes in the batch's transaction.
 
 use super::*;
-use crate::destination::BatchGate;
+use crate::destination::driver::{apply_batches, BatchHooks};
 use crate::wire::SchemaChange;
 
 impl PgTarget {
@@ -42,169 +42,23 @@ impl PgTarget {
         progress: &mut dyn FnMut(&ApplyStats),
         committed: &mut ApplyStats,
     ) -> Result<ApplyStats> {
-        let rt = &self.rt;
         let c = self.client.as_ref().expect("connected");
-        let on_conflict = self.options.on_conflict;
-        let mut stats = ApplyStats {
-            cursor: rt.block_on(stored_cursor(c))?,
+        let stats = ApplyStats {
+            cursor: self.rt.block_on(stored_cursor(c))?,
             ..Default::default()
         };
-        *committed = stats.clone();
-        let mut tables: HashMap<String, Table> = HashMap::new();
-        let mut gate: Option<BatchGate> = None;
-        let mut pending: Vec<SchemaChange> = Vec::new();
-        let mut in_force: Vec<Schema> = Vec::new();
-        let mut ensured = false;
-        let mut kind = SourceKind::Sqlite;
-        // As for the SQLite target: the stream's schemas in force, and tables
-        // whose check failed in an overlapping replay (a merged stream may
-        // bring a change the target already made).
-        let mut olds: HashMap<String, Schema> = HashMap::new();
-        let mut deferred: HashMap<String, Error> = HashMap::new();
-        let mut ops: Vec<Op> = Vec::new();
-        let mut ops_bytes = 0usize;
-        let mut busy: Option<crate::util::stop::Busy> = None;
-        while let Some(item) = input.next_item()? {
-            match item {
-                Item::Header(h) => {
-                    drop(busy.replace(crate::util::stop::Busy::new()));
-                    rt.block_on(begin_with_cursor_table(c))
-                        .map_err(pg_err("cannot begin a batch"))?;
-                    gate = Some(BatchGate::open(rt.block_on(read_cursor(c))?.as_ref(), &h)?);
-                    kind = SourceKind::of_identity(&h.start.source);
-                    tables.clear();
-                    pending.clear();
-                    olds.clear();
-                    deferred.clear();
-                    in_force = h.schemas.clone().unwrap_or_default();
-                    // As for the other targets: a batch that overlaps the
-                    // cursor is checked at its first event not yet held.
-                    ensured = false;
-                    if !gate.as_ref().expect("opened").overlaps() {
-                        if !self.ensure_in_force(
-                            c,
-                            &mut in_force,
-                            kind,
-                            &mut tables,
-                            &mut olds,
-                            None,
-                        )? {
-                            return self.stop_in_header(c, busy, stats);
-                        }
-                        ensured = true;
-                    }
-                }
-                Item::Schema(ch) => pending.push(ch),
-                Item::Event(e) => {
-                    if gate.as_ref().expect("validated stream").holds(e.sequence) {
-                        crate::wire::put_in_force(&mut in_force, &mut pending);
-                        stats.skipped += 1;
-                        continue;
-                    }
-                    if !ensured {
-                        if !self.ensure_in_force(
-                            c,
-                            &mut in_force,
-                            kind,
-                            &mut tables,
-                            &mut olds,
-                            Some(&mut deferred),
-                        )? {
-                            return self.stop_in_header(c, busy, stats);
-                        }
-                        ensured = true;
-                    }
-                    if !pending.is_empty() {
-                        rt.block_on(run(c, &mut ops))?;
-                        for ch in pending.drain(..) {
-                            let t = rt
-                                .block_on(self.evolve(c, olds.get(&ch.schema.table), &ch, kind))
-                                .map_err(|err| input.locate(err))?;
-                            deferred.remove(&ch.schema.table);
-                            olds.insert(ch.schema.table.clone(), ch.schema.clone());
-                            tables.insert(ch.schema.table.clone(), t);
-                        }
-                    }
-                    if let Some(err) = deferred.remove(&e.table) {
-                        return Err(input.locate(err));
-                    }
-                    if !tables.contains_key(&e.table) {
-                        return Err(input.locate(Error::data(format!(
-                            "event {} is for table {:?}, which the stream gives no schema for (a PostgreSQL target needs the schemas in the batch header)",
-                            e.sequence, e.table
-                        ))));
-                    }
-                    let t = &tables[&e.table];
-                    if e.operation.is_truncate() {
-                        rt.block_on(run(c, &mut ops))?;
-                        // Deferred key checks queued by the batch are made
-                        // now (TRUNCATE refuses a table with pending ones).
-                        rt.block_on(c.batch_execute(&format!(
-                            "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED; TRUNCATE {}",
-                            t.qname
-                        )))
-                        .map_err(pg_err("cannot truncate a target table"))?;
-                    } else {
-                        ops_bytes += event_bytes(&e);
-                        ops.extend(event_ops(t, &e, on_conflict).map_err(|err| input.locate(err))?);
-                        if ops.len() >= PIPELINE || ops_bytes >= PIPELINE_BYTES {
-                            ops_bytes = 0;
-                            rt.block_on(run(c, &mut ops))?;
-                        }
-                    }
-                    stats.applied += 1;
-                    if stats.applied % 65536 == 0 {
-                        progress(&stats);
-                    }
-                }
-                Item::Commit(cm) => {
-                    rt.block_on(run(c, &mut ops))?;
-                    let moves = gate.take().expect("validated stream").close(&cm.end)?;
-                    if moves && !pending.is_empty() {
-                        if !ensured {
-                            if !self.ensure_in_force(
-                                c,
-                                &mut in_force,
-                                kind,
-                                &mut tables,
-                                &mut olds,
-                                Some(&mut deferred),
-                            )? {
-                                return self.stop_in_header(c, busy, stats);
-                            }
-                            ensured = true;
-                        }
-                        for ch in pending.drain(..) {
-                            let t =
-                                rt.block_on(self.evolve(c, olds.get(&ch.schema.table), &ch, kind))?;
-                            deferred.remove(&ch.schema.table);
-                            olds.insert(ch.schema.table.clone(), ch.schema.clone());
-                            tables.insert(ch.schema.table.clone(), t);
-                        }
-                    }
-                    if moves {
-                        let seq = cm.end.sequence().to_string();
-                        rt.block_on(c.execute(
-                            "INSERT INTO mooncdc.cursors (source, sequence) VALUES ($1, $2) \
-                             ON CONFLICT (source) DO UPDATE SET sequence = EXCLUDED.sequence",
-                            &[&cm.end.source, &seq],
-                        ))
-                        .map_err(pg_err("cannot store the cursor"))?;
-                        stats.cursor = Some(cm.end.clone());
-                    }
-                    rt.block_on(c.batch_execute("COMMIT"))
-                        .map_err(commit_error)?;
-                    drop(busy.take());
-                    stats.batches += 1;
-                    *committed = stats.clone();
-                    progress(&stats);
-                    if crate::util::stop::requested() {
-                        break;
-                    }
-                }
-            }
-        }
-        Ok(stats)
+        let mut batches = Batches {
+            target: self,
+            c,
+            on_conflict: self.options.on_conflict,
+            tables: HashMap::new(),
+            olds: HashMap::new(),
+            deferred: HashMap::new(),
+            ops: Vec::new(),
+            ops_bytes: 0,
+            busy: None,
+        };
+        apply_batches(&mut batches, input, stats, committed, progress)
     }
 
     /// Load a snapshot into a target holding no cursor, in one transaction,
@@ -309,23 +163,6 @@ impl PgTarget {
                 }
             }
         }
-        Ok(stats)
-    }
-
-    /// A stop asked for while a header's tables were being made: the batch
-    /// is rolled back (the tables made in it too), the cursor unmoved.
-    fn stop_in_header(
-        &self,
-        c: &Client,
-        busy: Option<crate::util::stop::Busy>,
-        stats: ApplyStats,
-    ) -> Result<ApplyStats> {
-        self.rt
-            .block_on(c.batch_execute("ROLLBACK"))
-            .map_err(pg_err("cannot roll back a stopped batch"))?;
-        self.known.borrow_mut().clear();
-        drop(busy);
-        crate::destination::stopped_in_header();
         Ok(stats)
     }
 
@@ -492,5 +329,137 @@ impl PgTarget {
                 .map_err(pg_err("cannot change a target table's schema"))?;
         }
         self.ensure(c, new, kind, false).await
+    }
+}
+
+/// One apply's state between the driver's steps (`destination/driver.rs`):
+/// as for the SQLite target, the batch's tables, the stream's schema of
+/// each, the tables whose check failed in an overlapping replay (a merged
+/// stream may bring a change the target already made); and the statements
+/// in flight, checked in order when run.
+struct Batches<'a> {
+    target: &'a PgTarget,
+    c: &'a Client,
+    on_conflict: OnConflict,
+    tables: HashMap<String, Table>,
+    olds: HashMap<String, Schema>,
+    deferred: HashMap<String, Error>,
+    ops: Vec<Op>,
+    ops_bytes: usize,
+    /// From a batch's header to its commit: a stop waits for the commit.
+    busy: Option<crate::util::stop::Busy>,
+}
+
+impl BatchHooks for Batches<'_> {
+    fn begin(&mut self) -> Result<Option<Cursor>> {
+        drop(self.busy.replace(crate::util::stop::Busy::new()));
+        let rt = &self.target.rt;
+        rt.block_on(begin_with_cursor_table(self.c))
+            .map_err(pg_err("cannot begin a batch"))?;
+        let held = rt.block_on(read_cursor(self.c))?;
+        self.tables.clear();
+        self.olds.clear();
+        self.deferred.clear();
+        Ok(held)
+    }
+
+    fn tables(
+        &mut self,
+        in_force: &mut Vec<Schema>,
+        kind: SourceKind,
+        replay: bool,
+    ) -> Result<bool> {
+        self.target.ensure_in_force(
+            self.c,
+            in_force,
+            kind,
+            &mut self.tables,
+            &mut self.olds,
+            replay.then_some(&mut self.deferred),
+        )
+    }
+
+    fn schema_change<R: std::io::BufRead>(
+        &mut self,
+        ch: SchemaChange,
+        kind: SourceKind,
+        _input: &mut BatchStreamReader<R>,
+    ) -> Result<()> {
+        let t = self.target.rt.block_on(self.target.evolve(
+            self.c,
+            self.olds.get(&ch.schema.table),
+            &ch,
+            kind,
+        ))?;
+        self.deferred.remove(&ch.schema.table);
+        self.olds.insert(ch.schema.table.clone(), ch.schema.clone());
+        self.tables.insert(ch.schema.table.clone(), t);
+        Ok(())
+    }
+
+    fn event<R: std::io::BufRead>(
+        &mut self,
+        e: crate::wire::Event,
+        input: &mut BatchStreamReader<R>,
+    ) -> Result<()> {
+        if let Some(err) = self.deferred.remove(&e.table) {
+            return Err(input.locate(err));
+        }
+        let Some(t) = self.tables.get(&e.table) else {
+            return Err(input.locate(Error::data(format!(
+                "event {} is for table {:?}, which the stream gives no schema for (a PostgreSQL target needs the schemas in the batch header)",
+                e.sequence, e.table
+            ))));
+        };
+        let rt = &self.target.rt;
+        if e.operation.is_truncate() {
+            rt.block_on(run(self.c, &mut self.ops))?;
+            // Deferred key checks queued by the batch are made now
+            // (TRUNCATE refuses a table with pending ones).
+            rt.block_on(self.c.batch_execute(&format!(
+                "SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED; TRUNCATE {}",
+                t.qname
+            )))
+            .map_err(pg_err("cannot truncate a target table"))?;
+        } else {
+            self.ops_bytes += event_bytes(&e);
+            self.ops
+                .extend(event_ops(t, &e, self.on_conflict).map_err(|err| input.locate(err))?);
+            if self.ops.len() >= PIPELINE || self.ops_bytes >= PIPELINE_BYTES {
+                self.ops_bytes = 0;
+                rt.block_on(run(self.c, &mut self.ops))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush<R: std::io::BufRead>(&mut self, _input: &mut BatchStreamReader<R>) -> Result<()> {
+        self.ops_bytes = 0;
+        self.target.rt.block_on(run(self.c, &mut self.ops))
+    }
+
+    fn commit(&mut self, end: Option<&Cursor>) -> Result<()> {
+        let rt = &self.target.rt;
+        if let Some(end) = end {
+            let seq = end.sequence().to_string();
+            rt.block_on(self.c.execute(
+                "INSERT INTO mooncdc.cursors (source, sequence) VALUES ($1, $2) \
+                 ON CONFLICT (source) DO UPDATE SET sequence = EXCLUDED.sequence",
+                &[&end.source, &seq],
+            ))
+            .map_err(pg_err("cannot store the cursor"))?;
+        }
+        rt.block_on(self.c.batch_execute("COMMIT"))
+            .map_err(commit_error)?;
+        drop(self.busy.take());
+        Ok(())
+    }
+
+    fn rollback(&mut self) {
+        let _ = self.target.rt.block_on(self.c.batch_execute("ROLLBACK"));
+        self.ops.clear();
+        self.target.known.borrow_mut().clear();
+        self.target.spellings.borrow_mut().clear();
+        drop(self.busy.take());
     }
 }

@@ -2,7 +2,7 @@
 //! in one transaction.
 
 use super::*;
-use crate::destination::BatchGate;
+use crate::destination::driver::{apply_batches, BatchHooks};
 
 /// Consecutive inserts into one table are run together, with one look-up
 /// of their prepared statement (the look-up by SQL text cost about a tenth
@@ -41,237 +41,191 @@ fn flush_inserts<R: BufRead>(
     done
 }
 
+/// One apply's state between the driver's steps (`destination/driver.rs`):
+/// the batch's tables, the stream's schema of each, the tables whose check
+/// failed in an overlapping replay (they may already be in the shape a
+/// schema record of the batch brings, a merged replay), rows waiting for
+/// their key to be freed (a key swap in progress), and inserts into one
+/// table waiting to be run together.
+struct Batches<'a> {
+    target: &'a mut SqliteTarget,
+    on_conflict: OnConflict,
+    tables: HashMap<String, TableSql>,
+    olds: HashMap<String, Schema>,
+    deferred: HashMap<String, Error>,
+    parked: Vec<(String, Row, u128)>,
+    run: Vec<Event>,
+}
+
+impl BatchHooks for Batches<'_> {
+    fn begin(&mut self) -> Result<Option<Cursor>> {
+        self.parked.clear();
+        self.target.begin()?;
+        self.tables.clear();
+        self.olds.clear();
+        self.deferred.clear();
+        stored_cursor(self.target.db())
+    }
+
+    fn tables(
+        &mut self,
+        in_force: &mut Vec<Schema>,
+        kind: crate::wire::SourceKind,
+        replay: bool,
+    ) -> Result<bool> {
+        ensure_in_force(
+            self.target.db(),
+            in_force,
+            kind,
+            &mut self.tables,
+            &mut self.olds,
+            replay.then_some(&mut self.deferred),
+        )
+    }
+
+    fn schema_change<R: BufRead>(
+        &mut self,
+        c: crate::wire::SchemaChange,
+        kind: crate::wire::SourceKind,
+        _input: &mut BatchStreamReader<R>,
+    ) -> Result<()> {
+        if self.parked.iter().any(|(t, _, _)| *t == c.schema.table) {
+            return Err(Error::state(format!(
+                "the schema of table {:?} changes while a row waits for its key to be freed (a key swap in progress); the target cannot carry both",
+                c.schema.table
+            )));
+        }
+        let old = self.olds.get(&c.schema.table).cloned();
+        let t = super::evolve::evolve_table(self.target.db(), old.as_ref(), &c, kind)?;
+        self.deferred.remove(&c.schema.table);
+        self.olds.insert(c.schema.table.clone(), c.schema.clone());
+        self.tables.insert(c.schema.table.clone(), t);
+        Ok(())
+    }
+
+    fn event<R: BufRead>(&mut self, e: Event, input: &mut BatchStreamReader<R>) -> Result<()> {
+        // An insert into the table of the waiting ones joins them; anything
+        // else runs them first.
+        let joins = e.operation == Operation::Insert
+            && self.run.len() < RUN
+            && self.run.first().is_none_or(|r| r.table == e.table);
+        if !joins {
+            self.flush(input)?;
+        }
+        if let Some(err) = self.deferred.remove(&e.table) {
+            return Err(input.locate(err));
+        }
+        if !self.tables.contains_key(&e.table) {
+            let t = existing_table(self.target.db(), &e.table)?;
+            self.tables.insert(e.table.clone(), t);
+        }
+        let t = &self.tables[&e.table];
+        // Without schemas in the header, the images were not checked
+        // against this table's width yet.
+        for img in [&e.before, &e.after].into_iter().flatten() {
+            if img.len() != t.schema.columns.len() {
+                return Err(input.locate(Error::data(format!(
+                    "event {} has {} values but table {:?} has {} columns",
+                    e.sequence,
+                    img.len(),
+                    e.table,
+                    t.schema.columns.len()
+                ))));
+            }
+            t.check_classes(img, &|| format!("event {}", e.sequence))
+                .map_err(|err| input.locate(err))?;
+        }
+        if e.operation == Operation::Insert {
+            // Run with the next ones, before anything else touches the
+            // database; nothing counts as committed before the commit.
+            self.run.push(e);
+            return Ok(());
+        }
+        if e.operation.is_truncate() {
+            // A row waiting for its key is emptied with its table.
+            self.parked.retain(|(table, _, _)| *table != e.table);
+        }
+        match apply_event(self.target.db(), t, &e, self.on_conflict)? {
+            Applied::Parked(row) => self.parked.push((e.table.clone(), row, e.sequence)),
+            Applied::Done => {
+                if !self.parked.is_empty() && e.operation != Operation::Insert {
+                    retry_parked(self.target.db(), &self.tables, &mut self.parked)?;
+                }
+            }
+        }
+        // Freed on the reading thread, which made it.
+        input.recycle(Item::Event(e));
+        Ok(())
+    }
+
+    fn flush<R: BufRead>(&mut self, input: &mut BatchStreamReader<R>) -> Result<()> {
+        flush_inserts(
+            self.target.db(),
+            &self.tables,
+            &mut self.run,
+            self.on_conflict,
+            input,
+        )
+    }
+
+    fn commit(&mut self, end: Option<&Cursor>) -> Result<()> {
+        if let Some((table, _, seq)) = self.parked.first() {
+            return Err(Error::state(format!(
+                "event {seq} (update on table {table:?}): its new key is still held by another row at the end of the batch; the target diverges from the source"
+            )));
+        }
+        if let Some(end) = end {
+            set_cursor(self.target.db(), end)?;
+        }
+        self.target.commit()
+    }
+
+    fn rollback(&mut self) {
+        if self.target.in_tx {
+            self.target.rollback();
+        }
+    }
+
+    fn failed<R: BufRead>(&mut self, e: Error, input: &mut BatchStreamReader<R>) -> Error {
+        // A failure while inserts were waiting (a later event's check, the
+        // input): the waiting inserts run first, so the error reported is
+        // the first in stream order, as when each insert ran at once.
+        if self.run.is_empty() {
+            return e;
+        }
+        match self.flush(input) {
+            Err(first) => first,
+            Ok(()) => e,
+        }
+    }
+}
+
 impl SqliteTarget {
     /// Apply a batch stream; each batch commits with its cursor in one
-    /// transaction. Batches already held are skipped; a gap or another source fails.
+    /// transaction. Batches already held are skipped; a gap or another
+    /// source fails (`destination/driver.rs`).
     pub fn apply_stream<R: BufRead>(
         &mut self,
         input: &mut BatchStreamReader<R>,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
-        let on_conflict = self.options.on_conflict;
-        let mut stats = ApplyStats {
+        let stats = ApplyStats {
             cursor: self.cursor()?,
             ..Default::default()
         };
-        self.committed = stats.clone();
-        let mut tables: HashMap<String, TableSql> = HashMap::new();
-        let mut gate: Option<BatchGate> = None;
-        let mut parked: Vec<(String, Row, u128)> = Vec::new();
-        // Schema records wait for the event they belong to.
-        let mut pending: Vec<crate::wire::SchemaChange> = Vec::new();
-        let mut kind = crate::wire::SourceKind::Sqlite;
-        let mut in_force: Vec<Schema> = Vec::new();
-        let mut ensured = false;
-        // The stream's schema of each table in force, and the tables whose
-        // check failed in an overlapping replay (they may already be in the
-        // shape a schema record of the batch brings, a merged replay).
-        let mut olds: HashMap<String, Schema> = HashMap::new();
-        let mut deferred: HashMap<String, Error> = HashMap::new();
-        // Inserts into one table waiting to be run (before anything else
-        // touches the database).
-        let mut run: Vec<Event> = Vec::with_capacity(RUN);
-        // A stop asked for while the header's tables were being made: the
-        // batch is rolled back, nothing of it committed.
-        let mut stopped = false;
-        let result = (|| -> Result<()> {
-            while let Some(item) = input.next_item()? {
-                match item {
-                    Item::Header(h) => {
-                        parked.clear();
-                        pending.clear();
-                        kind = crate::wire::SourceKind::of_identity(&h.start.source);
-                        self.begin()?;
-                        gate = Some(BatchGate::open(stored_cursor(self.db())?.as_ref(), &h)?);
-                        tables.clear();
-                        olds.clear();
-                        deferred.clear();
-                        in_force = h.schemas.clone().unwrap_or_default();
-                        // A batch that overlaps the cursor describes tables
-                        // as they were at its start: they are checked at its
-                        // first event not yet held, with the schema changes
-                        // the target already holds.
-                        ensured = false;
-                        if !gate.as_ref().expect("just opened").overlaps() {
-                            if !ensure_in_force(
-                                self.db(),
-                                &mut in_force,
-                                kind,
-                                &mut tables,
-                                &mut olds,
-                                None,
-                            )? {
-                                stopped = true;
-                                return Ok(());
-                            }
-                            ensured = true;
-                        }
-                    }
-                    Item::Schema(c) => pending.push(c),
-                    Item::Event(e) => {
-                        if gate.as_ref().expect("validated stream").holds(e.sequence) {
-                            // Held, with the schema changes before it.
-                            crate::wire::put_in_force(&mut in_force, &mut pending);
-                            stats.skipped += 1;
-                            continue;
-                        }
-                        // An insert into the table of the waiting ones
-                        // joins them; anything else runs them first.
-                        let joins = e.operation == Operation::Insert
-                            && pending.is_empty()
-                            && run.len() < RUN
-                            && run.first().is_none_or(|r| r.table == e.table);
-                        if !joins {
-                            flush_inserts(self.db(), &tables, &mut run, on_conflict, input)?;
-                        }
-                        if !ensured {
-                            if !ensure_in_force(
-                                self.db(),
-                                &mut in_force,
-                                kind,
-                                &mut tables,
-                                &mut olds,
-                                Some(&mut deferred),
-                            )
-                            .map_err(|err| input.locate(err))?
-                            {
-                                stopped = true;
-                                return Ok(());
-                            }
-                            ensured = true;
-                        }
-                        for c in pending.drain(..) {
-                            if parked.iter().any(|(t, _, _)| *t == c.schema.table) {
-                                return Err(Error::state(format!(
-                                    "the schema of table {:?} changes while a row waits for its key to be freed (a key swap in progress); the target cannot carry both",
-                                    c.schema.table
-                                )));
-                            }
-                            let old = olds.get(&c.schema.table).cloned();
-                            let t = super::evolve::evolve_table(self.db(), old.as_ref(), &c, kind)
-                                .map_err(|err| input.locate(err))?;
-                            deferred.remove(&c.schema.table);
-                            olds.insert(c.schema.table.clone(), c.schema.clone());
-                            tables.insert(c.schema.table.clone(), t);
-                        }
-                        if let Some(err) = deferred.remove(&e.table) {
-                            return Err(input.locate(err));
-                        }
-                        if !tables.contains_key(&e.table) {
-                            let t = existing_table(self.db(), &e.table)?;
-                            tables.insert(e.table.clone(), t);
-                        }
-                        let t = &tables[&e.table];
-                        // Without schemas in the header, the images were not
-                        // checked against this table's width yet.
-                        for img in [&e.before, &e.after].into_iter().flatten() {
-                            if img.len() != t.schema.columns.len() {
-                                return Err(input.locate(Error::data(format!(
-                                    "event {} has {} values but table {:?} has {} columns",
-                                    e.sequence,
-                                    img.len(),
-                                    e.table,
-                                    t.schema.columns.len()
-                                ))));
-                            }
-                            t.check_classes(img, &|| format!("event {}", e.sequence))
-                                .map_err(|err| input.locate(err))?;
-                        }
-                        if e.operation == Operation::Insert {
-                            run.push(e);
-                            // Counted now; nothing counts as committed
-                            // before the commit, which runs it.
-                            stats.applied += 1;
-                            if stats.applied % 65536 == 0 {
-                                progress(&stats);
-                            }
-                            continue;
-                        }
-                        if e.operation.is_truncate() {
-                            // A row waiting for its key is emptied with its table.
-                            parked.retain(|(table, _, _)| *table != e.table);
-                        }
-                        match apply_event(self.db(), t, &e, on_conflict)? {
-                            Applied::Parked(row) => parked.push((e.table.clone(), row, e.sequence)),
-                            Applied::Done => {
-                                if !parked.is_empty() && e.operation != Operation::Insert {
-                                    retry_parked(self.db(), &tables, &mut parked)?;
-                                }
-                            }
-                        }
-                        stats.applied += 1;
-                        if stats.applied % 65536 == 0 {
-                            progress(&stats);
-                        }
-                        // Freed on the reading thread, which made it.
-                        input.recycle(Item::Event(e));
-                    }
-                    Item::Commit(c) => {
-                        flush_inserts(self.db(), &tables, &mut run, on_conflict, input)?;
-                        let moves = gate.take().expect("validated stream").close(&c.end)?;
-                        // Schema records at the end belong to the batch's
-                        // end: made when the batch moves the cursor.
-                        if moves && !pending.is_empty() {
-                            if !ensured {
-                                if !ensure_in_force(
-                                    self.db(),
-                                    &mut in_force,
-                                    kind,
-                                    &mut tables,
-                                    &mut olds,
-                                    Some(&mut deferred),
-                                )? {
-                                    stopped = true;
-                                    return Ok(());
-                                }
-                                ensured = true;
-                            }
-                            for c in pending.drain(..) {
-                                let old = olds.get(&c.schema.table).cloned();
-                                let t =
-                                    super::evolve::evolve_table(self.db(), old.as_ref(), &c, kind)?;
-                                deferred.remove(&c.schema.table);
-                                olds.insert(c.schema.table.clone(), c.schema.clone());
-                                tables.insert(c.schema.table.clone(), t);
-                            }
-                        }
-                        if let Some((table, _, seq)) = parked.first() {
-                            return Err(Error::state(format!(
-                                "event {seq} (update on table {table:?}): its new key is still held by another row at the end of the batch; the target diverges from the source"
-                            )));
-                        }
-                        if moves {
-                            set_cursor(self.db(), &c.end)?;
-                            stats.cursor = Some(c.end.clone());
-                        }
-                        self.commit()?;
-                        stats.batches += 1;
-                        self.committed = stats.clone();
-                        progress(&stats);
-                        // SIGTERM/SIGINT during the batch: stop after it.
-                        if crate::util::stop::requested() {
-                            break;
-                        }
-                    }
-                }
-            }
-            Ok(())
-        })();
-        // A failure while inserts were waiting (a later event's check, the
-        // input): the waiting inserts run first, so the error reported is
-        // the first in stream order, as when each insert ran at once.
-        let result = match result {
-            Err(e) if !run.is_empty() => {
-                flush_inserts(self.db(), &tables, &mut run, on_conflict, input).and(Err(e))
-            }
-            r => r,
+        let mut committed = ApplyStats::default();
+        let mut batches = Batches {
+            on_conflict: self.options.on_conflict,
+            target: self,
+            tables: HashMap::new(),
+            olds: HashMap::new(),
+            deferred: HashMap::new(),
+            parked: Vec::new(),
+            run: Vec::with_capacity(RUN),
         };
-        if stopped && result.is_ok() {
-            self.rollback();
-            crate::destination::stopped_in_header();
-        }
-        self.end_batches(result)?;
-        Ok(stats)
+        let result = apply_batches(&mut batches, input, stats, &mut committed, progress);
+        self.committed = committed;
+        result
     }
 
     /// Load a snapshot into a target that holds no cursor yet, in one transaction.

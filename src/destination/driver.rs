@@ -1,0 +1,179 @@
+//! The batch loop of the transactional targets (SQLite, PostgreSQL): the
+//! order of a batch's steps, decided once, with the target's own work in
+//! [`BatchHooks`].
+//!
+//! For each batch: at its header the target begins a transaction and says
+//! what cursor it holds; a [`BatchGate`] decides which events it already
+//! holds (another source, a gap: refused). The header's tables are made or
+//! checked at once, or, when the batch overlaps the cursor, at its first
+//! event not yet held (the header then describes the tables as they were at
+//! the batch's start, which the target may have moved past; the schema
+//! records of the events it holds are put in force first). A schema record
+//! is made before the event it belongs to; those at the batch's end are
+//! made at the commit when the batch moves the cursor. Each event not held
+//! goes to the target; errors of tables, schema changes and events carry
+//! the input's file and line. At the commit the gate refuses a compacted
+//! batch across the cursor and says whether the cursor moves; the target
+//! commits its rows and the cursor together. A stop asked for between two
+//! of a header's tables rolls the batch back; one asked for during a batch
+//! takes effect after its commit. A failure rolls the batch in progress
+//! back; the batches committed before it stay.
+
+use super::{ApplyStats, BatchGate};
+use crate::error::{Error, Result};
+use crate::wire::{BatchStreamReader, Cursor, Event, Item, Schema, SchemaChange, SourceKind};
+use std::io::BufRead;
+
+/// A target's part of each step of a batch (see the module's text for
+/// when each is called). Every step runs inside the batch's transaction.
+pub(crate) trait BatchHooks {
+    /// A batch begins: begin its transaction; the cursor held now.
+    fn begin(&mut self) -> Result<Option<Cursor>>;
+    /// Make or check the tables in force (taken out of `in_force`).
+    /// `replay`: the batch overlaps the cursor, so a table that does not
+    /// match is noted, to fail at its first event unless a schema record
+    /// of the batch brings it to the shape it has, and no column is
+    /// dropped. `Ok(false)`: a stop was asked for between two tables.
+    fn tables(
+        &mut self,
+        in_force: &mut Vec<Schema>,
+        kind: SourceKind,
+        replay: bool,
+    ) -> Result<bool>;
+    /// A schema record, made before the event it belongs to (what waits
+    /// was written just before).
+    fn schema_change<R: BufRead>(
+        &mut self,
+        change: SchemaChange,
+        kind: SourceKind,
+        input: &mut BatchStreamReader<R>,
+    ) -> Result<()>;
+    /// An event the target does not hold yet (written now or with the
+    /// next ones, always before anything later in the stream).
+    fn event<R: BufRead>(&mut self, e: Event, input: &mut BatchStreamReader<R>) -> Result<()>;
+    /// Write what waits (before a schema change, and at the commit).
+    fn flush<R: BufRead>(&mut self, input: &mut BatchStreamReader<R>) -> Result<()>;
+    /// Commit the batch, with `end` as the cursor when it moves it.
+    fn commit(&mut self, end: Option<&Cursor>) -> Result<()>;
+    /// Roll the batch in progress back (a stop in its header, a failure).
+    fn rollback(&mut self);
+    /// A failure: the error to report. Writes that wait and come before it
+    /// in the stream are made first, so the error reported is the first in
+    /// stream order.
+    fn failed<R: BufRead>(&mut self, e: Error, _input: &mut BatchStreamReader<R>) -> Error {
+        e
+    }
+}
+
+/// Apply a batch stream through `t`'s hooks. `stats` starts with the
+/// cursor held before; `committed` is what the last commit made durable,
+/// also when a later batch fails.
+pub(crate) fn apply_batches<T: BatchHooks, R: BufRead>(
+    t: &mut T,
+    input: &mut BatchStreamReader<R>,
+    mut stats: ApplyStats,
+    committed: &mut ApplyStats,
+    progress: &mut dyn FnMut(&ApplyStats),
+) -> Result<ApplyStats> {
+    *committed = stats.clone();
+    let mut gate: Option<BatchGate> = None;
+    let mut pending: Vec<SchemaChange> = Vec::new();
+    let mut in_force: Vec<Schema> = Vec::new();
+    let mut kind = SourceKind::Sqlite;
+    let mut ensured = false;
+    let mut stopped = false;
+    let result = (|| -> Result<()> {
+        while let Some(item) = input.next_item()? {
+            match item {
+                Item::Header(h) => {
+                    pending.clear();
+                    kind = SourceKind::of_identity(&h.start.source);
+                    let held = t.begin()?;
+                    let g = BatchGate::open(held.as_ref(), &h)?;
+                    in_force = h.schemas.clone().unwrap_or_default();
+                    ensured = !g.overlaps();
+                    gate = Some(g);
+                    if ensured && !t.tables(&mut in_force, kind, false)? {
+                        stopped = true;
+                        return Ok(());
+                    }
+                }
+                Item::Schema(c) => pending.push(c),
+                Item::Event(e) => {
+                    if gate.as_ref().expect("validated stream").holds(e.sequence) {
+                        // Held, with the schema changes before it.
+                        crate::wire::put_in_force(&mut in_force, &mut pending);
+                        stats.skipped += 1;
+                        continue;
+                    }
+                    if !ensured {
+                        if !t
+                            .tables(&mut in_force, kind, true)
+                            .map_err(|err| input.locate(err))?
+                        {
+                            stopped = true;
+                            return Ok(());
+                        }
+                        ensured = true;
+                    }
+                    if !pending.is_empty() {
+                        // What waits is written before a table changes.
+                        t.flush(input)?;
+                        for c in pending.drain(..) {
+                            t.schema_change(c, kind, input)
+                                .map_err(|err| input.locate(err))?;
+                        }
+                    }
+                    t.event(e, input)?;
+                    stats.applied += 1;
+                    if stats.applied % 65536 == 0 {
+                        progress(&stats);
+                    }
+                }
+                Item::Commit(c) => {
+                    t.flush(input)?;
+                    let moves = gate.take().expect("validated stream").close(&c.end)?;
+                    // Schema records at the end belong to the batch's end:
+                    // made when the batch moves the cursor.
+                    if moves && !pending.is_empty() {
+                        if !ensured {
+                            if !t.tables(&mut in_force, kind, true)? {
+                                stopped = true;
+                                return Ok(());
+                            }
+                            ensured = true;
+                        }
+                        for c in pending.drain(..) {
+                            t.schema_change(c, kind, input)?;
+                        }
+                    }
+                    t.commit(moves.then_some(&c.end))?;
+                    if moves {
+                        stats.cursor = Some(c.end.clone());
+                    }
+                    stats.batches += 1;
+                    *committed = stats.clone();
+                    progress(&stats);
+                    // SIGTERM/SIGINT during the batch: stop after it.
+                    if crate::util::stop::requested() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) if stopped => {
+            t.rollback();
+            super::stopped_in_header();
+            Ok(stats)
+        }
+        Ok(()) => Ok(stats),
+        Err(e) => {
+            let e = t.failed(e, input);
+            t.rollback();
+            Err(e)
+        }
+    }
+}
