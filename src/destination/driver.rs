@@ -1,6 +1,6 @@
-//! The batch loop of the transactional targets (SQLite, PostgreSQL): the
-//! order of a batch's steps, decided once, with the target's own work in
-//! [`BatchHooks`].
+//! The batch loop every database target runs (SQLite, PostgreSQL,
+//! ClickHouse): the order of a batch's steps, decided once, with the
+//! target's own work in [`BatchHooks`].
 //!
 //! For each batch: at its header the target begins a transaction and says
 //! what cursor it holds; a [`BatchGate`] decides which events it already
@@ -21,14 +21,23 @@
 
 use super::{ApplyStats, BatchGate};
 use crate::error::{Error, Result};
-use crate::wire::{BatchStreamReader, Cursor, Event, Item, Schema, SchemaChange, SourceKind};
+use crate::wire::{
+    BatchStreamReader, Cursor, Event, Header, Item, Schema, SchemaChange, SourceKind,
+};
 use std::io::BufRead;
 
 /// A target's part of each step of a batch (see the module's text for
-/// when each is called). Every step runs inside the batch's transaction.
+/// when each is called). Every step runs inside the batch's transaction
+/// where the target has transactions; one without them (ClickHouse) holds
+/// the batch's rows until `commit`.
 pub(crate) trait BatchHooks {
     /// A batch begins: begin its transaction; the cursor held now.
     fn begin(&mut self) -> Result<Option<Cursor>>;
+    /// The header, once the gate took it: what the target needs of it
+    /// (ClickHouse: the tables' schemas).
+    fn header(&mut self, _h: &Header) -> Result<()> {
+        Ok(())
+    }
     /// Make or check the tables in force (taken out of `in_force`).
     /// `replay`: the batch overlaps the cursor, so a table that does not
     /// match is noted, to fail at its first event unless a schema record
@@ -90,6 +99,7 @@ pub(crate) fn apply_batches<T: BatchHooks, R: BufRead>(
                     kind = SourceKind::of_identity(&h.start.source);
                     let held = t.begin()?;
                     let g = BatchGate::open(held.as_ref(), &h)?;
+                    t.header(&h)?;
                     in_force = h.schemas.clone().unwrap_or_default();
                     ensured = !g.overlaps();
                     gate = Some(g);

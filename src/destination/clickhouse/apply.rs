@@ -2,7 +2,7 @@
 //! checked, then sent in bounded inserts, then the cursor.
 
 use super::*;
-use crate::destination::BatchGate;
+use crate::destination::driver::{apply_batches, BatchHooks};
 
 /// Every (column, type) a table has in any state its batch goes through.
 fn allowed(segs: &[Segment]) -> Vec<(String, String)> {
@@ -39,217 +39,52 @@ impl Segment {
 
 impl ClickHouse {
     /// Apply a batch stream. Batches before the stored cursor are skipped; a
-    /// gap or another source fails before anything of that batch is written.
+    /// gap or another source fails before anything of that batch is written
+    /// (`destination/driver.rs`).
     pub fn apply_stream<R: BufRead>(
         &mut self,
         input: &mut BatchStreamReader<R>,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
-        let mut stats = ApplyStats {
+        let stats = ApplyStats {
             cursor: self.cursor()?,
             ..Default::default()
         };
-        self.committed = stats.clone();
-        // Each table's layout in force, and its rows held in segments: a
-        // schema change starts a new segment, made at the commit before the
-        // segment's rows are sent.
-        let mut layouts: HashMap<String, Layout> = HashMap::new();
-        let mut bufs: HashMap<String, Vec<Segment>> = HashMap::new();
-        let mut pending: Vec<SchemaChange> = Vec::new();
-        let mut kind = SourceKind::Sqlite;
-        let mut in_force: Vec<Schema> = Vec::new();
-        let mut ensured = false;
-        // Tables whose columns did not match the header: a replay after an
-        // apply killed amid a schema change, checked at the commit against
-        // every state the batch takes the table through.
-        let mut deferred: HashMap<String, Error> = HashMap::new();
-        let mut gate: Option<BatchGate> = None;
-        // From a batch's header to its cursor: a stop waits for the commit.
-        let mut busy: Option<crate::util::stop::Busy> = None;
-        while let Some(item) = input.next_item()? {
-            match item {
-                Item::Header(h) => {
-                    drop(busy.replace(crate::util::stop::Busy::new()));
-                    self.prepare_writes()?;
-                    gate = Some(BatchGate::open(self.cursor()?.as_ref(), &h)?);
-                    let schemas = h.schemas.as_ref().ok_or_else(|| {
-                        Error::data(
-                            "a ClickHouse target needs the tables' schemas in the batch header",
-                        )
-                    })?;
-                    kind = SourceKind::of_identity(&h.start.source);
-                    layouts.clear();
-                    bufs.clear();
-                    pending.clear();
-                    deferred.clear();
-                    in_force = schemas.clone();
-                    // A batch overlapping the cursor describes the tables as
-                    // they were at its start: checked at its first event not
-                    // yet held, with the schema changes the target holds.
-                    ensured = false;
-                    if !gate.as_ref().expect("just opened").overlaps() {
-                        if !self.ensure_all(
-                            &mut in_force,
-                            kind,
-                            &mut layouts,
-                            &mut deferred,
-                            true,
-                        )? {
-                            drop(busy.take());
-                            crate::destination::stopped_in_header();
-                            return Ok(stats);
-                        }
-                        ensured = true;
-                    }
-                }
-                Item::Schema(c) => pending.push(c),
-                Item::Event(e) => {
-                    if gate.as_ref().expect("validated stream").holds(e.sequence) {
-                        crate::wire::put_in_force(&mut in_force, &mut pending);
-                        stats.skipped += 1;
-                        continue;
-                    }
-                    if !ensured {
-                        if !self.ensure_all(
-                            &mut in_force,
-                            kind,
-                            &mut layouts,
-                            &mut deferred,
-                            false,
-                        )? {
-                            drop(busy.take());
-                            crate::destination::stopped_in_header();
-                            return Ok(stats);
-                        }
-                        ensured = true;
-                    }
-                    self.queue_changes(&mut pending, &mut layouts, &mut bufs, kind)?;
-                    // The name is copied only for a table's first event.
-                    if !bufs.contains_key(&e.table) {
-                        bufs.insert(e.table.clone(), Vec::new());
-                    }
-                    let segs = bufs.get_mut(&e.table).expect("just made");
-                    if segs.is_empty() {
-                        segs.push(Segment::new(None, layouts[&e.table].clone()));
-                    }
-                    let seg = segs.last_mut().expect("a segment");
-                    let held = &mut seg.held;
-                    if e.operation.is_truncate() {
-                        // Checked now, so a sequence the versions cannot
-                        // hold fails before anything is written.
-                        version(seg.layout.kind, e.sequence)?;
-                        held.truncates.push(e.sequence);
-                        stats.applied += 1;
-                        continue;
-                    }
-                    self.encode_event(&seg.layout, &mut held.row, &e)?;
-                    held.take_row(self.cfg.max_insert_bytes)?;
-                    stats.applied += 1;
-                    if stats.applied % 65536 == 0 {
-                        progress(&stats);
-                    }
-                    // Freed on the reading thread, which made it.
-                    input.recycle(Item::Event(e));
-                }
-                Item::Commit(c) => {
-                    let moves = gate.take().expect("validated stream").close(&c.end)?;
-                    // Schema records at the end belong to the batch's end:
-                    // made when the batch moves the cursor.
-                    if moves && !pending.is_empty() {
-                        if !ensured {
-                            if !self.ensure_all(
-                                &mut in_force,
-                                kind,
-                                &mut layouts,
-                                &mut deferred,
-                                false,
-                            )? {
-                                drop(busy.take());
-                                crate::destination::stopped_in_header();
-                                return Ok(stats);
-                            }
-                            ensured = true;
-                        }
-                        self.queue_changes(&mut pending, &mut layouts, &mut bufs, kind)?;
-                    }
-                    // Before anything is written: each changed table must be
-                    // in one of the states the batch takes it through.
-                    for (t, segs) in &bufs {
-                        let changed = segs.iter().any(|s| s.change.is_some());
-                        if let Some(err) = deferred.remove(t).filter(|_| !changed) {
-                            return Err(err);
-                        }
-                        let allowed = allowed(segs);
-                        for s in segs {
-                            if let Some((old, change)) = &s.change {
-                                self.evolve(old, change, &s.layout, &allowed, true)?;
-                            }
-                        }
-                    }
-                    if let Some((_, err)) = deferred.drain().next() {
-                        return Err(err);
-                    }
-                    // The batch is valid: now its schema changes and rows go
-                    // out, then its cursor; a stop asked for meanwhile waits.
-                    // On a cluster, first: every shard has a quorum answering.
-                    if !bufs.is_empty() || moves {
-                        self.replicas_answer()?;
-                    }
-                    for segs in bufs.values_mut() {
-                        let allowed = allowed(segs);
-                        for k in 0..segs.len() {
-                            if let Some((old, change)) = &segs[k].change {
-                                self.evolve(old, change, &segs[k].layout, &allowed, false)?;
-                            }
-                            if self.passed(segs, k)? {
-                                continue;
-                            }
-                            let seg = &mut segs[k];
-                            self.flush(&seg.layout, &mut seg.held)?;
-                        }
-                    }
-                    bufs.clear();
-                    if moves {
-                        self.set_cursor(&c.end)?;
-                        stats.cursor = Some(c.end.clone());
-                    }
-                    drop(busy.take());
-                    stats.batches += 1;
-                    self.committed = stats.clone();
-                    progress(&stats);
-                    if crate::util::stop::requested() {
-                        break;
-                    }
-                }
-            }
-        }
-        Ok(stats)
+        let mut committed = ApplyStats::default();
+        let mut batches = Batches {
+            target: self,
+            layouts: HashMap::new(),
+            bufs: HashMap::new(),
+            deferred: HashMap::new(),
+            busy: None,
+        };
+        let result = apply_batches(&mut batches, input, stats, &mut committed, progress);
+        self.committed = committed;
+        result
     }
 
-    /// Schema records become segments, each made before its rows at the
+    /// A schema record becomes a segment, made before its rows at the
     /// commit (checked there, before any row of the batch is sent).
-    fn queue_changes(
+    fn queue_change(
         &self,
-        pending: &mut Vec<SchemaChange>,
+        c: SchemaChange,
         layouts: &mut HashMap<String, Layout>,
         bufs: &mut HashMap<String, Vec<Segment>>,
         kind: SourceKind,
     ) -> Result<()> {
-        for c in pending.drain(..) {
-            let table = c.schema.table.clone();
-            let new = Layout::new(&c.schema, kind);
-            let segs = bufs.entry(table.clone()).or_default();
-            match layouts.get(&table) {
-                Some(old) => {
-                    segs.push(Segment::new(Some((old.clone(), c)), new.clone()));
-                }
-                None => {
-                    self.ensure(&new)?;
-                    segs.push(Segment::new(None, new.clone()));
-                }
+        let table = c.schema.table.clone();
+        let new = Layout::new(&c.schema, kind);
+        let segs = bufs.entry(table.clone()).or_default();
+        match layouts.get(&table) {
+            Some(old) => {
+                segs.push(Segment::new(Some((old.clone(), c)), new.clone()));
             }
-            layouts.insert(table, new);
+            None => {
+                self.ensure(&new)?;
+                segs.push(Segment::new(None, new.clone()));
+            }
         }
+        layouts.insert(table, new);
         Ok(())
     }
 
@@ -423,5 +258,148 @@ impl ClickHouse {
             }
         }
         Ok(stats)
+    }
+}
+
+/// One apply's state between the driver's steps (`destination/driver.rs`):
+/// each table's layout in force, and its rows held in segments (a schema
+/// change starts a new segment, made at the commit before the segment's
+/// rows are sent); tables whose columns did not match the header (a replay
+/// after an apply killed amid a schema change), checked at the commit
+/// against every state the batch takes the table through.
+struct Batches<'a> {
+    target: &'a mut ClickHouse,
+    layouts: HashMap<String, Layout>,
+    bufs: HashMap<String, Vec<Segment>>,
+    deferred: HashMap<String, Error>,
+    /// From a batch's header to its cursor: a stop waits for the commit.
+    busy: Option<crate::util::stop::Busy>,
+}
+
+impl BatchHooks for Batches<'_> {
+    fn begin(&mut self) -> Result<Option<Cursor>> {
+        drop(self.busy.replace(crate::util::stop::Busy::new()));
+        self.target.prepare_writes()?;
+        self.layouts.clear();
+        self.bufs.clear();
+        self.deferred.clear();
+        self.target.cursor()
+    }
+
+    fn header(&mut self, h: &crate::wire::Header) -> Result<()> {
+        if h.schemas.is_none() {
+            return Err(Error::data(
+                "a ClickHouse target needs the tables' schemas in the batch header",
+            ));
+        }
+        Ok(())
+    }
+
+    fn tables(
+        &mut self,
+        in_force: &mut Vec<Schema>,
+        kind: SourceKind,
+        replay: bool,
+    ) -> Result<bool> {
+        self.target.ensure_all(
+            in_force,
+            kind,
+            &mut self.layouts,
+            &mut self.deferred,
+            !replay,
+        )
+    }
+
+    fn schema_change<R: BufRead>(
+        &mut self,
+        c: SchemaChange,
+        kind: SourceKind,
+        _input: &mut BatchStreamReader<R>,
+    ) -> Result<()> {
+        self.target
+            .queue_change(c, &mut self.layouts, &mut self.bufs, kind)
+    }
+
+    fn event<R: BufRead>(&mut self, e: Event, input: &mut BatchStreamReader<R>) -> Result<()> {
+        // The name is copied only for a table's first event.
+        if !self.bufs.contains_key(&e.table) {
+            self.bufs.insert(e.table.clone(), Vec::new());
+        }
+        let segs = self.bufs.get_mut(&e.table).expect("just made");
+        if segs.is_empty() {
+            segs.push(Segment::new(None, self.layouts[&e.table].clone()));
+        }
+        let seg = segs.last_mut().expect("a segment");
+        let held = &mut seg.held;
+        if e.operation.is_truncate() {
+            // Checked now, so a sequence the versions cannot hold fails
+            // before anything is written.
+            version(seg.layout.kind, e.sequence)?;
+            held.truncates.push(e.sequence);
+            return Ok(());
+        }
+        self.target.encode_event(&seg.layout, &mut held.row, &e)?;
+        held.take_row(self.target.cfg.max_insert_bytes)?;
+        // Freed on the reading thread, which made it.
+        input.recycle(Item::Event(e));
+        Ok(())
+    }
+
+    /// Rows are held until the commit: nothing waits to be written.
+    fn flush<R: BufRead>(&mut self, _input: &mut BatchStreamReader<R>) -> Result<()> {
+        Ok(())
+    }
+
+    fn commit(&mut self, end: Option<&Cursor>) -> Result<()> {
+        let ch = &*self.target;
+        // Before anything is written: each changed table must be in one of
+        // the states the batch takes it through.
+        for (t, segs) in &self.bufs {
+            let changed = segs.iter().any(|s| s.change.is_some());
+            if let Some(err) = self.deferred.remove(t).filter(|_| !changed) {
+                return Err(err);
+            }
+            let allowed = allowed(segs);
+            for s in segs {
+                if let Some((old, change)) = &s.change {
+                    ch.evolve(old, change, &s.layout, &allowed, true)?;
+                }
+            }
+        }
+        if let Some((_, err)) = self.deferred.drain().next() {
+            return Err(err);
+        }
+        // The batch is valid: now its schema changes and rows go out, then
+        // its cursor; a stop asked for meanwhile waits. On a cluster, first:
+        // every shard has a quorum answering.
+        if !self.bufs.is_empty() || end.is_some() {
+            ch.replicas_answer()?;
+        }
+        for segs in self.bufs.values_mut() {
+            let allowed = allowed(segs);
+            for k in 0..segs.len() {
+                if let Some((old, change)) = &segs[k].change {
+                    ch.evolve(old, change, &segs[k].layout, &allowed, false)?;
+                }
+                if ch.passed(segs, k)? {
+                    continue;
+                }
+                let seg = &mut segs[k];
+                ch.flush(&seg.layout, &mut seg.held)?;
+            }
+        }
+        self.bufs.clear();
+        if let Some(end) = end {
+            ch.set_cursor(end)?;
+        }
+        drop(self.busy.take());
+        Ok(())
+    }
+
+    /// No transaction: what was held is dropped (the tables a header made
+    /// stay, empty of the batch); the cursor did not move.
+    fn rollback(&mut self) {
+        self.bufs.clear();
+        drop(self.busy.take());
     }
 }
