@@ -18,11 +18,16 @@
 //! of a header's tables rolls the batch back; one asked for during a batch
 //! takes effect after its commit. A failure rolls the batch in progress
 //! back; the batches committed before it stay.
+//!
+//! A snapshot ([`apply_snapshot`]) loads in one transaction: its tables at
+//! its header (only into a target that holds no cursor), its rows, and at
+//! its commit line the cursor with them; a failure rolls it all back.
 
 use super::{ApplyStats, BatchGate};
 use crate::error::{Error, Result};
 use crate::wire::{
-    BatchStreamReader, Cursor, Event, Header, Item, Schema, SchemaChange, SourceKind,
+    BatchStreamReader, Cursor, Event, Header, Item, Row, Schema, SchemaChange, SnapItem,
+    SnapshotReader, SourceKind,
 };
 use std::io::BufRead;
 
@@ -179,6 +184,88 @@ pub(crate) fn apply_batches<T: BatchHooks, R: BufRead>(
             super::stopped_in_header();
             Ok(stats)
         }
+        Ok(()) => Ok(stats),
+        Err(e) => {
+            let e = t.failed(e, input);
+            t.rollback();
+            Err(e)
+        }
+    }
+}
+
+/// A target's part of loading a snapshot: one transaction where the target
+/// has them (one without them holds the rows until `commit`).
+pub(crate) trait SnapshotHooks {
+    /// The snapshot begins: begin its transaction; the cursor held now (a
+    /// snapshot loads only into a target that holds none).
+    fn begin(&mut self) -> Result<Option<Cursor>>;
+    /// Make or check the snapshot's tables; rows they already hold are
+    /// refused, emptied or kept as `ExistingRows` says.
+    fn tables(&mut self, schemas: &[Schema], kind: SourceKind) -> Result<()>;
+    /// A row of `table`, at the snapshot's `cursor`.
+    fn row<R: BufRead>(
+        &mut self,
+        table: String,
+        row: Row,
+        cursor: &Cursor,
+        input: &mut SnapshotReader<R>,
+    ) -> Result<()>;
+    /// The commit line is read: write what waits, store `cursor`, commit.
+    fn commit<R: BufRead>(&mut self, cursor: &Cursor, input: &mut SnapshotReader<R>) -> Result<()>;
+    /// Roll the snapshot back after a failure.
+    fn rollback(&mut self);
+    /// A failure: the error to report (rows that wait and come before it
+    /// are written first, so the error reported is the first in order).
+    fn failed<R: BufRead>(&mut self, e: Error, _input: &mut SnapshotReader<R>) -> Error {
+        e
+    }
+}
+
+/// Load a snapshot through `t`'s hooks: the header's tables, the rows, then
+/// the cursor with them.
+pub(crate) fn apply_snapshot<T: SnapshotHooks, R: BufRead>(
+    t: &mut T,
+    input: &mut SnapshotReader<R>,
+    committed: &mut ApplyStats,
+    progress: &mut dyn FnMut(&ApplyStats),
+) -> Result<ApplyStats> {
+    let mut stats = ApplyStats::default();
+    *committed = stats.clone();
+    let mut cursor: Option<Cursor> = None;
+    let result = (|| -> Result<()> {
+        while let Some(item) = input.next_item()? {
+            match item {
+                SnapItem::Header { cursor: c, schemas } => {
+                    let held = t.begin()?;
+                    super::snapshot_allowed(held.as_ref())?;
+                    t.tables(&schemas, SourceKind::of_identity(&c.source))?;
+                    cursor = Some(c);
+                }
+                SnapItem::Row { table, row } => {
+                    t.row(
+                        table,
+                        row,
+                        cursor.as_ref().expect("validated snapshot"),
+                        input,
+                    )?;
+                    stats.applied += 1;
+                    if stats.applied % 65536 == 0 {
+                        progress(&stats);
+                    }
+                }
+                SnapItem::Commit { .. } => {
+                    let c = cursor.take().expect("validated snapshot");
+                    t.commit(&c, input)?;
+                    stats.batches += 1;
+                    stats.cursor = Some(c);
+                    *committed = stats.clone();
+                    progress(&stats);
+                }
+            }
+        }
+        Ok(())
+    })();
+    match result {
         Ok(()) => Ok(stats),
         Err(e) => {
             let e = t.failed(e, input);

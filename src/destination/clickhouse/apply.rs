@@ -2,7 +2,7 @@
 //! checked, then sent in bounded inserts, then the cursor.
 
 use super::*;
-use crate::destination::driver::{apply_batches, BatchHooks};
+use crate::destination::driver::{apply_batches, BatchHooks, SnapshotHooks};
 
 /// Every (column, type) a table has in any state its batch goes through.
 fn allowed(segs: &[Segment]) -> Vec<(String, String)> {
@@ -167,97 +167,24 @@ impl ClickHouse {
     }
 
     /// Load a snapshot into a target holding no cursor; rows take the version
-    /// of the snapshot's cursor, so every later change supersedes them.
+    /// of the snapshot's cursor, so every later change supersedes them. They
+    /// are held until the commit line, then sent, then the cursor
+    /// (`destination/driver.rs`).
     pub fn apply_snapshot<R: BufRead>(
         &mut self,
         input: &mut SnapshotReader<R>,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
-        let existing = self.options.existing_rows;
-        let mut stats = ApplyStats::default();
-        self.committed = stats.clone();
-        let mut layouts: HashMap<String, Layout> = HashMap::new();
-        let mut bufs: HashMap<String, Held> = HashMap::new();
-        let mut cursor: Option<Cursor> = None;
-        while let Some(item) = input.next_item()? {
-            match item {
-                SnapItem::Header { cursor: c, schemas } => {
-                    if existing == ExistingRows::Replace && self.cluster.is_some() {
-                        // TRUNCATE of a replicated table leaves ZooKeeper's
-                        // record of the last quorum insert naming a part no
-                        // replica has, and every read that asks for
-                        // sequential consistency fails from then on (18.16).
-                        return Err(Error::usage(
-                            "--existing-rows replace is not available on a cluster target (TRUNCATE breaks its quorum reads); drop the tables on the cluster (DROP TABLE … ON CLUSTER: <table>__current, <table>, <table>_local) and load the snapshot again",
-                        ));
-                    }
-                    self.prepare_writes()?;
-                    crate::destination::snapshot_allowed(self.cursor()?.as_ref())?;
-                    let kind = SourceKind::of_identity(&c.source);
-                    let all: Vec<Layout> = schemas.iter().map(|s| Layout::new(s, kind)).collect();
-                    self.check_names(&all)?;
-                    for (s, l) in schemas.iter().zip(all) {
-                        self.ensure(&l)?;
-                        if existing == ExistingRows::Refuse && self.holds_rows(&l.name)? {
-                            return Err(crate::destination::existing_rows_error(&s.table));
-                        }
-                        layouts.insert(s.table.clone(), l);
-                    }
-                    cursor = Some(c);
-                }
-                SnapItem::Row { table, row } => {
-                    let c = cursor.as_ref().expect("validated snapshot");
-                    let l = &layouts[&table];
-                    // The name is copied only for a table's first row.
-                    if !bufs.contains_key(&table) {
-                        bufs.insert(table.clone(), Held::new());
-                    }
-                    let held = bufs.get_mut(&table).expect("just made");
-                    self.encode(l, &mut held.row, "insert", &row, c.sequence(), true)?;
-                    held.take_row(self.cfg.max_insert_bytes)?;
-                    stats.applied += 1;
-                    if stats.applied % 65536 == 0 {
-                        progress(&stats);
-                    }
-                    // Freed on the reading thread, which made it.
-                    input.recycle(SnapItem::Row { table, row });
-                }
-                SnapItem::Commit { .. } => {
-                    // Emptied only now that the snapshot is known to be
-                    // whole: a bad one leaves the tables as they were. No
-                    // cursor is stored yet, so a crash from here on is
-                    // mended by loading the snapshot again. A stop asked
-                    // for meanwhile waits until the cursor is written.
-                    let busy = crate::util::stop::Busy::new();
-                    if existing == ExistingRows::Replace {
-                        for l in layouts.values() {
-                            self.query(
-                                &format!(
-                                    "TRUNCATE TABLE {}.{}",
-                                    qi(&self.cfg.database),
-                                    qi(&l.name)
-                                ),
-                                None,
-                                Timeout::Ddl,
-                            )?;
-                        }
-                    }
-                    self.replicas_answer()?;
-                    for (t, held) in bufs.iter_mut() {
-                        self.flush(&layouts[t], held)?;
-                    }
-                    bufs.clear();
-                    let c = cursor.take().expect("validated snapshot");
-                    self.set_cursor(&c)?;
-                    drop(busy);
-                    stats.batches += 1;
-                    stats.cursor = Some(c);
-                    self.committed = stats.clone();
-                    progress(&stats);
-                }
-            }
-        }
-        Ok(stats)
+        let mut committed = ApplyStats::default();
+        let mut load = Load {
+            target: self,
+            layouts: HashMap::new(),
+            bufs: HashMap::new(),
+        };
+        let result =
+            crate::destination::driver::apply_snapshot(&mut load, input, &mut committed, progress);
+        self.committed = committed;
+        result
     }
 }
 
@@ -401,5 +328,101 @@ impl BatchHooks for Batches<'_> {
     fn rollback(&mut self) {
         self.bufs.clear();
         drop(self.busy.take());
+    }
+}
+
+/// One snapshot load's state between the driver's steps: each table's
+/// layout, and its rows held until the commit line.
+struct Load<'a> {
+    target: &'a mut ClickHouse,
+    layouts: HashMap<String, Layout>,
+    bufs: HashMap<String, Held>,
+}
+
+impl SnapshotHooks for Load<'_> {
+    fn begin(&mut self) -> Result<Option<Cursor>> {
+        if self.target.options.existing_rows == ExistingRows::Replace
+            && self.target.cluster.is_some()
+        {
+            // TRUNCATE of a replicated table leaves ZooKeeper's record of
+            // the last quorum insert naming a part no replica has, and every
+            // read that asks for sequential consistency fails from then on
+            // (18.16).
+            return Err(Error::usage(
+                "--existing-rows replace is not available on a cluster target (TRUNCATE breaks its quorum reads); drop the tables on the cluster (DROP TABLE … ON CLUSTER: <table>__current, <table>, <table>_local) and load the snapshot again",
+            ));
+        }
+        self.target.prepare_writes()?;
+        self.target.cursor()
+    }
+
+    fn tables(&mut self, schemas: &[Schema], kind: SourceKind) -> Result<()> {
+        let ch = &*self.target;
+        let all: Vec<Layout> = schemas.iter().map(|s| Layout::new(s, kind)).collect();
+        ch.check_names(&all)?;
+        for (s, l) in schemas.iter().zip(all) {
+            ch.ensure(&l)?;
+            if ch.options.existing_rows == ExistingRows::Refuse && ch.holds_rows(&l.name)? {
+                return Err(crate::destination::existing_rows_error(&s.table));
+            }
+            self.layouts.insert(s.table.clone(), l);
+        }
+        Ok(())
+    }
+
+    fn row<R: BufRead>(
+        &mut self,
+        table: String,
+        row: Row,
+        cursor: &Cursor,
+        input: &mut SnapshotReader<R>,
+    ) -> Result<()> {
+        let l = &self.layouts[&table];
+        // The name is copied only for a table's first row.
+        if !self.bufs.contains_key(&table) {
+            self.bufs.insert(table.clone(), Held::new());
+        }
+        let held = self.bufs.get_mut(&table).expect("just made");
+        self.target
+            .encode(l, &mut held.row, "insert", &row, cursor.sequence(), true)?;
+        held.take_row(self.target.cfg.max_insert_bytes)?;
+        // Freed on the reading thread, which made it.
+        input.recycle(SnapItem::Row { table, row });
+        Ok(())
+    }
+
+    fn commit<R: BufRead>(
+        &mut self,
+        cursor: &Cursor,
+        _input: &mut SnapshotReader<R>,
+    ) -> Result<()> {
+        let ch = &*self.target;
+        // Emptied only now that the snapshot is known to be whole: a bad one
+        // leaves the tables as they were. No cursor is stored yet, so a
+        // crash from here on is mended by loading the snapshot again. A stop
+        // asked for meanwhile waits until the cursor is written.
+        let busy = crate::util::stop::Busy::new();
+        if ch.options.existing_rows == ExistingRows::Replace {
+            for l in self.layouts.values() {
+                ch.query(
+                    &format!("TRUNCATE TABLE {}.{}", qi(&ch.cfg.database), qi(&l.name)),
+                    None,
+                    Timeout::Ddl,
+                )?;
+            }
+        }
+        ch.replicas_answer()?;
+        for (t, held) in self.bufs.iter_mut() {
+            ch.flush(&self.layouts[t], held)?;
+        }
+        self.bufs.clear();
+        ch.set_cursor(cursor)?;
+        drop(busy);
+        Ok(())
+    }
+
+    /// No transaction: the rows held are dropped, nothing was written.
+    fn rollback(&mut self) {
+        self.bufs.clear();
     }
 }

@@ -3,7 +3,7 @@
 //! changes in the batch's transaction.
 
 use super::*;
-use crate::destination::driver::{apply_batches, BatchHooks};
+use crate::destination::driver::{apply_batches, BatchHooks, SnapshotHooks};
 use crate::wire::SchemaChange;
 
 impl PgTarget {
@@ -77,93 +77,13 @@ impl PgTarget {
         progress: &mut dyn FnMut(&ApplyStats),
         committed: &mut ApplyStats,
     ) -> Result<ApplyStats> {
-        let rt = &self.rt;
-        let c = self.client.as_ref().expect("connected");
-        let existing = self.options.existing_rows;
-        let mut stats = ApplyStats::default();
-        let mut tables: HashMap<String, Table> = HashMap::new();
-        let mut cursor: Option<Cursor> = None;
-        let mut copy: Option<(String, Loader)> = None;
-        while let Some(item) = input.next_item()? {
-            match item {
-                SnapItem::Header {
-                    cursor: cur,
-                    schemas,
-                } => {
-                    rt.block_on(begin_with_cursor_table(c))
-                        .map_err(pg_err("cannot begin the snapshot"))?;
-                    crate::destination::snapshot_allowed(rt.block_on(read_cursor(c))?.as_ref())?;
-                    let kind = SourceKind::of_identity(&cur.source);
-                    for s in &schemas {
-                        let t = rt.block_on(self.ensure(c, s, kind, false))?;
-                        let held: bool = rt
-                            .block_on(c.query_one(
-                                &format!("SELECT EXISTS (SELECT 1 FROM {})", t.qname),
-                                &[],
-                            ))
-                            .map_err(pg_err("cannot read a target table"))?
-                            .get(0);
-                        if held {
-                            match existing {
-                                ExistingRows::Refuse => {
-                                    return Err(crate::destination::existing_rows_error(&s.table))
-                                }
-                                // In the snapshot's transaction: a bad
-                                // snapshot leaves the rows as they were.
-                                ExistingRows::Replace => rt
-                                    .block_on(c.batch_execute(&format!("TRUNCATE {}", t.qname)))
-                                    .map_err(pg_err("cannot empty a target table"))?,
-                                ExistingRows::Keep => {}
-                            }
-                        }
-                        tables.insert(s.table.clone(), t);
-                    }
-                    cursor = Some(cur);
-                }
-                SnapItem::Row { table, row } => {
-                    if copy.as_ref().is_none_or(|(t, _)| *t != table) {
-                        if let Some((t, mut l)) = copy.take() {
-                            rt.block_on(l.write_held(&tables[&t]))?;
-                            rt.block_on(l.finish(c))?;
-                        }
-                        let t = &tables[&table];
-                        copy = Some((table.clone(), rt.block_on(Loader::start(c, t))?));
-                    }
-                    let t = &tables[&table];
-                    let (_, l) = copy.as_mut().expect("started");
-                    check_row(t, &row, None)?;
-                    l.rows.push(row);
-                    if l.rows.len() >= COPY_CHUNK {
-                        rt.block_on(l.write_held(t))?;
-                    }
-                    stats.applied += 1;
-                    if stats.applied % 65536 == 0 {
-                        progress(&stats);
-                    }
-                }
-                SnapItem::Commit { .. } => {
-                    if let Some((t, mut l)) = copy.take() {
-                        rt.block_on(l.write_held(&tables[&t]))?;
-                        rt.block_on(l.finish(c))?;
-                    }
-                    let cur = cursor.take().expect("validated snapshot");
-                    let busy = crate::util::stop::Busy::new();
-                    rt.block_on(c.execute(
-                        "INSERT INTO mooncdc.cursors (source, sequence) VALUES ($1, $2)",
-                        &[&cur.source, &cur.sequence().to_string()],
-                    ))
-                    .map_err(pg_err("cannot store the cursor"))?;
-                    rt.block_on(c.batch_execute("COMMIT"))
-                        .map_err(commit_error)?;
-                    drop(busy);
-                    stats.batches += 1;
-                    stats.cursor = Some(cur);
-                    *committed = stats.clone();
-                    progress(&stats);
-                }
-            }
-        }
-        Ok(stats)
+        let mut load = Load {
+            target: self,
+            c: self.client.as_ref().expect("connected"),
+            tables: HashMap::new(),
+            copy: None,
+        };
+        crate::destination::driver::apply_snapshot(&mut load, input, committed, progress)
     }
 
     /// Check or create the tables in force; with `deferred`, a table that
@@ -461,5 +381,111 @@ impl BatchHooks for Batches<'_> {
         self.target.known.borrow_mut().clear();
         self.target.spellings.borrow_mut().clear();
         drop(self.busy.take());
+    }
+}
+
+/// One snapshot load's state between the driver's steps: its tables, and
+/// the COPY of the table whose rows are coming.
+struct Load<'a> {
+    target: &'a PgTarget,
+    c: &'a Client,
+    tables: HashMap<String, Table>,
+    copy: Option<(String, Loader)>,
+}
+
+impl Load<'_> {
+    /// End the COPY in progress, its rows all written.
+    fn end_copy(&mut self) -> Result<()> {
+        if let Some((t, mut l)) = self.copy.take() {
+            let rt = &self.target.rt;
+            rt.block_on(l.write_held(&self.tables[&t]))?;
+            rt.block_on(l.finish(self.c))?;
+        }
+        Ok(())
+    }
+}
+
+impl SnapshotHooks for Load<'_> {
+    fn begin(&mut self) -> Result<Option<Cursor>> {
+        let rt = &self.target.rt;
+        rt.block_on(begin_with_cursor_table(self.c))
+            .map_err(pg_err("cannot begin the snapshot"))?;
+        rt.block_on(read_cursor(self.c))
+    }
+
+    fn tables(&mut self, schemas: &[Schema], kind: SourceKind) -> Result<()> {
+        let rt = &self.target.rt;
+        for s in schemas {
+            let t = rt.block_on(self.target.ensure(self.c, s, kind, false))?;
+            let held: bool = rt
+                .block_on(
+                    self.c
+                        .query_one(&format!("SELECT EXISTS (SELECT 1 FROM {})", t.qname), &[]),
+                )
+                .map_err(pg_err("cannot read a target table"))?
+                .get(0);
+            if held {
+                match self.target.options.existing_rows {
+                    ExistingRows::Refuse => {
+                        return Err(crate::destination::existing_rows_error(&s.table))
+                    }
+                    // In the snapshot's transaction: a bad snapshot leaves
+                    // the rows as they were.
+                    ExistingRows::Replace => rt
+                        .block_on(self.c.batch_execute(&format!("TRUNCATE {}", t.qname)))
+                        .map_err(pg_err("cannot empty a target table"))?,
+                    ExistingRows::Keep => {}
+                }
+            }
+            self.tables.insert(s.table.clone(), t);
+        }
+        Ok(())
+    }
+
+    fn row<R: std::io::BufRead>(
+        &mut self,
+        table: String,
+        row: Row,
+        _cursor: &Cursor,
+        _input: &mut SnapshotReader<R>,
+    ) -> Result<()> {
+        let rt = &self.target.rt;
+        if self.copy.as_ref().is_none_or(|(t, _)| *t != table) {
+            self.end_copy()?;
+            let t = &self.tables[&table];
+            self.copy = Some((table.clone(), rt.block_on(Loader::start(self.c, t))?));
+        }
+        let t = &self.tables[&table];
+        let (_, l) = self.copy.as_mut().expect("started");
+        check_row(t, &row, None)?;
+        l.rows.push(row);
+        if l.rows.len() >= COPY_CHUNK {
+            rt.block_on(l.write_held(t))?;
+        }
+        Ok(())
+    }
+
+    fn commit<R: std::io::BufRead>(
+        &mut self,
+        cursor: &Cursor,
+        _input: &mut SnapshotReader<R>,
+    ) -> Result<()> {
+        self.end_copy()?;
+        let rt = &self.target.rt;
+        let busy = crate::util::stop::Busy::new();
+        rt.block_on(self.c.execute(
+            "INSERT INTO mooncdc.cursors (source, sequence) VALUES ($1, $2)",
+            &[&cursor.source, &cursor.sequence().to_string()],
+        ))
+        .map_err(pg_err("cannot store the cursor"))?;
+        rt.block_on(self.c.batch_execute("COMMIT"))
+            .map_err(commit_error)?;
+        drop(busy);
+        Ok(())
+    }
+
+    /// The driver's caller (`run_apply`) rolls the transaction back.
+    fn rollback(&mut self) {
+        self.copy = None;
     }
 }

@@ -40,8 +40,7 @@ use crate::sqlite_util::Affinity;
 use crate::util::quote_ident;
 use crate::wire::SourceKind;
 use crate::wire::{
-    BatchStreamReader, Column, Cursor, DynRead, Operation, Row, Schema, SnapItem, SnapshotReader,
-    Value,
+    BatchStreamReader, Column, Cursor, DynRead, Operation, Row, Schema, SnapshotReader, Value,
 };
 use copy_in::*;
 use statements::*;

@@ -2,7 +2,7 @@
 //! in one transaction.
 
 use super::*;
-use crate::destination::driver::{apply_batches, BatchHooks};
+use crate::destination::driver::{apply_batches, BatchHooks, SnapshotHooks};
 
 /// Consecutive inserts into one table are run together, with one look-up
 /// of their prepared statement (the look-up by SQL text cost about a tenth
@@ -228,97 +228,120 @@ impl SqliteTarget {
         result
     }
 
-    /// Load a snapshot into a target that holds no cursor yet, in one transaction.
+    /// Load a snapshot into a target that holds no cursor yet, in one
+    /// transaction (`destination/driver.rs`).
     pub fn apply_snapshot<R: BufRead>(
         &mut self,
         input: &mut SnapshotReader<R>,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
-        let TargetOptions {
-            on_conflict,
-            existing_rows: existing,
-        } = self.options;
-        let mut stats = ApplyStats::default();
-        self.committed = stats.clone();
-        let mut tables: HashMap<String, TableSql> = HashMap::new();
-        let mut cursor: Option<Cursor> = None;
-        // Rows of one table waiting to be inserted together.
-        let mut run: Vec<(String, Row)> = Vec::with_capacity(RUN);
-        let flush = |conn: &Connection,
-                     tables: &HashMap<String, TableSql>,
-                     run: &mut Vec<(String, Row)>,
-                     input: &mut SnapshotReader<R>|
-         -> Result<()> {
-            let Some((table, _)) = run.first() else {
-                return Ok(());
-            };
-            let t = &tables[table];
-            let sql = match on_conflict {
-                OnConflict::Error => &t.insert,
-                OnConflict::Overwrite => &t.replace,
-            };
-            let done = insert_rows(conn, t, sql, run.iter().map(|(_, row)| (row, None)));
-            // Emptied even on failure: nothing is run twice.
-            for (table, row) in run.drain(..) {
-                // Freed on the reading thread, which made it.
-                input.recycle(SnapItem::Row { table, row });
-            }
-            done
+        let mut committed = ApplyStats::default();
+        let mut load = Load {
+            on_conflict: self.options.on_conflict,
+            existing: self.options.existing_rows,
+            target: self,
+            tables: HashMap::new(),
+            run: Vec::with_capacity(RUN),
         };
-        let result = (|| -> Result<()> {
-            while let Some(item) = input.next_item()? {
-                match item {
-                    SnapItem::Header { cursor: c, schemas } => {
-                        self.begin()?;
-                        crate::destination::snapshot_allowed(stored_cursor(self.db())?.as_ref())?;
-                        for s in &schemas {
-                            let t = ensure_table(
-                                self.db(),
-                                s,
-                                crate::wire::SourceKind::of_identity(&c.source),
-                                // A snapshot follows no stream: a table
-                                // with other columns is refused as before.
-                                false,
-                            )?;
-                            empty_or_replace(self.db(), &s.table, existing)?;
-                            tables.insert(s.table.clone(), t);
-                        }
-                        cursor = Some(c);
-                    }
-                    SnapItem::Row { table, row } => {
-                        let t = &tables[&table];
-                        t.check_classes(&row, &|| "snapshot row".to_string())
-                            .map_err(|err| input.locate(err))?;
-                        if run.len() >= RUN || run.first().is_some_and(|(r, _)| *r != table) {
-                            flush(self.db(), &tables, &mut run, input)?;
-                        }
-                        run.push((table, row));
-                        stats.applied += 1;
-                        if stats.applied % 65536 == 0 {
-                            progress(&stats);
-                        }
-                    }
-                    SnapItem::Commit { .. } => {
-                        flush(self.db(), &tables, &mut run, input)?;
-                        let c = cursor.take().expect("validated snapshot");
-                        set_cursor(self.db(), &c)?;
-                        self.commit()?;
-                        stats.batches += 1;
-                        stats.cursor = Some(c);
-                        self.committed = stats.clone();
-                        progress(&stats);
-                    }
-                }
-            }
-            Ok(())
-        })();
+        let result =
+            crate::destination::driver::apply_snapshot(&mut load, input, &mut committed, progress);
+        self.committed = committed;
+        result
+    }
+}
+
+/// One snapshot load's state between the driver's steps: its tables, and
+/// rows of one table waiting to be inserted together.
+struct Load<'a> {
+    target: &'a mut SqliteTarget,
+    on_conflict: OnConflict,
+    existing: ExistingRows,
+    tables: HashMap<String, TableSql>,
+    run: Vec<(String, Row)>,
+}
+
+impl Load<'_> {
+    /// Insert the waiting rows (all of one table, in order), then hand them
+    /// back to the reader.
+    fn flush<R: BufRead>(&mut self, input: &mut SnapshotReader<R>) -> Result<()> {
+        let Some((table, _)) = self.run.first() else {
+            return Ok(());
+        };
+        let t = &self.tables[table];
+        let sql = match self.on_conflict {
+            OnConflict::Error => &t.insert,
+            OnConflict::Overwrite => &t.replace,
+        };
+        let done = insert_rows(
+            self.target.db(),
+            t,
+            sql,
+            self.run.iter().map(|(_, row)| (row, None)),
+        );
+        // Emptied even on failure: nothing is run twice.
+        for (table, row) in self.run.drain(..) {
+            // Freed on the reading thread, which made it.
+            input.recycle(SnapItem::Row { table, row });
+        }
+        done
+    }
+}
+
+impl SnapshotHooks for Load<'_> {
+    fn begin(&mut self) -> Result<Option<Cursor>> {
+        self.target.begin()?;
+        stored_cursor(self.target.db())
+    }
+
+    fn tables(&mut self, schemas: &[Schema], kind: crate::wire::SourceKind) -> Result<()> {
+        for s in schemas {
+            // A snapshot follows no stream: a table with other columns is
+            // refused as before.
+            let t = ensure_table(self.target.db(), s, kind, false)?;
+            empty_or_replace(self.target.db(), &s.table, self.existing)?;
+            self.tables.insert(s.table.clone(), t);
+        }
+        Ok(())
+    }
+
+    fn row<R: BufRead>(
+        &mut self,
+        table: String,
+        row: Row,
+        _cursor: &Cursor,
+        input: &mut SnapshotReader<R>,
+    ) -> Result<()> {
+        let t = &self.tables[&table];
+        t.check_classes(&row, &|| "snapshot row".to_string())
+            .map_err(|err| input.locate(err))?;
+        if self.run.len() >= RUN || self.run.first().is_some_and(|(r, _)| *r != table) {
+            self.flush(input)?;
+        }
+        self.run.push((table, row));
+        Ok(())
+    }
+
+    fn commit<R: BufRead>(&mut self, cursor: &Cursor, input: &mut SnapshotReader<R>) -> Result<()> {
+        self.flush(input)?;
+        set_cursor(self.target.db(), cursor)?;
+        self.target.commit()
+    }
+
+    fn rollback(&mut self) {
+        if self.target.in_tx {
+            self.target.rollback();
+        }
+    }
+
+    fn failed<R: BufRead>(&mut self, e: Error, input: &mut SnapshotReader<R>) -> Error {
         // The waiting rows first: the error reported is the first in order.
-        let result = match result {
-            Err(e) if !run.is_empty() => flush(self.db(), &tables, &mut run, input).and(Err(e)),
-            r => r,
-        };
-        self.end_batches(result)?;
-        Ok(stats)
+        if self.run.is_empty() {
+            return e;
+        }
+        match self.flush(input) {
+            Err(first) => first,
+            Ok(()) => e,
+        }
     }
 }
 

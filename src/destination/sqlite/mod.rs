@@ -141,15 +141,6 @@ impl SqliteTarget {
         Ok(())
     }
 
-    /// End an apply: on an error, roll back the batch in progress (batches
-    /// committed before it stay).
-    pub(super) fn end_batches(&mut self, result: Result<()>) -> Result<()> {
-        if result.is_err() && self.in_tx {
-            self.rollback();
-        }
-        result
-    }
-
     /// Roll back a failed batch; a database file this apply created and
     /// never committed to is removed, so a failed first apply leaves nothing.
     pub(super) fn rollback(&mut self) {
