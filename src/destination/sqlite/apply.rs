@@ -103,6 +103,8 @@ impl BatchHooks for Batches<'_> {
         Ok(())
     }
 
+    // Inlined into the driver's loop: the event is not moved again.
+    #[inline(always)]
     fn event<R: BufRead>(&mut self, e: Event, input: &mut BatchStreamReader<R>) -> Result<()> {
         // An insert into the table of the waiting ones joins them; anything
         // else runs them first.
