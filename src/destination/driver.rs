@@ -11,8 +11,8 @@
 //! records of the events it holds are put in force first). A schema record
 //! is made before the event it belongs to; those at the batch's end are
 //! made at the commit when the batch moves the cursor. Each event not held
-//! goes to the target; errors of tables, schema changes and events carry
-//! the input's file and line. At the commit the gate refuses a compacted
+//! goes to the target; errors of its tables and schema changes carry the
+//! input's file and line (the targets locate their events' own). At the commit the gate refuses a compacted
 //! batch across the cursor and says whether the cursor moves; the target
 //! commits its rows and the cursor together. A stop asked for between two
 //! of a header's tables rolls the batch back; one asked for during a batch
