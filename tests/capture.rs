@@ -2391,3 +2391,43 @@ fn apply_verbose_says_each_batch() {
         r.stderr
     );
 }
+
+/// The options of one kind of source are refused for the other, by name and
+/// before anything is installed: `--ddl`, `--failover` and `--no-slot` are
+/// PostgreSQL's, `migrate` is SQLite's.
+#[test]
+fn options_of_the_other_kind_of_source_are_refused_before_anything_is_done() {
+    let db = Dbs::new();
+    db.src_sql("CREATE TABLE a(id INTEGER PRIMARY KEY, v TEXT)");
+    let url = db.src_url();
+    for (flag, says) in [
+        ("--ddl", "--ddl is for PostgreSQL sources"),
+        ("--failover", "--failover is for PostgreSQL sources"),
+        ("--no-slot", "--no-slot is for PostgreSQL sources"),
+    ] {
+        let r = exec(CAPTURE, &["init", "--source", &url, flag], None);
+        expect(&r, 2, flag);
+        assert!(r.stderr.contains(says), "{flag}: {}", r.stderr);
+        let r = db.capture_cmd("status", &[]);
+        expect(&r, 1, "status after a refused init");
+        assert!(r.stderr.contains("not installed"), "{flag}: {}", r.stderr);
+    }
+    // migrate against a PostgreSQL URL: refused without connecting.
+    let r = exec(
+        CAPTURE,
+        &[
+            "migrate",
+            "--source",
+            "postgres://app@127.0.0.1:1/shop",
+            "--",
+            "ALTER TABLE a ADD COLUMN w TEXT",
+        ],
+        None,
+    );
+    expect(&r, 2, "migrate of a PostgreSQL source");
+    assert!(
+        r.stderr.contains("migrate is for SQLite sources"),
+        "{}",
+        r.stderr
+    );
+}

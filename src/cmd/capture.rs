@@ -28,12 +28,7 @@ pub fn run(a: CaptureArgs) -> crate::error::Result<ExitCode> {
             pg,
         }) => {
             let src = open(&source, &pg)?;
-            if ddl && src.kind() != crate::source::SourceKind::Postgres {
-                return Err(src.install_ddl().unwrap_err());
-            }
-            if failover && src.kind() != crate::source::SourceKind::Postgres {
-                return Err(src.make_failover().unwrap_err());
-            }
+            src.init_options(ddl, failover)?;
             let (identity, tables) = if no_slot {
                 src.init_without_slot(&tables)?
             } else {
@@ -105,15 +100,10 @@ pub fn run(a: CaptureArgs) -> crate::error::Result<ExitCode> {
                     "migrate needs SQL: --sql FILE, or the statements after --",
                 ));
             }
-            let path = match endpoint::parse(&source)? {
-                endpoint::Endpoint::Sqlite(p) => p,
-                _ => {
-                    return Err(Error::usage(
-                        "migrate is for SQLite sources (a PostgreSQL source's schema changes reach capture through its publication)",
-                    ))
-                }
-            };
-            for line in crate::source::sqlite::migrate(&path, &sql)? {
+            for line in endpoint::parse(&source)?
+                .source(&endpoint::PgNames::default())?
+                .migrate(&sql)?
+            {
                 crate::log::info(&line);
             }
             Ok(ExitCode::SUCCESS)

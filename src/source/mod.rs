@@ -158,6 +158,24 @@ pub trait Source {
     /// Install capture for the tables named (default: every table with a
     /// key). Returns the identity and the tables newly captured.
     fn init(&self, tables: &[String]) -> Result<(String, Vec<String>)>;
+    /// Refuse, before anything is installed, the options of `init` this
+    /// source does not take (`--ddl`, `--failover`: PostgreSQL's).
+    fn init_options(&self, ddl: bool, failover: bool) -> Result<()> {
+        if ddl {
+            self.install_ddl()?;
+        }
+        if failover {
+            self.make_failover()?;
+        }
+        Ok(())
+    }
+    /// Run a migration (`capture migrate`): SQLite sources only, whose
+    /// schema changes go through it; returns what it did.
+    fn migrate(&self, _sql: &str) -> Result<Vec<String>> {
+        Err(Error::usage(
+            "migrate is for SQLite sources (a PostgreSQL source's schema changes reach capture through its publication)",
+        ))
+    }
     /// Install what describes schema changes in the stream exactly
     /// (`init --ddl`); returns what it did.
     fn install_ddl(&self) -> Result<String> {

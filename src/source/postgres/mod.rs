@@ -211,6 +211,9 @@ impl Source for PgSource {
     fn make_failover(&self) -> Result<String> {
         PgSource::make_failover(self)
     }
+    fn init_options(&self, _ddl: bool, _failover: bool) -> Result<()> {
+        Ok(())
+    }
     fn init_without_slot(&self, tables: &[String]) -> Result<(String, Vec<String>)> {
         PgSource::init_with(self, tables, false)
     }

@@ -268,6 +268,9 @@ impl crate::source::Source for SqliteSource {
     fn verify(&self) -> Result<Vec<String>> {
         verify(&self.path)
     }
+    fn migrate(&self, sql: &str) -> Result<Vec<String>> {
+        migrate(&self.path, sql)
+    }
     fn upgrade(&self) -> Result<Vec<String>> {
         upgrade(&self.path)
     }
