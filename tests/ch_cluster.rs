@@ -377,25 +377,8 @@ fn postgres_snapshot_then_changes_reach_the_cluster() {
         "INSERT INTO public.items SELECT x, 'item ' || x, x * 0.37, '\\x00ff'::bytea FROM generate_series(1, 1500) x",
     );
     let slot = "s_to_ch_cluster";
-    let r = exec(
-        "mooncdc-capture",
-        &[
-            "init",
-            "--source",
-            &src,
-            "--slot",
-            slot,
-            "--table",
-            "public.items",
-        ],
-        None,
-    );
-    expect(&r, 0, "capture init");
-    let r = pipeline(&format!(
-        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {}",
-        shell_quote(&src),
-        shell_quote(&url)
-    ));
+    common::pg::init_capture(&src, slot, &["public.items"]);
+    let r = common::pg::snapshot_into(&src, slot, &url);
     expect(&r, 0, "snapshot | apply");
     let audit = || {
         let r = exec(

@@ -2464,29 +2464,10 @@ fn postgres_snapshot_then_changes_to_clickhouse_audit_equal() {
          (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
     );
     s.exec("INSERT INTO public.tags VALUES ('a', 1), ('B', 2), ('é', 3), ('', 4), ('a b', 5)");
-    let r = exec(
-        "mooncdc-capture",
-        &[
-            "init",
-            "--source",
-            &src,
-            "--slot",
-            slot,
-            "--table",
-            "public.my_items",
-            "--table",
-            "public.tags",
-        ],
-        None,
-    );
-    expect(&r, 0, "capture init");
+    common::pg::init_capture(&src, slot, &["public.my_items", "public.tags"]);
     let db = ch::db("from_postgres");
     let url = db.url();
-    let r = pipeline(&format!(
-        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {}",
-        shell_quote(&src),
-        shell_quote(&url)
-    ));
+    let r = common::pg::snapshot_into(&src, slot, &url);
     expect(&r, 0, "snapshot | apply");
     let pg_audit = || {
         let r = exec(
@@ -2975,20 +2956,7 @@ fn postgres_schema_changes_reach_clickhouse() {
     let src = pgdb.url();
     let s = pgdb.session();
     s.exec("CREATE TABLE public.items (id int PRIMARY KEY, v text, gone text, w int)");
-    let r = exec(
-        "mooncdc-capture",
-        &[
-            "init",
-            "--source",
-            &src,
-            "--slot",
-            slot,
-            "--table",
-            "public.items",
-        ],
-        None,
-    );
-    expect(&r, 0, "capture init");
+    common::pg::init_capture(&src, slot, &["public.items"]);
     s.exec("INSERT INTO public.items VALUES (1, 'a', 'g', 1), (2, 'b', 'g', 2)");
     let db = ch::db("ddl_from_postgres");
     let url = db.url();
@@ -3011,11 +2979,7 @@ fn postgres_schema_changes_reach_clickhouse() {
         no_secret(&r);
         r
     };
-    let r = pipeline(&format!(
-        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {}",
-        shell_quote(&src),
-        shell_quote(&url)
-    ));
+    let r = common::pg::snapshot_into(&src, slot, &url);
     expect(&r, 0, "snapshot | apply");
     s.exec(
         "BEGIN; INSERT INTO public.items VALUES (3, 'c', 'g', 3); \
@@ -3442,27 +3406,10 @@ fn a_decimal_key_audits_equal_in_the_sources_order() {
         "INSERT INTO public.prices VALUES (2, 'two'), (10, 'ten'), (-1.5, 'minus one and a half'), \
          (-0.05, 'minus five cents'), (100.25, 'a hundred'), (0.5, 'half'), (0, 'zero'), (9.99, 'nine')",
     );
-    let r = exec(
-        "mooncdc-capture",
-        &[
-            "init",
-            "--source",
-            &src,
-            "--slot",
-            slot,
-            "--table",
-            "public.prices",
-        ],
-        None,
-    );
-    expect(&r, 0, "capture init");
+    common::pg::init_capture(&src, slot, &["public.prices"]);
     let db = ch::db("decimal_key");
     let url = db.url();
-    let r = pipeline(&format!(
-        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {}",
-        shell_quote(&src),
-        shell_quote(&url)
-    ));
+    let r = common::pg::snapshot_into(&src, slot, &url);
     expect(&r, 0, "snapshot | apply");
     let audit = |extra: &[&str]| {
         let mut args = vec!["--source", &src, "--slot", slot, "--target", &url];

@@ -8,9 +8,7 @@
 mod common;
 
 use common::pg::{self, PgDb};
-use common::sqlite::{
-    exec, expect, pipeline, seed, shell_quote, Dbs, Rng, Summary, APPLY, AUDIT, CAPTURE,
-};
+use common::sqlite::{exec, expect, pipeline, seed, shell_quote, Dbs, Rng, Summary, APPLY, AUDIT};
 use rusqlite::params;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -242,29 +240,10 @@ fn postgres_to_postgres_snapshot_changes_truncate_and_schema_change() {
          INSERT INTO kv VALUES (1, 'a', 'x'), (1, 'b', 'y')",
     );
     let slot = "s_pgpg";
-    let r = exec(
-        CAPTURE,
-        &[
-            "init",
-            "--source",
-            &src.url(),
-            "--slot",
-            slot,
-            "--table",
-            "public.items",
-            "--table",
-            "public.kv",
-        ],
-        None,
-    );
-    expect(&r, 0, "capture init");
+    pg::init_capture(&src.url(), slot, &["public.items", "public.kv"]);
     let tgt = target("pgpg_tgt");
     let url = tgt.url();
-    let r = pipeline(&format!(
-        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {} -q",
-        shell_quote(&src.url()),
-        shell_quote(&url)
-    ));
+    let r = pg::snapshot_into(&src.url(), slot, &url);
     expect(&r, 0, "snapshot | apply");
     // Types kept; the enum the target lacks became text.
     let types = tgt.session().query(
@@ -562,27 +541,10 @@ fn integer_and_smallint_columns_load_straight_and_exactly() {
         "INSERT INTO n VALUES (1, 2147483647, 32767, 'a'), (2, -2147483648, -32768, 'b'), (3, NULL, NULL, NULL)",
     );
     let slot = "s_narrow";
-    let r = exec(
-        CAPTURE,
-        &[
-            "init",
-            "--source",
-            &src.url(),
-            "--slot",
-            slot,
-            "--table",
-            "public.n",
-        ],
-        None,
-    );
-    expect(&r, 0, "capture init");
+    pg::init_capture(&src.url(), slot, &["public.n"]);
     let tgt = target("narrow_tgt");
     let url = tgt.url();
-    let r = pipeline(&format!(
-        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {} -q",
-        shell_quote(&src.url()),
-        shell_quote(&url)
-    ));
+    let r = pg::snapshot_into(&src.url(), slot, &url);
     expect(&r, 0, "snapshot | apply");
     let q = "SELECT id::text, i::text, s::text, t FROM n ORDER BY id";
     assert_eq!(src.session().query(q), tgt.session().query(q));
@@ -649,27 +611,10 @@ fn negative_scale_numerics_and_reg_types_reach_a_postgres_target() {
     );
     s.exec("INSERT INTO r VALUES (1, 12345, 't_int8', 'integer', 'now', 'public'), (2, NULL, NULL, NULL, NULL, NULL)");
     let slot = "s_regs";
-    let r = exec(
-        CAPTURE,
-        &[
-            "init",
-            "--source",
-            &src.url(),
-            "--slot",
-            slot,
-            "--table",
-            "public.r",
-        ],
-        None,
-    );
-    expect(&r, 0, "capture init");
+    pg::init_capture(&src.url(), slot, &["public.r"]);
     let tgt = target("regs_tgt");
     let url = tgt.url();
-    let r = pipeline(&format!(
-        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {} -q",
-        shell_quote(&src.url()),
-        shell_quote(&url)
-    ));
+    let r = pg::snapshot_into(&src.url(), slot, &url);
     expect(&r, 0, "snapshot | apply");
     s.exec("INSERT INTO r VALUES (3, -99949, 'r', 'text[]', 'pg_backend_pid', 'pg_catalog'); UPDATE r SET c = 'pg_class' WHERE id = 1");
     let r = pipeline(&format!(
@@ -836,28 +781,11 @@ fn a_staged_value_the_target_type_refuses_names_the_table() {
          CREATE TABLE public.d (id int PRIMARY KEY, p mood); INSERT INTO d VALUES (1, 'ok')",
     );
     let slot = "s_staged";
-    let r = exec(
-        CAPTURE,
-        &[
-            "init",
-            "--source",
-            &src.url(),
-            "--slot",
-            slot,
-            "--table",
-            "public.d",
-        ],
-        None,
-    );
-    expect(&r, 0, "capture init");
+    pg::init_capture(&src.url(), slot, &["public.d"]);
     let tgt = target("staged_tgt");
     tgt.session().exec("CREATE TYPE mood AS ENUM ('sad')");
     let url = tgt.url();
-    let r = pipeline(&format!(
-        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {} -q",
-        shell_quote(&src.url()),
-        shell_quote(&url)
-    ));
+    let r = pg::snapshot_into(&src.url(), slot, &url);
     expect(&r, 1, "a value the target's domain refuses");
     assert!(
         r.stderr.contains("snapshot rows of table \"public.d\""),

@@ -18,8 +18,8 @@ mod common;
 use common::pg::{self, lit, lsn_text, parse_lsn, PgDb, Session, PASSWORD_MARK};
 use common::sqlite::{
     bin, describe, dump, e_del, e_ins, e_upd, events, exec, expect, open, pipeline, seed,
-    shell_quote, vb, vi, vr, vt, Cell, Rng, Summary, APPLY, AUDIT, CAPTURE, COMPACT, SNAPSHOT,
-    SPLIT, VN,
+    shell_quote, vb, vi, vr, vt, wait_for_every, Cell, Rng, Summary, APPLY, AUDIT, CAPTURE,
+    COMPACT, SNAPSHOT, SPLIT, VN,
 };
 use common::{batches, Run};
 use mooncdc::wire::{Batch, Cursor, Event, Limits, Operation, SnapItem, SnapshotReader, Value};
@@ -4603,11 +4603,9 @@ fn a_partition_attached_with_rows_while_following_is_told() {
     s.exec("INSERT INTO p VALUES (1, 'streamed')");
     // The follower is running (it has looked at the publication) once the
     // row is in.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while src.proj_count("public.p") < 1 {
-        assert!(Instant::now() < deadline, "the first row arrives");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_every(30, 50, "the first row arrives", || {
+        src.proj_count("public.p") >= 1
+    });
     s.exec("CREATE TABLE p2 (id int PRIMARY KEY, v text)");
     s.exec("ALTER TABLE p2 REPLICA IDENTITY FULL");
     s.exec("INSERT INTO p2 VALUES (150, 'held before attach')");
@@ -4632,11 +4630,9 @@ fn a_reconnect_after_the_slot_moved_past_the_read_stops() {
     src.init(&["public.a"]);
     s.exec("INSERT INTO a VALUES (1, 'one')");
     let (mut capture, apply, log) = follow_logged(&src, &["--retry-delay-ms", "1500"]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while src.target_cursor().is_none() || src.proj_count("public.a") < 1 {
-        assert!(Instant::now() < deadline, "the first row arrives");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_every(30, 50, "the first row arrives", || {
+        src.target_cursor().is_some() && src.proj_count("public.a") >= 1
+    });
     // The connection breaks; meanwhile rows commit and the slot is
     // confirmed past them by somebody else.
     let pid = walsender_pid(&src);
@@ -4691,11 +4687,9 @@ fn a_stalled_walsender_is_noticed_and_the_follower_reconnects() {
         ],
     );
     s.exec("INSERT INTO a VALUES (1, 'one')");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while src.target_cursor().is_none() || src.proj_count("public.a") < 1 {
-        assert!(Instant::now() < deadline, "the first row arrives");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_every(30, 50, "the first row arrives", || {
+        src.target_cursor().is_some() && src.proj_count("public.a") >= 1
+    });
     let pid = walsender_pid(&src);
     struct Cont(i32);
     impl Drop for Cont {
@@ -4722,14 +4716,9 @@ fn a_stalled_walsender_is_noticed_and_the_follower_reconnects() {
         std::thread::sleep(Duration::from_millis(200));
     }
     drop(cont);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while src.proj_count("public.a") < 2000 {
-        assert!(
-            Instant::now() < deadline,
-            "the rows arrive after the reconnect"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_every(60, 100, "the rows arrive after the reconnect", || {
+        src.proj_count("public.a") >= 2000
+    });
     let (code, err) = sigterm_and_wait(capture);
     assert_eq!(code, Some(0), "{err}");
     let _ = finish(apply, false);
@@ -5343,11 +5332,9 @@ fn capture_from_a_standby_snapshot_then_follow() {
     // The standby replays the publication before init there looks for it.
     let made = s.flush_lsn();
     let sb = pg::Session::connect(standby.port, &db.dbname);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while pg::parse_lsn(&sb.value("SELECT pg_last_wal_replay_lsn()")) < made {
-        assert!(Instant::now() < deadline, "the standby never replayed init");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_every(60, 50, "the standby to replay init", || {
+        pg::parse_lsn(&sb.value("SELECT pg_last_wal_replay_lsn()")) >= made
+    });
     drop(sb);
     let r = run(
         CAPTURE,
@@ -5475,11 +5462,9 @@ fn partitions_published_as_themselves_are_tables_of_their_own() {
     let (capture, apply, log) =
         follow_logged(&src, &["--after", &src.target_cursor().unwrap().to_json()]);
     s.exec("INSERT INTO p VALUES (2, 'two')");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while src.proj_count("public.p1") < 2 {
-        assert!(Instant::now() < deadline, "the first row arrives");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_every(30, 50, "the first row arrives", || {
+        src.proj_count("public.p1") >= 2
+    });
     // A partition attached with rows: a table of its own from its first
     // change on, its earlier rows told about.
     s.exec("CREATE TABLE p3 (id int PRIMARY KEY, v text)");
@@ -5491,11 +5476,9 @@ fn partitions_published_as_themselves_are_tables_of_their_own() {
     assert!(text.contains("holding rows"), "{text}");
     s.exec("INSERT INTO p VALUES (260, 'after attach')");
     s.exec("DELETE FROM p WHERE id = 150");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while src.proj_count("public.p2") != 0 {
-        assert!(Instant::now() < deadline, "the delete arrives");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_every(30, 50, "the delete arrives", || {
+        src.proj_count("public.p2") == 0
+    });
     let (code, err) = sigterm_and_wait(capture);
     assert_eq!(code, Some(0), "{err}");
     let _ = finish(apply, false);

@@ -733,3 +733,26 @@ pub fn parse_lsn(s: &str) -> u64 {
 pub fn lsn_text(lsn: u64) -> String {
     format!("{:X}/{:X}", lsn >> 32, lsn & 0xffff_ffff)
 }
+
+/// `mooncdc-capture init` of `tables` on the PostgreSQL source at
+/// `src_url`, with `slot`; it must succeed.
+#[track_caller]
+pub fn init_capture(src_url: &str, slot: &str, tables: &[&str]) {
+    use super::sqlite::{exec, expect, CAPTURE};
+    let mut args = vec!["init", "--source", src_url, "--slot", slot];
+    for t in tables {
+        args.extend(["--table", t]);
+    }
+    expect(&exec(CAPTURE, &args, None), 0, "capture init");
+}
+
+/// `mooncdc-snapshot` from `slot` of the source at `src_url`, applied to the
+/// target at `target_url`.
+pub fn snapshot_into(src_url: &str, slot: &str, target_url: &str) -> super::Run {
+    use super::sqlite::{pipeline, shell_quote};
+    pipeline(&format!(
+        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {} -q",
+        shell_quote(src_url),
+        shell_quote(target_url)
+    ))
+}
