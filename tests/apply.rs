@@ -1393,46 +1393,14 @@ fn sigterm_while_a_header_makes_thousands_of_tables_stops_between_tables() {
             )
             .unwrap_or_else(|e| panic!("{what}: {e}"))
     };
-    let mut child = Command::new(bin(APPLY))
-        .args(["--target", &url, "-q", input.to_str().unwrap()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     // In the batch: its write transaction holds the database's write lock
     // (a projection is in WAL mode, so readers still see the last commit).
-    let began = Instant::now();
     let locked = || {
         let c = rusqlite::Connection::open(&proj).unwrap();
         c.busy_timeout(Duration::ZERO).unwrap();
         c.execute_batch("BEGIN IMMEDIATE; ROLLBACK").is_err()
     };
-    while !locked() {
-        assert!(
-            began.elapsed() < Duration::from_secs(30),
-            "apply never began the batch"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let asked = Instant::now();
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let status = child.wait().unwrap();
-    let took = asked.elapsed();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    assert_eq!(status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("nothing of that batch was committed"),
-        "{stderr}"
-    );
-    assert!(
-        took < Duration::from_secs(3),
-        "the stop waited {took:?} for the header's tables"
-    );
+    let took = common::sigterm_apply_in_header(&url, &input, Duration::from_millis(300), locked);
     let cursor = || -> serde_json::Value {
         serde_json::from_str(
             exec(APPLY, &["cursor", "--target", &url], None)

@@ -3225,40 +3225,7 @@ fn sigterm_while_a_header_makes_many_tables_writes_no_row_and_no_cursor() {
             .parse::<usize>()
             .unwrap()
     };
-    let mut child = Command::new(common::sqlite::bin(APPLY))
-        .args(["--target", &url, "-q", input.to_str().unwrap()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let began = Instant::now();
-    while made() < 3 {
-        assert!(
-            began.elapsed() < Duration::from_secs(30),
-            "apply made no table"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let asked = Instant::now();
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let status = child.wait().unwrap();
-    let took = asked.elapsed();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .as_mut()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    assert_eq!(status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("nothing of that batch was committed"),
-        "{stderr}"
-    );
-    assert!(took < Duration::from_secs(3), "the stop waited {took:?}");
+    let took = common::sigterm_apply_in_header(&url, &input, Duration::ZERO, || made() >= 3);
     assert_eq!(cursor_seq(&url), Some(2), "the cursor did not move");
     assert!(made() < n, "stopped between tables, not after all of them");
     assert_eq!(

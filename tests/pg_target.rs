@@ -719,38 +719,11 @@ fn sigterm_while_a_header_makes_many_tables_rolls_the_batch_back() {
             "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'n%'",
         )
     };
-    let mut child = Command::new(common::sqlite::bin(APPLY))
-        .args(["--target", &url, "-q", input.to_str().unwrap()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     // In the batch: the apply's session has a transaction open.
-    let began = Instant::now();
     let q = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND xact_start IS NOT NULL AND pid <> pg_backend_pid()";
-    while tgt.session().value(q) == "0" {
-        assert!(
-            began.elapsed() < Duration::from_secs(30),
-            "apply never began the batch"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let asked = Instant::now();
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let status = child.wait().unwrap();
-    let took = asked.elapsed();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    assert_eq!(status.code(), Some(0), "{stderr}");
-    assert!(
-        stderr.contains("nothing of that batch was committed"),
-        "{stderr}"
-    );
-    assert!(took < Duration::from_secs(3), "the stop waited {took:?}");
+    let took = common::sigterm_apply_in_header(&url, &input, Duration::from_millis(300), || {
+        tgt.session().value(q) != "0"
+    });
     let cursor = || -> serde_json::Value { serde_json::from_str(&cursor_of(&url)).unwrap() };
     assert_eq!(
         cursor(),

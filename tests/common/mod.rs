@@ -772,3 +772,51 @@ impl Drop for SmallFolder {
         drop(dir);
     }
 }
+
+/// `mooncdc-apply --target URL -q FILE` stopped by SIGTERM while it makes a
+/// batch header's tables: once `began` says the batch is under way (and
+/// `settle` later), SIGTERM; it must exit 0 within 3 s, saying that nothing
+/// of the batch was committed. Returns how long the stop took.
+#[track_caller]
+pub fn sigterm_apply_in_header(
+    url: &str,
+    input: &Path,
+    settle: std::time::Duration,
+    mut began: impl FnMut() -> bool,
+) -> std::time::Duration {
+    use std::time::{Duration, Instant};
+    let mut child = std::process::Command::new(sqlite::bin(sqlite::APPLY))
+        .args(["--target", url, "-q", input.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !began() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "apply never began the batch"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(settle);
+    let asked = Instant::now();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let took = asked.elapsed();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("nothing of that batch was committed"),
+        "{stderr}"
+    );
+    assert!(
+        took < Duration::from_secs(3),
+        "the stop waited {took:?} for the header's tables"
+    );
+    took
+}
