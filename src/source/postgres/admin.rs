@@ -206,7 +206,8 @@ impl PgSource {
         let made = self.ensure_slot(c).await;
         let _ = c.batch_execute("RESET statement_timeout").await;
         if let Err(e) = made {
-            if e.full_message().contains("statement timeout") {
+            // 57014: query_canceled, here by the statement timeout.
+            if sqlstate(&e).as_deref() == Some("57014") {
                 return Err(Error::state(format!(
                     "making slot {:?} on this standby waited 60 s for a running-transactions record from the primary: \
                      run SELECT pg_log_standby_snapshot() on the primary (or write anything there), then init here again",

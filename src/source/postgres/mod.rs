@@ -128,6 +128,18 @@ pub(super) fn is_transient(e: &Error) -> bool {
     false
 }
 
+/// The SQLSTATE of the server error behind `e`, if a server error is.
+pub(super) fn sqlstate(e: &Error) -> Option<String> {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(c) = s.downcast_ref::<Cause<tokio_postgres::Error>>() {
+            return c.inner.as_db_error().map(|d| d.code().code().to_string());
+        }
+        source = s.source();
+    }
+    None
+}
+
 fn io_out(e: std::io::Error) -> Error {
     Error::io("cannot write output", e)
 }
