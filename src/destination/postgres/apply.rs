@@ -16,8 +16,8 @@ impl PgTarget {
         self.run_apply(|t, committed| t.apply_stream_in(input, progress, committed))
     }
 
-    /// One apply: connected first; on failure the open transaction is rolled
-    /// back; what was committed is kept for the summary.
+    /// One apply: connected first; what was committed is kept for the
+    /// summary (a failure rolls back through the driver's `rollback`).
     fn run_apply(
         &mut self,
         body: impl FnOnce(&Self, &mut ApplyStats) -> Result<ApplyStats>,
@@ -25,15 +25,16 @@ impl PgTarget {
         self.client()?;
         let mut committed = ApplyStats::default();
         let result = body(self, &mut committed);
-        if result.is_err() {
-            if let Some(c) = &self.client {
-                let _ = self.rt.block_on(c.batch_execute("ROLLBACK"));
-            }
-            self.known.borrow_mut().clear();
-            self.spellings.borrow_mut().clear();
-        }
         self.committed = committed;
         result
+    }
+
+    /// Roll the open transaction back and forget the tables known in it
+    /// (they may have been made in it).
+    fn roll_back(&self, c: &Client) {
+        let _ = self.rt.block_on(c.batch_execute("ROLLBACK"));
+        self.known.borrow_mut().clear();
+        self.spellings.borrow_mut().clear();
     }
 
     fn apply_stream_in(
@@ -376,10 +377,8 @@ impl BatchHooks for Batches<'_> {
     }
 
     fn rollback(&mut self) {
-        let _ = self.target.rt.block_on(self.c.batch_execute("ROLLBACK"));
+        self.target.roll_back(self.c);
         self.ops.clear();
-        self.target.known.borrow_mut().clear();
-        self.target.spellings.borrow_mut().clear();
         drop(self.busy.take());
     }
 }
@@ -484,8 +483,8 @@ impl SnapshotHooks for Load<'_> {
         Ok(())
     }
 
-    /// The driver's caller (`run_apply`) rolls the transaction back.
     fn rollback(&mut self) {
         self.copy = None;
+        self.target.roll_back(self.c);
     }
 }
