@@ -4,6 +4,14 @@
 use super::*;
 use std::process::ExitCode;
 
+/// The definition of `tool`, one of the seven, as the binaries parse with it.
+fn tool_command(tool: &str) -> clap::Command {
+    args::commands()
+        .into_iter()
+        .find(|c| c.get_name() == tool)
+        .expect("one of the seven tools")
+}
+
 /// A tool's completion script for `shell`, as committed in `completions/`.
 ///
 /// clap_complete names a hyphenated binary's subcommand states two ways in
@@ -11,10 +19,7 @@ use std::process::ExitCode;
 /// `mooncdc__subcmd__capture__subcmd__status` in the case arms), so
 /// `mooncdc-capture status --<TAB>` offered nothing; one name is used.
 pub fn completion(shell: clap_complete::Shell, tool: &str) -> Vec<u8> {
-    let mut cmd = args::commands()
-        .into_iter()
-        .find(|c| c.get_name() == tool)
-        .expect("one of the seven tools");
+    let mut cmd = tool_command(tool);
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut cmd, tool, &mut out);
     if shell == clap_complete::Shell::Bash {
@@ -31,11 +36,7 @@ pub fn completion(shell: clap_complete::Shell, tool: &str) -> Vec<u8> {
 /// A tool's own man page (section 1), with EXAMPLES, ENVIRONMENT, EXIT
 /// STATUS and SEE ALSO after what the definitions give.
 pub fn man_page(tool: &str) -> Vec<u8> {
-    let mut cmd = args::commands()
-        .into_iter()
-        .find(|c| c.get_name() == tool)
-        .expect("one of the seven tools")
-        .disable_help_subcommand(true);
+    let mut cmd = tool_command(tool).disable_help_subcommand(true);
     cmd.build();
     render_man(cmd, args::man_sections(tool))
 }
@@ -44,11 +45,7 @@ pub fn man_page(tool: &str) -> Vec<u8> {
 /// SUBCOMMANDS section refers to), with EXAMPLES, EXIT STATUS and SEE ALSO
 /// as the tools' pages have them.
 pub fn sub_man_page(tool: &str, sub: &str) -> Vec<u8> {
-    let mut cmd = args::commands()
-        .into_iter()
-        .find(|c| c.get_name() == tool)
-        .expect("one of the seven tools")
-        .disable_help_subcommand(true);
+    let mut cmd = tool_command(tool).disable_help_subcommand(true);
     // Built, so the subcommand knows its parent's name (`mooncdc-capture init`).
     cmd.build();
     let sub_cmd = cmd
