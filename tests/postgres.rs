@@ -5570,3 +5570,36 @@ fn a_publication_that_leaves_actions_out_is_refused() {
     );
     assert!(r.stdout.is_empty(), "nothing written");
 }
+
+/// A multi-host URL none of whose servers suits its `target_session_attrs`
+/// fails at once, naming each host and what it said: a primary asked for a
+/// standby, and hosts that do not answer.
+#[test]
+fn multi_host_urls_name_each_host_when_none_suits() {
+    let db = pg::db("multihost");
+    let url = format!("{}?target_session_attrs=standby", db.url());
+    let r = run(CAPTURE, &["status", "--source", &url], None);
+    expect(&r, 1, "a primary asked for a standby");
+    assert!(
+        r.stderr.contains("no server of") && r.stderr.contains("is not standby"),
+        "{}",
+        r.stderr
+    );
+    let port = db.cluster.port;
+    let url = format!(
+        "postgres://{}:{}@127.0.0.1:1,127.0.0.1:{port}/{}?target_session_attrs=standby&connect_timeout=5",
+        pg::ROLE,
+        pg::url_encode(pg::PASSWORD),
+        db.dbname
+    );
+    let r = run(CAPTURE, &["status", "--source", &url], None);
+    expect(&r, 1, "one host down, the other a primary");
+    assert!(
+        r.stderr.contains("127.0.0.1:1: ")
+            && r.stderr
+                .contains(&format!("127.0.0.1:{port} is not standby")),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains(pg::PASSWORD_MARK), "{}", r.stderr);
+}

@@ -13,35 +13,68 @@ pub async fn connect_client(conn: &PgConn, role: &str) -> Result<Client> {
     if conn.hosts.len() <= 1 && conn.session_attrs == SessionAttrs::Any {
         return connect_one(conn, role).await;
     }
+    let found = first_suitable(
+        conn,
+        async |cand: &PgConn| connect_one(cand, role).await,
+        async |c: &mut Client| {
+            let row = c
+                .query_one(
+                    "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
+                    &[],
+                )
+                .await
+                .map_err(pg_err("cannot ask a server whether it is a standby"))?;
+            Ok((row.get(0), row.get(1)))
+        },
+        async |_: Client| {},
+        Error::full_message,
+    )
+    .await;
+    match found {
+        Ok(c) => Ok(c),
+        // One server that cannot be reached: its own error, as a single host.
+        Err(NoneSuited {
+            last: Some(e),
+            tried,
+        }) if conn.hosts.len() == 1 && tried.len() == 1 => Err(e),
+        Err(n) => Err(no_server(conn, &n.tried)),
+    }
+}
+
+/// Why no server of a multi-host string was taken: what each one said, and
+/// the last error met.
+pub(crate) struct NoneSuited<E> {
+    pub tried: Vec<String>,
+    pub last: Option<E>,
+}
+
+/// The first server of `conn` (its hosts in libpq's order, in `passes`)
+/// that `connect` reaches and that suits its `target_session_attrs`, as
+/// `probe` answers (in recovery, read-only by default); a server that does
+/// not suit is handed to `reject`, and one that fails, connecting or
+/// answering, is one more host tried (`describe` says its error).
+pub(crate) async fn first_suitable<C, E>(
+    conn: &PgConn,
+    mut connect: impl AsyncFnMut(&PgConn) -> std::result::Result<C, E>,
+    mut probe: impl AsyncFnMut(&mut C) -> std::result::Result<(bool, bool), E>,
+    mut reject: impl AsyncFnMut(C),
+    describe: impl Fn(&E) -> String,
+) -> std::result::Result<C, NoneSuited<E>> {
     let mut tried = Vec::new();
     let mut last = None;
     for attrs in passes(conn.session_attrs) {
         for cand in conn.candidates() {
-            match connect_one(&cand, role).await {
-                Ok(c) => {
-                    if attrs == SessionAttrs::Any {
-                        return Ok(c);
-                    }
-                    // A server that dies between the connect and the
-                    // question is one more host that did not suit.
-                    let row = match c
-                        .query_one(
-                            "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
-                            &[],
-                        )
-                        .await
-                        .map_err(pg_err("cannot ask a server whether it is a standby"))
-                    {
-                        Ok(row) => row,
-                        Err(e) => {
-                            tried.push(format!("{}:{}: {}", cand.host, cand.port, e.full_message()));
-                            last = Some(e);
-                            continue;
-                        }
-                    };
-                    if attrs.accepts(row.get(0), row.get(1)) {
-                        return Ok(c);
-                    }
+            let answered = match connect(&cand).await {
+                Ok(c) if attrs == SessionAttrs::Any => return Ok(c),
+                Ok(mut c) => probe(&mut c).await.map(|flags| (c, flags)),
+                Err(e) => Err(e),
+            };
+            match answered {
+                Ok((c, (in_recovery, read_only))) if attrs.accepts(in_recovery, read_only) => {
+                    return Ok(c)
+                }
+                Ok((c, _)) => {
+                    reject(c).await;
                     tried.push(format!(
                         "{}:{} is not {}",
                         cand.host,
@@ -50,19 +83,13 @@ pub async fn connect_client(conn: &PgConn, role: &str) -> Result<Client> {
                     ));
                 }
                 Err(e) => {
-                    tried.push(format!("{}:{}: {}", cand.host, cand.port, e.full_message()));
+                    tried.push(format!("{}:{}: {}", cand.host, cand.port, describe(&e)));
                     last = Some(e);
                 }
             }
         }
     }
-    // One server that cannot be reached: its own error, as a single host.
-    if conn.hosts.len() == 1 && tried.len() == 1 {
-        if let Some(e) = last {
-            return Err(e);
-        }
-    }
-    Err(no_server(conn, &tried))
+    Err(NoneSuited { tried, last })
 }
 
 /// The passes over the hosts: `prefer-standby` looks for a standby first.

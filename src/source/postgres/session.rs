@@ -12,64 +12,43 @@ pub(super) async fn repl_connect(
     if conn.hosts.len() <= 1 && conn.session_attrs == SessionAttrs::Any {
         return ReplClient::connect(conn, app).await;
     }
-    let mut tried = Vec::new();
-    let mut last = None;
-    for attrs in passes(conn.session_attrs) {
-        for cand in conn.candidates() {
-            match ReplClient::connect(&cand, app).await {
-                Ok(mut c) => {
-                    if attrs == SessionAttrs::Any {
-                        return Ok(c);
-                    }
-                    let rows = match c
-                        .simple_query("SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'")
-                        .await
-                    {
-                        Ok(rows) => rows,
-                        Err(e) => {
-                            tried.push(format!("{}:{}: {e}", cand.host, cand.port));
-                            last = Some(e);
-                            continue;
-                        }
-                    };
-                    let flag = |i: usize| {
-                        rows.first()
-                            .and_then(|r| r.get(i))
-                            .and_then(|v| v.as_deref())
-                            == Some(b"t".as_slice())
-                    };
-                    if attrs.accepts(flag(0), flag(1)) {
-                        return Ok(c);
-                    }
-                    c.close().await;
-                    tried.push(format!(
-                        "{}:{} is not {}",
-                        cand.host,
-                        cand.port,
-                        attrs.as_str()
-                    ));
-                }
-                Err(e) => {
-                    tried.push(format!("{}:{}: {e}", cand.host, cand.port));
-                    last = Some(e);
-                }
-            }
-        }
+    let found = first_suitable(
+        conn,
+        async |cand: &PgConn| ReplClient::connect(cand, app).await,
+        async |c: &mut ReplClient| {
+            let rows = c
+                .simple_query(
+                    "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
+                )
+                .await?;
+            let flag = |i: usize| {
+                rows.first()
+                    .and_then(|r| r.get(i))
+                    .and_then(|v| v.as_deref())
+                    == Some(b"t".as_slice())
+            };
+            Ok((flag(0), flag(1)))
+        },
+        async |c: ReplClient| c.close().await,
+        ReplError::to_string,
+    )
+    .await;
+    match found {
+        Ok(c) => Ok(c),
+        Err(NoneSuited {
+            last: Some(e),
+            tried,
+        }) if conn.hosts.len() == 1 && tried.len() == 1 => Err(e),
+        Err(n) => Err(ReplError::Io(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            format!(
+                "no server of {} took a {} replication session ({})",
+                conn.display(),
+                conn.session_attrs.as_str(),
+                n.tried.join("; ")
+            ),
+        ))),
     }
-    if conn.hosts.len() == 1 && tried.len() == 1 {
-        if let Some(e) = last {
-            return Err(e);
-        }
-    }
-    Err(ReplError::Io(std::io::Error::new(
-        std::io::ErrorKind::NotConnected,
-        format!(
-            "no server of {} took a {} replication session ({})",
-            conn.display(),
-            conn.session_attrs.as_str(),
-            tried.join("; ")
-        ),
-    )))
 }
 
 impl PgSource {
