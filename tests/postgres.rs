@@ -4963,6 +4963,29 @@ fn a_failover_slot_survives_the_primary_loss_and_the_standby_promotion() {
         "phys1",
         "sync_replication_slots = on\nhot_standby_feedback = on",
     );
+    // Without synchronized_standby_slots, init --failover says what is
+    // missing (a reader could get ahead of the standby).
+    let r = run(
+        CAPTURE,
+        &[
+            "init",
+            "--source",
+            &db.url(),
+            "--slot",
+            "s_unguarded",
+            "--table",
+            "public.a",
+            "--failover",
+        ],
+        None,
+    );
+    expect(&r, 0, "init --failover without synchronized_standby_slots");
+    assert!(
+        r.stderr.contains("synchronized_standby_slots is not set"),
+        "{}",
+        r.stderr
+    );
+    s.exec("SELECT pg_drop_replication_slot('s_unguarded')");
     // Set after the base backup: the promoted standby has no phys1 to wait for.
     primary.admin("ALTER SYSTEM SET synchronized_standby_slots = 'phys1'");
     primary.admin("SELECT pg_reload_conf()");
