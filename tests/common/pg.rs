@@ -327,38 +327,31 @@ impl Cluster {
     /// `pg_ctl restart -m MODE` (`immediate`: a crash and recovery), waiting
     /// until the server accepts connections again.
     pub fn restart(&self, mode: &str) {
-        let ok = self
-            .server_cmd("pg_ctl")
-            .arg("-D")
-            .arg(self.data())
-            .arg("-l")
-            .arg(self.dir.join("server.log"))
-            .args(["-m", mode, "-w", "-t", "60", "restart"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("run pg_ctl restart")
-            .success();
-        assert!(ok, "pg_ctl restart -m {mode} failed:\n{}", self.log());
+        let log = self.dir.join("server.log");
+        let log = log.to_str().unwrap();
+        self.pg_ctl(&["-l", log, "-m", mode, "-w", "-t", "60", "restart"]);
     }
 
     /// `pg_ctl start` after a stop, waiting until it accepts connections.
     pub fn start_again(&self) {
+        let log = self.dir.join("server.log");
+        self.pg_ctl(&["-l", log.to_str().unwrap(), "-w", "-t", "60", "start"]);
+    }
+
+    /// `pg_ctl -D DATA ARGS…`, quiet; it must succeed (the log on failure).
+    fn pg_ctl(&self, args: &[&str]) {
         let ok = self
             .server_cmd("pg_ctl")
             .arg("-D")
             .arg(self.data())
-            .arg("-l")
-            .arg(self.dir.join("server.log"))
-            .args(["-w", "-t", "60", "start"])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .expect("run pg_ctl start")
+            .expect("run pg_ctl")
             .success();
-        assert!(ok, "pg_ctl start failed:\n{}", self.log());
+        assert!(ok, "pg_ctl {} failed:\n{}", args.join(" "), self.log());
     }
 
     /// `pg_ctl stop -m fast`, waiting at most `timeout`; whether the server stopped.
@@ -446,34 +439,12 @@ impl Cluster {
 
     /// `pg_ctl promote`, waiting until the server takes writes.
     pub fn promote(&self) {
-        let ok = self
-            .server_cmd("pg_ctl")
-            .arg("-D")
-            .arg(self.data())
-            .args(["-w", "-t", "60", "promote"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("run pg_ctl promote")
-            .success();
-        assert!(ok, "pg_ctl promote failed:\n{}", self.log());
+        self.pg_ctl(&["-w", "-t", "60", "promote"]);
     }
 
     /// `pg_ctl stop -m immediate`: the server is gone at once, as in a crash.
     pub fn stop_immediate(&self) {
-        let ok = self
-            .server_cmd("pg_ctl")
-            .arg("-D")
-            .arg(self.data())
-            .args(["-m", "immediate", "-w", "stop"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("run pg_ctl stop")
-            .success();
-        assert!(ok, "pg_ctl stop -m immediate failed:\n{}", self.log());
+        self.pg_ctl(&["-m", "immediate", "-w", "stop"]);
     }
 
     /// A new database `t_<name>` owned by [`ROLE`].
