@@ -24,7 +24,7 @@ function __fish_mooncdc_apply_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l target -d 'The target database URL (sqlite:PATH or clickhouse://user@host:8123/db)' -r
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l target -d 'The target URL: sqlite:PATH, postgres://…, clickhouse://user@host:8123/db, or dir:PATH (an archive of batch files)' -r
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l engine -d 'Table engine (ClickHouse targets; also engine= in the URL) [default: replacing]' -r -f -a "replacing\t'Current state (ReplacingMergeTree)'
 history\t'Append-only change history (MergeTree)'"
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -l on-conflict -d 'What to do when a stored row contradicts an event\'s image' -r -f -a "error\t'Refuse the batch: the target diverges from the source'

@@ -7,8 +7,10 @@
 //! | `sqlite:PATH` (relative or absolute; `sqlite://PATH` too) | a SQLite database file |
 //! | `postgres://…`, `postgresql://…`, or a libpq `key=value` string | PostgreSQL ([`PgConn`]) |
 //! | `clickhouse://…` (HTTP), `clickhouses://…` (HTTPS) | ClickHouse ([`ChConfig`]) |
+//! | `dir:PATH` | an archive of batch files ([`DirConfig`]), a target only |
 
 use crate::destination::clickhouse::{ChConfig, ClickHouse, Engine};
+use crate::destination::dir::{DirConfig, DirTarget};
 use crate::destination::sqlite::{read_cursor, SqliteTarget};
 use crate::destination::{AuditedTarget, Target, TargetOptions};
 use crate::error::{Error, Result};
@@ -24,6 +26,7 @@ pub enum Endpoint {
     Sqlite(PathBuf),
     Postgres(Box<PgConn>),
     ClickHouse(Box<ChConfig>),
+    Dir(Box<DirConfig>),
 }
 
 /// The names a PostgreSQL source uses beside its URL.
@@ -60,6 +63,9 @@ pub fn parse(url: &str) -> Result<Endpoint> {
     if url.starts_with("clickhouse://") || url.starts_with("clickhouses://") {
         return Ok(Endpoint::ClickHouse(Box::new(ChConfig::parse(url)?)));
     }
+    if let Some(p) = url.strip_prefix("dir:") {
+        return Ok(Endpoint::Dir(Box::new(DirConfig::parse(p)?)));
+    }
     // Only the scheme is echoed: the rest may hold a password that a
     // character it does not escape keeps `redact` from finding.
     let scheme = match url.find("://") {
@@ -76,7 +82,7 @@ pub fn parse(url: &str) -> Result<Endpoint> {
         },
     };
     Err(Error::usage(format!(
-        "unknown kind of database URL{scheme} (expected sqlite:PATH, postgres://… or clickhouse://…)"
+        "unknown kind of database URL{scheme} (expected sqlite:PATH, postgres://…, clickhouse://… or dir:PATH)"
     )))
 }
 
@@ -87,6 +93,7 @@ impl Endpoint {
             Endpoint::Sqlite(p) => format!("sqlite:{}", p.display()),
             Endpoint::Postgres(c) => c.display(),
             Endpoint::ClickHouse(c) => format!("{c:?}"),
+            Endpoint::Dir(c) => c.display(),
         }
     }
 
@@ -103,6 +110,11 @@ impl Endpoint {
                 pg.publication.as_deref(),
             )?)),
             Endpoint::ClickHouse(_) => Err(Error::usage("ClickHouse is a target, not a source")),
+            Endpoint::Dir(c) => Err(Error::usage(format!(
+                "{} is an archive, a target: read its files with mooncdc-merge {}/*.jsonl",
+                c.display(),
+                c.path.display()
+            ))),
         }
     }
 
@@ -152,6 +164,7 @@ impl Endpoint {
             Endpoint::Postgres(c) => Ok(Box::new(
                 crate::destination::postgres::PgTarget::open((**c).clone())?.with_options(options),
             )),
+            Endpoint::Dir(c) => Ok(Box::new(DirTarget::new((**c).clone()))),
         }
     }
 
@@ -174,6 +187,11 @@ impl Endpoint {
             Endpoint::Postgres(c) => Ok(Box::new(crate::destination::postgres::PgTarget::open(
                 (**c).clone(),
             )?)),
+            Endpoint::Dir(c) => Err(Error::usage(format!(
+                "{} is an archive of batch files and cannot be audited: replay it into a database and audit that (mooncdc-merge {}/*.jsonl | mooncdc-apply --target sqlite:check.db)",
+                c.display(),
+                c.path.display()
+            ))),
         }
     }
 

@@ -1,12 +1,15 @@
 //! The Target contract (`mooncdc::destination::Target`, docs/TOOLS.md (apply)), run
 //! case by case against every target through the trait: the in-memory
-//! double, a SQLite projection and a ClickHouse database (a throwaway
-//! server). A new target passes these before anything else.
+//! double, a SQLite projection, a PostgreSQL and a ClickHouse database
+//! (throwaway servers), and an archive of batch files (`dir:`), whose rows
+//! are what replaying its files gives. A new target passes these before
+//! anything else.
 
 mod common;
 
 use common::{ch, del, ins, kv_schema, row, trunc, upd, Spec};
 use mooncdc::destination::clickhouse::{ClickHouse, Engine};
+use mooncdc::destination::dir::{DirConfig, DirTarget};
 use mooncdc::destination::memory::MemoryTarget;
 use mooncdc::destination::postgres::PgTarget;
 use mooncdc::destination::sqlite::SqliteTarget;
@@ -25,7 +28,86 @@ struct Kind {
     name: &'static str,
     /// Whether the target refuses events whose images contradict its rows.
     checks_images: bool,
+    /// An archive keeps what the stream says: a change no database can
+    /// follow (a key changed, a header that does not say how a table
+    /// changed) is refused when its files are replayed, not when written.
+    archive: bool,
     make: Make,
+}
+
+/// An archive read back as the contract reads a target: its files, in the
+/// order of their names' intervals, replayed into the in-memory double.
+struct Archive {
+    t: DirTarget,
+    path: std::path::PathBuf,
+}
+
+impl Archive {
+    fn replayed(&self) -> mooncdc::Result<MemoryTarget> {
+        let mut files: Vec<(u128, u128, std::path::PathBuf)> = std::fs::read_dir(&self.path)
+            .map(|d| d.map(|e| e.unwrap().path()).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|p| {
+                let n = p.file_name()?.to_str()?.strip_prefix("batch-")?;
+                let (s, e) = n.strip_suffix(".jsonl")?.split_once('-')?;
+                Some((s.parse().ok()?, e.parse().ok()?, p))
+            })
+            .collect();
+        files.sort();
+        let mut m = MemoryTarget::default();
+        for (_, _, p) in files {
+            // Through the tools' input, which checks each file's sidecar.
+            match mooncdc::cli::open_input(Some(&p), Limits::default())? {
+                mooncdc::cli::Input::Batches(mut r) => {
+                    m.apply_stream(&mut r, &mut |_| {})?;
+                }
+                mooncdc::cli::Input::Snapshot(_) => panic!("{}: a snapshot", p.display()),
+            }
+        }
+        Ok(m)
+    }
+}
+
+impl Target for Archive {
+    fn cursor(&self) -> mooncdc::Result<Option<mooncdc::wire::Cursor>> {
+        self.t.cursor()
+    }
+    fn apply_stream(
+        &mut self,
+        input: &mut BatchStreamReader<DynRead>,
+        progress: &mut dyn FnMut(&mooncdc::destination::ApplyStats),
+    ) -> mooncdc::Result<mooncdc::destination::ApplyStats> {
+        self.t.apply_stream(input, progress)
+    }
+    fn apply_snapshot(
+        &mut self,
+        input: &mut SnapshotReader<DynRead>,
+        progress: &mut dyn FnMut(&mooncdc::destination::ApplyStats),
+    ) -> mooncdc::Result<mooncdc::destination::ApplyStats> {
+        self.t.apply_snapshot(input, progress)
+    }
+    fn committed(&self) -> mooncdc::destination::ApplyStats {
+        self.t.committed()
+    }
+}
+
+impl AuditedTarget for Archive {
+    fn table_shape(
+        &self,
+        schema: &Schema,
+        kind: SourceKind,
+    ) -> mooncdc::Result<Option<mooncdc::destination::StoredShape>> {
+        self.replayed()?.table_shape(schema, kind)
+    }
+    fn with_rows(
+        &self,
+        schema: &Schema,
+        kind: SourceKind,
+        f: &mut dyn FnMut(&mut mooncdc::destination::PullRow<'_>) -> mooncdc::Result<()>,
+    ) -> mooncdc::Result<()> {
+        self.replayed()?.with_rows(schema, kind, f)
+    }
 }
 
 fn kinds() -> Vec<Kind> {
@@ -33,6 +115,7 @@ fn kinds() -> Vec<Kind> {
         Kind {
             name: "memory",
             checks_images: true,
+            archive: false,
             make: Box::new(|_, _, o| {
                 Box::new(MemoryTarget {
                     options: o,
@@ -43,6 +126,7 @@ fn kinds() -> Vec<Kind> {
         Kind {
             name: "sqlite",
             checks_images: true,
+            archive: false,
             make: Box::new(|dir, case, o| {
                 Box::new(
                     SqliteTarget::open(&dir.join(format!("{case}.db")))
@@ -54,6 +138,7 @@ fn kinds() -> Vec<Kind> {
         Kind {
             name: "postgres",
             checks_images: true,
+            archive: false,
             make: Box::new(|_, case, o| {
                 let db = common::pg::db(&format!("contract_{case}"));
                 let Endpoint::Postgres(c) = endpoint::parse(&db.url()).unwrap() else {
@@ -65,6 +150,7 @@ fn kinds() -> Vec<Kind> {
         Kind {
             name: "clickhouse",
             checks_images: false,
+            archive: false,
             make: Box::new(|_, case, o| {
                 let db = ch::db(&format!("contract_{case}"));
                 let Endpoint::ClickHouse(c) = endpoint::parse(&db.url()).unwrap() else {
@@ -75,6 +161,19 @@ fn kinds() -> Vec<Kind> {
                         .unwrap()
                         .with_options(o),
                 )
+            }),
+        },
+        Kind {
+            name: "dir",
+            checks_images: false,
+            archive: true,
+            make: Box::new(|dir, case, _| {
+                let path = dir.join(format!("{case}.archive"));
+                let url = path.to_str().unwrap();
+                Box::new(Archive {
+                    t: DirTarget::new(DirConfig::parse(url).unwrap()),
+                    path,
+                })
             }),
         },
     ]
@@ -215,6 +314,13 @@ fn the_target_contract_holds_for_every_target() {
         // Image checks, where the target makes them.
         let bad = batch(10, 12, vec![upd(12, "t", row(1, "not A"), row(1, "B"))]);
         match (apply(t, &bad.jsonl()), k.checks_images) {
+            (Ok(_), false) if k.archive => {
+                // Kept as it came; replaying the archive refuses it.
+                assert_eq!(seq(t), Some(12));
+                let e = t.with_rows(&kv(), SourceKind::Sqlite, &mut |_| Ok(()));
+                let e = e.unwrap_err().to_string();
+                assert!(e.contains("before image differs"), "{e}");
+            }
             (Err(e), true) => {
                 assert_eq!(e.kind(), mooncdc::ErrorKind::State, "{}: {e}", k.name);
                 assert_eq!(seq(t), Some(10));
@@ -229,7 +335,13 @@ fn the_target_contract_holds_for_every_target() {
         let e = t
             .apply_snapshot(&mut snapshot(&snap), &mut |_| {})
             .expect_err("snapshot into a target with a cursor");
-        assert_eq!(e.kind(), mooncdc::ErrorKind::State, "{}", k.name);
+        // An archive takes no snapshot at all (a data error: the input).
+        let want = if k.archive {
+            mooncdc::ErrorKind::Data
+        } else {
+            mooncdc::ErrorKind::State
+        };
+        assert_eq!(e.kind(), want, "{}: {e}", k.name);
     }
 }
 
@@ -253,6 +365,15 @@ fn snapshots_load_by_the_contract_for_every_target() {
     for k in kinds() {
         let mut t = (k.make)(dir.path(), "snap", TargetOptions::default());
         let t = &mut *t;
+        if k.archive {
+            // Refused, the way on named, nothing made.
+            let e = t
+                .apply_snapshot(&mut snapshot(&snap), &mut |_| {})
+                .unwrap_err();
+            assert!(e.to_string().contains("not snapshots"), "{e}");
+            assert_eq!(seq(t), None);
+            continue;
+        }
         let s = t.apply_snapshot(&mut snapshot(&snap), &mut |_| {}).unwrap();
         assert_eq!((s.batches, s.applied), (1, 2), "{}", k.name);
         assert_eq!(seq(t), Some(5), "{}", k.name);
@@ -470,6 +591,18 @@ fn schema_changes_in_the_stream_for_every_target() {
         let b5 = Spec::new(at, at + 1)
             .schemas(vec![cur.clone()])
             .events(vec![before, ins(at + 1, "t", row(6, "f"))]);
+        if k.archive {
+            // Kept as it came; replaying the archive refuses it.
+            apply(t, &b5.jsonl()).unwrap();
+            assert_eq!(seq(t), Some(at + 1));
+            let e = t.with_rows(
+                &serde_json::from_value(cur).unwrap(),
+                SourceKind::Sqlite,
+                &mut |_| Ok(()),
+            );
+            assert!(e.unwrap_err().to_string().contains("key"), "{}", k.name);
+            continue;
+        }
         let e = apply(t, &b5.jsonl()).expect_err("key change");
         assert!(e.to_string().contains("key"), "{}: {e}", k.name);
         assert_eq!(seq(t), Some(at), "{}", k.name);
@@ -564,6 +697,21 @@ fn header_drops_and_adds_are_carried_for_every_target() {
         apply(t, &b3.jsonl()).unwrap_or_else(|e| panic!("{}: pure add: {e}", k.name));
         expect_rows_as(&k, t, &s3, after_b3.clone());
         assert_eq!(seq(t), Some(4), "{}", k.name);
+        if k.archive {
+            // Kept as it came; replaying the archive refuses it.
+            let b = Spec::new(4, 5)
+                .schemas(vec![renamed.clone()])
+                .events(vec![]);
+            apply(t, &b.jsonl()).unwrap();
+            let e = t.with_rows(
+                &serde_json::from_value(s3.clone()).unwrap(),
+                SourceKind::Sqlite,
+                &mut |_| Ok(()),
+            );
+            let e = e.unwrap_err().to_string();
+            assert!(e.contains("does not say how one became the other"), "{e}");
+            continue;
+        }
         for bad in [&renamed, &moved, &key_dropped] {
             let b = Spec::new(4, 5).schemas(vec![bad.clone()]).events(vec![]);
             let e = apply(t, &b.jsonl()).expect_err("ambiguous");

@@ -449,7 +449,7 @@ streams, JSONL or JSON (detected). Exit status: 0 success, 1 bad data or failed 
 pub struct ApplyArgs {
     #[command(subcommand)]
     pub command: Option<ApplyCommand>,
-    /// The target database URL (sqlite:PATH or clickhouse://user@host:8123/db)
+    /// The target URL: sqlite:PATH, postgres://…, clickhouse://user@host:8123/db, or dir:PATH (an archive of batch files)
     #[arg(long, value_name = "URL")]
     pub target: Option<String>,
     /// Table engine (ClickHouse targets; also engine= in the URL) [default: replacing]

@@ -25,9 +25,14 @@ pub fn input_name(path: Option<&Path>) -> String {
 pub fn open_input(path: Option<&Path>, limits: Limits) -> Result<Input> {
     let name = input_name(path);
     let raw: Box<dyn std::io::Read + Send> = match path {
-        Some(p) if p != Path::new("-") => Box::new(
-            std::fs::File::open(p).map_err(|e| Error::io("cannot open input", e).in_file(&name))?,
-        ),
+        Some(p) if p != Path::new("-") => {
+            let mut f = std::fs::File::open(p)
+                .map_err(|e| Error::io("cannot open input", e).in_file(&name))?;
+            // A file with a SHA-256 sidecar (an archive's) is read only
+            // when it is what was written (docs/TOOLS.md, "Archives").
+            crate::destination::dir::sidecar::check(p, &mut f)?;
+            Box::new(f)
+        }
         _ => Box::new(std::io::stdin()),
     };
     let (format, reader) =

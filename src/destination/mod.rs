@@ -4,6 +4,7 @@
 //! ([`BatchGate`], [`HeaderShape`], [`ExistingRows`]).
 
 pub mod clickhouse;
+pub mod dir;
 mod driver;
 pub mod memory;
 pub mod postgres;
