@@ -112,11 +112,23 @@ fn write_some(db: &Dbs, from: i64, n: i64) {
 /// twice: merge refuses an overlap, the audit a missing change).
 #[test]
 fn an_archive_resumes_exactly_once_and_replays_to_the_source() {
+    resumes_exactly_once("");
+}
+
+/// The same with batches grouped into files by size and age: a kill loses
+/// the batches waiting in the open file from the archive, never from the
+/// stream (they are read again).
+#[test]
+fn a_grouped_archive_resumes_exactly_once_and_replays_to_the_source() {
+    resumes_exactly_once("?max-bytes=20000&max-age=0.2");
+}
+
+fn resumes_exactly_once(options: &str) {
     let db = Dbs::new();
     db.src_sql("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT, r REAL, b BLOB)");
     db.init(&[]);
     let dir = db.path("archive");
-    let url = format!("dir:{}", dir.display());
+    let url = format!("dir:{}{options}", dir.display());
     // A new archive holds no cursor, and asking makes nothing.
     assert_eq!(archive_cursor(&url), None);
     assert!(!dir.exists(), "apply cursor made the folder");
@@ -434,31 +446,124 @@ fn batches_are_grouped_into_files_by_size_and_age() {
         [(0, 2)]
     );
     assert!(apply.try_wait().unwrap().is_none(), "apply ended");
-    // One more, then a stop before its age: it is written, exit 0.
-    w.write_all(batch(2).jsonl().as_bytes()).unwrap();
+    drop(w);
+    let out = apply.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_whole(&by_age);
+}
+
+/// A SIGTERM while grouped batches wait for their file (the input quiet,
+/// the file far from its size and age): they are written, exit 0.
+#[test]
+fn a_stop_writes_the_batches_waiting_for_their_file() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let schemas = vec![kv_schema("t")];
+    let arch = dir.path().join("a");
+    let url = format!("dir:{}?max-age=600", arch.display());
+    let mut apply = Command::new(bin(APPLY))
+        .args(["--target", &url, "-v"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut w = apply.stdin.take().unwrap();
+    for s in 0..3u128 {
+        let b = Spec::new(s, s + 1)
+            .schemas(schemas.clone())
+            .events(vec![ins(s + 1, "t", row(s as i64, "x"))]);
+        w.write_all(b.jsonl().as_bytes()).unwrap();
+    }
     w.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    // Wait until the third batch is committed (it waits in the open file).
+    let mut err = std::io::BufReader::new(apply.stderr.take().unwrap());
+    let mut seen = 0;
+    let mut line = String::new();
+    while seen < 3 {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "apply ended");
+        seen += line.contains("batch committed") as usize;
+    }
+    assert!(files(&arch).is_empty(), "a file before its size or age");
     let st = Command::new("kill")
         .args(["-TERM", &apply.id().to_string()])
         .status()
         .unwrap();
     assert!(st.success());
-    let out = apply.wait_with_output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let status = apply.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
     drop(w);
     assert_eq!(
-        files(&by_age)
-            .iter()
-            .map(|f| (f.0, f.1))
-            .collect::<Vec<_>>(),
-        [(0, 2), (2, 3)]
+        files(&arch).iter().map(|f| (f.0, f.1)).collect::<Vec<_>>(),
+        [(0, 3)]
     );
-    assert_whole(&by_age);
+    assert_whole(&arch);
+}
+
+/// Grouped batches, then one refused or cut short in the same input: the
+/// batches before it are written whole (the refused one cut out of their
+/// file), the cursor is their end, and replaying gives their rows. A batch
+/// the archive holds whole (one that ends at its cursor) changes nothing.
+#[test]
+fn a_failed_batch_leaves_the_grouped_batches_before_it_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let schemas = vec![kv_schema("t")];
+    let b = |s: u128, e: u128| {
+        Spec::new(s, e).schemas(schemas.clone()).events(
+            (s + 1..=e)
+                .map(|i| ins(i, "t", row(i as i64, "x")))
+                .collect(),
+        )
+    };
+    let good: String = [b(0, 1), b(1, 2), b(2, 2), b(2, 3)]
+        .iter()
+        .map(|b| b.jsonl())
+        .collect();
+    let cut = format!("{}{}", b(3, 5).header_line(), b(3, 5).event_lines());
+    for (case, tail, word) in [
+        ("cut", cut, "commit"),
+        ("gap", b(4, 5).jsonl(), "gap"),
+        ("compacted", b(2, 5).compacted(true).jsonl(), "compacted"),
+    ] {
+        let arch = dir.path().join(case);
+        let url = format!("dir:{}?max-bytes=100000&max-age=600", arch.display());
+        // Two inputs: the second is a stream of its own, checked against
+        // the archive's cursor (in one stream, the reader refuses a gap).
+        let (g, t) = (dir.path().join("good.jsonl"), dir.path().join("tail.jsonl"));
+        std::fs::write(&g, &good).unwrap();
+        std::fs::write(&t, &tail).unwrap();
+        let (g, t) = (g.to_str().unwrap(), t.to_str().unwrap());
+        // A batch cut short fails inside the first input, with the good
+        // batches waiting in the open file.
+        let r = if case == "cut" {
+            let input = format!("{good}{tail}");
+            exec(APPLY, &["--target", &url], Some(input.as_bytes()))
+        } else {
+            exec(APPLY, &["--target", &url, g, t], None)
+        };
+        expect(&r, 1, case);
+        assert!(r.stderr.contains(word), "{case}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("4 batches, 3 events applied"),
+            "{case}: {}",
+            r.stderr
+        );
+        assert_eq!(
+            files(&arch).iter().map(|f| (f.0, f.1)).collect::<Vec<_>>(),
+            [(0, 3)],
+            "{case}"
+        );
+        assert_whole(&arch);
+        assert!(archive_cursor(&url).unwrap().contains("\"3\""));
+        let p = dir.path().join(format!("{case}.db"));
+        let r = replay(&arch, &format!("sqlite:{}", p.display()));
+        expect(&r, 0, "replay");
+        let n: i64 = rusqlite::Connection::open(&p)
+            .unwrap()
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 3, "{case}");
+    }
 }
 
 /// An archive `mooncdc-split --output-dir` made is one the archive target

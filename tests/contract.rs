@@ -176,6 +176,21 @@ fn kinds() -> Vec<Kind> {
                 })
             }),
         },
+        // Batches grouped into files: every case's batches wait in one
+        // file until the input ends (or fails).
+        Kind {
+            name: "dir (grouped)",
+            checks_images: false,
+            archive: true,
+            make: Box::new(|dir, case, _| {
+                let path = dir.join(format!("{case}.grouped"));
+                let url = format!("{}?max-bytes=1000000&max-age=600", path.display());
+                Box::new(Archive {
+                    t: DirTarget::new(DirConfig::parse(&url).unwrap()),
+                    path,
+                })
+            }),
+        },
     ]
 }
 

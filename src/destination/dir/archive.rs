@@ -126,7 +126,8 @@ pub(super) fn schemas_at_end(f: &ArchiveFile) -> Result<Option<Vec<Schema>>> {
     let mut r = BatchStreamReader::jsonl(
         std::io::BufReader::with_capacity(1 << 16, file),
         name,
-        Limits::default(),
+        // Written here, under whatever line limit the apply had.
+        Limits::new(Some(u64::MAX), None)?,
     );
     let mut schemas = None;
     while let Some(item) = r.next_item()? {

@@ -38,6 +38,16 @@ pub(super) struct Group {
     since: Option<Instant>,
     /// A batch is in progress (the flusher leaves the file alone).
     pub in_batch: bool,
+    /// The apply is between two batches, reading (only then may a stop
+    /// end the process from the flusher: not after a failure, whose error
+    /// the apply reports).
+    pub reading: bool,
+    /// Whole pieces waiting, and their events.
+    pieces: u64,
+    events: u64,
+    /// Pieces (and events) that were whole but never reached a file (a
+    /// close that failed): the apply's totals do not count them.
+    pub dropped: (u64, u64),
     /// The end of the archive's last file.
     pub held: Option<Cursor>,
     /// While whole pieces wait, a stop waits for them to be closed.
@@ -77,6 +87,10 @@ impl Group {
             written: 0,
             since: None,
             in_batch: false,
+            reading: false,
+            pieces: 0,
+            events: 0,
+            dropped: (0, 0),
             held,
             waiting: None,
             closed: false,
@@ -92,6 +106,8 @@ impl Group {
         self.dir.display().to_string()
     }
 
+    /// Write a line of the piece in progress. Its bytes count as written
+    /// before the write, so a write that fails part-way is cut back too.
     pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
         if self.file.is_none() {
             let tmp = tempfile::Builder::new()
@@ -107,18 +123,19 @@ impl Group {
             self.file = Some(BufWriter::with_capacity(1 << 16, tmp));
         }
         let name = self.name();
+        self.written += bytes.len() as u64;
         self.file
             .as_mut()
             .expect("opened above")
             .write_all(bytes)
-            .map_err(|e| Error::io("cannot write to the archive", e).in_file(&name))?;
-        self.written += bytes.len() as u64;
-        Ok(())
+            .map_err(|e| Error::io("cannot write to the archive", e).in_file(&name))
     }
 
-    /// The piece in progress is whole: it ends at `end`.
-    pub fn piece_done(&mut self, start: &Cursor, end: Cursor) {
+    /// The piece in progress is whole: it ends at `end`, with `events`.
+    pub fn piece_done(&mut self, start: &Cursor, end: Cursor, events: u64) {
         self.whole = self.written;
+        self.pieces += 1;
+        self.events += events;
         if self.start.is_none() {
             self.start = Some(start.clone());
             self.since = Some(Instant::now());
@@ -135,11 +152,13 @@ impl Group {
             return true;
         }
         let whole = self.whole;
-        let cut = self.file.take().and_then(|w| {
-            let (mut tmp, _) = w.into_parts();
-            let ok =
-                tmp.as_file().set_len(whole).is_ok() && tmp.seek(SeekFrom::Start(whole)).is_ok();
-            ok.then(|| BufWriter::with_capacity(1 << 16, tmp))
+        // What the buffer holds goes to the file first: the whole pieces
+        // may still be in it.
+        let cut = self.file.take().and_then(|mut w| {
+            let ok = w.flush().is_ok()
+                && w.get_ref().as_file().set_len(whole).is_ok()
+                && w.get_mut().seek(SeekFrom::Start(whole)).is_ok();
+            ok.then_some(w)
         });
         match cut {
             Some(w) => {
@@ -162,6 +181,10 @@ impl Group {
     }
 
     fn reset(&mut self) {
+        self.dropped.0 += self.pieces;
+        self.dropped.1 += self.events;
+        self.pieces = 0;
+        self.events = 0;
         self.file = None;
         self.start = None;
         self.end = None;
@@ -188,14 +211,18 @@ impl Group {
     pub fn close(&mut self) -> Result<()> {
         debug_assert!(self.written == self.whole, "only between batches");
         let (Some(start), Some(end)) = (self.start.clone(), self.end.clone()) else {
+            // An empty file (a batch rolled back) is deleted.
+            self.file = None;
             return Ok(());
         };
         let w = self.file.take().expect("whole pieces are in a file");
         let r = self.place(w, &start, &end);
-        self.reset();
         if r.is_ok() {
+            self.pieces = 0;
+            self.events = 0;
             self.held = Some(end);
         }
+        self.reset();
         r
     }
 
@@ -244,8 +271,9 @@ impl Group {
 }
 
 /// Close files that are due while the input is quiet (no batch comes to
-/// close them), and on a stop asked for between batches: write what waits,
-/// then exit as the stop handler would have.
+/// close them), and on a stop asked for while the apply waits for its next
+/// batch: write what waits, then exit 0 as the stop handler would have (it
+/// did not: the batches waiting hold it off).
 pub(super) fn flusher(shared: std::sync::Arc<Shared>) {
     let mut g = shared.lock();
     loop {
@@ -268,7 +296,7 @@ pub(super) fn flusher(shared: std::sync::Arc<Shared>) {
                 std::process::exit(1);
             }
         }
-        if stop {
+        if stop && g.reading {
             std::process::exit(0);
         }
     }

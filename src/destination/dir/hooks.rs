@@ -64,6 +64,7 @@ impl BatchHooks for DirTarget {
         let busy = crate::util::stop::Busy::new();
         let mut g = self.open()?.lock();
         g.in_batch = true;
+        g.reading = false;
         let held = g.cursor();
         drop(g);
         self.batch = Batch {
@@ -151,8 +152,14 @@ impl BatchHooks for DirTarget {
         self.write_line()?;
         let start = self.batch.start.clone().expect("set with the header");
         let mut g = self.shared().lock();
-        g.piece_done(&start, end.clone());
+        g.piece_done(&start, end.clone(), self.batch.count);
         let closed = if g.due() { g.close() } else { Ok(()) };
+        if closed.is_err() {
+            // This batch fails: the driver does not count it.
+            g.dropped.0 -= 1;
+            g.dropped.1 -= self.batch.count;
+        }
+        g.reading = closed.is_ok();
         drop(g);
         let at_end = self.batch.open.take();
         // What is in force at the cursor held now (unknown when the file
@@ -164,7 +171,11 @@ impl BatchHooks for DirTarget {
 
     fn rollback(&mut self) {
         if self.open.is_some() {
-            if !self.shared().lock().discard_piece() {
+            let mut g = self.shared().lock();
+            g.reading = false;
+            let cut = g.discard_piece();
+            drop(g);
+            if !cut {
                 // The batches waiting were dropped with the piece.
                 self.at_cursor = None;
             }

@@ -144,12 +144,22 @@ impl DirTarget {
         if self.open.is_none() {
             let dir = &self.config.path;
             let name = dir.display().to_string();
+            let made: Vec<PathBuf> = dir
+                .ancestors()
+                .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+                .map(PathBuf::from)
+                .collect();
             std::os::unix::fs::DirBuilderExt::mode(
                 std::fs::DirBuilder::new().recursive(true),
                 0o700,
             )
             .create(dir)
             .map_err(|e| Error::io("cannot create the archive folder", e).in_file(&name))?;
+            // The new folders' names are durable before a file is in them.
+            for d in &made {
+                let parent = d.parent().filter(|p| !p.as_os_str().is_empty());
+                crate::cli::sync_folder(parent.unwrap_or(std::path::Path::new(".")))?;
+            }
             let lock = std::os::unix::fs::OpenOptionsExt::mode(
                 std::fs::OpenOptions::new()
                     .create(true)
@@ -170,12 +180,17 @@ impl DirTarget {
                 }
                 Err(e) => return Err(Error::io("cannot lock the archive", e.into()).in_file(&name)),
             }
+            // A killed writer leaves temporary files, and at most one sidecar
+            // without its file: one that starts where the archive ends (a
+            // sidecar of a file moved away on purpose is left alone).
+            let last = archive::last_file(&self.config)?;
             for e in archive::entries(dir)? {
                 let n = e.file_name();
                 let n = n.to_string_lossy();
                 let stale = (n.starts_with(archive::HIDDEN) && n.ends_with(".tmp"))
                     || n.strip_suffix(".sha256").is_some_and(|data| {
-                        archive::interval(&self.config.prefix, data).is_some()
+                        archive::interval(&self.config.prefix, data)
+                            .is_some_and(|(start, _)| last.as_ref().is_none_or(|l| start >= l.end))
                             && !dir.join(data).exists()
                     });
                 if stale {
@@ -185,7 +200,7 @@ impl DirTarget {
                     })?;
                 }
             }
-            let held = match archive::last_file(&self.config)? {
+            let held = match last {
                 Some(f) => {
                     let mut file = archive::open(&f.path)?;
                     sidecar::check(&f.path, &mut file)?;
@@ -287,8 +302,14 @@ impl Target for DirTarget {
         let r = driver::apply_batches(self, input, stats, &mut committed, progress);
         // Whole batches waiting are written also when a later one failed.
         let closed = self.close_group();
-        if closed.is_err() {
-            committed.cursor = self.cursor()?;
+        if let Some(o) = &self.open {
+            let mut g = o.shared.lock();
+            g.reading = false;
+            // Batches that never reached a file are not committed.
+            let (batches, events) = std::mem::take(&mut g.dropped);
+            committed.batches = committed.batches.saturating_sub(batches);
+            committed.applied = committed.applied.saturating_sub(events);
+            committed.cursor = g.held.clone();
         }
         self.committed = committed;
         match (r, closed) {
