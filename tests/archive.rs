@@ -8,27 +8,13 @@ mod common;
 
 use common::sqlite::{bin, exec, expect, pipeline, shell_quote, Dbs, APPLY, AUDIT, CAPTURE};
 use common::{ins, kv_schema, row, Spec};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const MERGE: &str = "mooncdc-merge";
 
-/// The archive's batch files, by the start of their names' intervals.
-fn files(dir: &Path) -> Vec<(u128, u128, PathBuf)> {
-    let mut out: Vec<(u128, u128, PathBuf)> = std::fs::read_dir(dir)
-        .map(|d| d.map(|e| e.unwrap().path()).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|p| {
-            let n = p.file_name()?.to_str()?.strip_prefix("batch-")?;
-            let (s, e) = n.strip_suffix(".jsonl")?.split_once('-')?;
-            Some((s.parse().ok()?, e.parse().ok()?, p))
-        })
-        .collect();
-    out.sort();
-    out
-}
+use common::archive_files as files;
 
 /// Every file has a sidecar that `sha256sum -c` accepts, no temporary
 /// file is left, and the files cover one interval without gap or overlap.
@@ -56,6 +42,19 @@ fn assert_whole(dir: &Path) {
         let n = e.unwrap().file_name().to_string_lossy().into_owned();
         assert!(!n.ends_with(".tmp"), "a temporary file was left: {n}");
     }
+}
+
+/// `mooncdc-apply --target URL ARGS…` reading a pipe this test writes.
+fn spawn_apply(url: &str, args: &[&str]) -> (std::process::Child, std::process::ChildStdin) {
+    let mut child = Command::new(bin(APPLY))
+        .args(["--target", url])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let w = child.stdin.take().unwrap();
+    (child, w)
 }
 
 fn exec_sh(script: &str) -> common::Run {
@@ -357,17 +356,11 @@ fn an_archive_refuses_what_every_target_refuses() {
         expect(&r, 2, bad);
     }
 
-    // A second writer while one holds a folder (mid-batch on a pipe).
+    // A second writer while one holds a folder (waiting on its pipe).
     let held = dir.path().join("held");
     let held_url = format!("dir:{}", held.display());
-    let mut first = Command::new(bin(APPLY))
-        .args(["--target", &held_url, "-q"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut first, mut w) = spawn_apply(&held_url, &["-q"]);
     use std::io::Write;
-    let mut w = first.stdin.take().unwrap();
     w.write_all(batch(0, 1).jsonl().as_bytes()).unwrap();
     w.flush().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -422,14 +415,8 @@ fn batches_are_grouped_into_files_by_size_and_age() {
     // By age: two batches, then a quiet input.
     let by_age = dir.path().join("age");
     let url = format!("dir:{}?max-age=0.3", by_age.display());
-    let mut apply = Command::new(bin(APPLY))
-        .args(["--target", &url, "-q"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut apply, mut w) = spawn_apply(&url, &["-q"]);
     use std::io::Write;
-    let mut w = apply.stdin.take().unwrap();
     w.write_all(format!("{}{}", batch(0).jsonl(), batch(1).jsonl()).as_bytes())
         .unwrap();
     w.flush().unwrap();
@@ -461,13 +448,7 @@ fn a_stop_writes_the_batches_waiting_for_their_file() {
     let schemas = vec![kv_schema("t")];
     let arch = dir.path().join("a");
     let url = format!("dir:{}?max-age=600", arch.display());
-    let mut apply = Command::new(bin(APPLY))
-        .args(["--target", &url, "-v"])
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut w = apply.stdin.take().unwrap();
+    let (mut apply, mut w) = spawn_apply(&url, &["-v"]);
     for s in 0..3u128 {
         let b = Spec::new(s, s + 1)
             .schemas(schemas.clone())

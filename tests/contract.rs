@@ -44,19 +44,8 @@ struct Archive {
 
 impl Archive {
     fn replayed(&self) -> mooncdc::Result<MemoryTarget> {
-        let mut files: Vec<(u128, u128, std::path::PathBuf)> = std::fs::read_dir(&self.path)
-            .map(|d| d.map(|e| e.unwrap().path()).collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|p| {
-                let n = p.file_name()?.to_str()?.strip_prefix("batch-")?;
-                let (s, e) = n.strip_suffix(".jsonl")?.split_once('-')?;
-                Some((s.parse().ok()?, e.parse().ok()?, p))
-            })
-            .collect();
-        files.sort();
         let mut m = MemoryTarget::default();
-        for (_, _, p) in files {
+        for (_, _, p) in common::archive_files(&self.path) {
             // Through the tools' input, which checks each file's sidecar.
             match mooncdc::cli::open_input(Some(&p), Limits::default())? {
                 mooncdc::cli::Input::Batches(mut r) => {

@@ -1,8 +1,11 @@
 //! An in-memory projection: the target contract without a database. It is
 //! the contract double: the contract tests (`tests/contract.rs`) run the same
-//! cases against it and the real targets, and the property tests use it as
-//! the model of a target.
+//! cases against it and the real targets, through the same driver
+//! (`apply_stream`), and the property tests use its per-batch model
+//! ([`MemoryTarget::apply`], which checks the cursor rules itself) as the
+//! model of a target.
 
+use super::driver::{BatchHooks, SnapshotHooks};
 use super::{ApplyStats, AuditedTarget, ExistingRows, PullRow, StoredShape, Target, TargetOptions};
 use crate::error::{Error, Result};
 use crate::wire::batch::{shapes, TableShape};
@@ -10,10 +13,11 @@ use crate::wire::value::key_cmp;
 use crate::wire::value::{write_row, Value};
 use crate::wire::SourceKind;
 use crate::wire::{
-    Batch, BatchStreamReader, Cursor, DynRead, Item, Operation, Row, Schema, SnapItem,
-    SnapshotReader,
+    Batch, BatchStreamReader, Cursor, DynRead, Operation, Row, Schema, SnapshotReader,
 };
+use crate::wire::{Event, Header, SchemaChange};
 use std::collections::{BTreeMap, HashMap};
+use std::io::BufRead;
 
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct MemoryTarget {
@@ -203,6 +207,154 @@ impl MemoryTarget {
     }
 }
 
+/// The double's part of the driver's batch loop: what the driver hands it
+/// of a batch (the events it does not hold, with the schemas in force where
+/// they start) is gathered into a batch of its own, which the model,
+/// [`MemoryTarget::apply`], applies whole at the commit.
+struct Staged<'a> {
+    t: &'a mut MemoryTarget,
+    /// The cursor held at the batch's start.
+    held: Option<Cursor>,
+    piece: Option<Batch>,
+}
+
+impl BatchHooks for Staged<'_> {
+    fn begin(&mut self) -> Result<Option<Cursor>> {
+        self.held = self.t.cursor.clone();
+        self.piece = None;
+        Ok(self.held.clone())
+    }
+
+    fn header(&mut self, h: &Header) -> Result<()> {
+        let start = match &self.held {
+            Some(c) if c.sequence() > h.start.sequence() => c.clone(),
+            _ => h.start.clone(),
+        };
+        self.piece = Some(Batch {
+            end: start.clone(),
+            start,
+            high_water: h.high_water,
+            // Until `tables` says which are in force where the piece starts.
+            schemas: None,
+            compacted: h.compacted,
+            events: Vec::new(),
+            changes: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn tables(
+        &mut self,
+        in_force: &mut Vec<Schema>,
+        _kind: SourceKind,
+        _replay: bool,
+    ) -> Result<bool> {
+        self.piece.as_mut().expect("a header came").schemas = Some(in_force.clone());
+        Ok(true)
+    }
+
+    fn schema_change<R: BufRead>(
+        &mut self,
+        change: SchemaChange,
+        _kind: SourceKind,
+        _input: &mut BatchStreamReader<R>,
+    ) -> Result<()> {
+        let b = self.piece.as_mut().expect("a header came");
+        b.changes.push((b.events.len(), change));
+        Ok(())
+    }
+
+    fn event<R: BufRead>(&mut self, e: Event, _input: &mut BatchStreamReader<R>) -> Result<()> {
+        self.piece.as_mut().expect("a header came").events.push(e);
+        Ok(())
+    }
+
+    fn flush<R: BufRead>(&mut self, _input: &mut BatchStreamReader<R>) -> Result<()> {
+        Ok(())
+    }
+
+    fn commit(&mut self, end: Option<&Cursor>) -> Result<()> {
+        let mut b = self.piece.take().expect("a header came");
+        let Some(end) = end else {
+            return Ok(());
+        };
+        b.end = end.clone();
+        if b.schemas.is_none() {
+            // Every event held: the schemas the model holds are in force.
+            b.schemas = Some(self.t.schemas.values().cloned().collect());
+        }
+        self.t.apply(&b)
+    }
+
+    fn rollback(&mut self) {
+        self.piece = None;
+    }
+}
+
+/// The double's part of loading a snapshot: the rows go into a copy of
+/// its tables, which replaces them at the commit.
+struct StagedSnapshot<'a> {
+    t: &'a mut MemoryTarget,
+    next: BTreeMap<String, BTreeMap<Vec<u8>, Row>>,
+    shapes: HashMap<String, TableShape>,
+    schemas: Vec<Schema>,
+}
+
+impl SnapshotHooks for StagedSnapshot<'_> {
+    fn begin(&mut self) -> Result<Option<Cursor>> {
+        Ok(self.t.cursor.clone())
+    }
+
+    fn tables(&mut self, schemas: &[Schema], _kind: SourceKind) -> Result<()> {
+        for s in schemas {
+            let t = self.next.entry(s.table.clone()).or_default();
+            match self.t.options.existing_rows {
+                ExistingRows::Refuse if !t.is_empty() => {
+                    return Err(super::existing_rows_error(&s.table))
+                }
+                ExistingRows::Replace => t.clear(),
+                _ => {}
+            }
+        }
+        self.shapes = shapes(schemas)?;
+        self.schemas = schemas.to_vec();
+        Ok(())
+    }
+
+    fn row<R: BufRead>(
+        &mut self,
+        table: String,
+        row: Row,
+        _cursor: &Cursor,
+        _input: &mut SnapshotReader<R>,
+    ) -> Result<()> {
+        let k = encode_key(&self.shapes[&table], &row);
+        let t = self.next.entry(table).or_default();
+        if t.contains_key(&k) && self.t.options.on_conflict == super::OnConflict::Error {
+            return Err(Error::state(
+                "snapshot row of a key the target already holds",
+            ));
+        }
+        t.insert(k, row);
+        Ok(())
+    }
+
+    fn commit<R: BufRead>(
+        &mut self,
+        cursor: &Cursor,
+        _input: &mut SnapshotReader<R>,
+    ) -> Result<()> {
+        self.t.tables = std::mem::take(&mut self.next);
+        for s in self.schemas.drain(..) {
+            self.t.schemas.insert(s.table.clone(), s);
+        }
+        self.t.cursor = Some(cursor.clone());
+        Ok(())
+    }
+
+    fn rollback(&mut self) {}
+}
+
 impl Target for MemoryTarget {
     fn cursor(&self) -> Result<Option<Cursor>> {
         Ok(self.cursor.clone())
@@ -213,46 +365,19 @@ impl Target for MemoryTarget {
         input: &mut BatchStreamReader<DynRead>,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
-        let mut stats = ApplyStats {
+        let stats = ApplyStats {
             cursor: self.cursor.clone(),
             ..Default::default()
         };
-        self.committed = stats.clone();
-        let mut open: Option<Batch> = None;
-        while let Some(item) = input.next_item()? {
-            match item {
-                Item::Header(h) => {
-                    open = Some(Batch {
-                        start: h.start.clone(),
-                        end: h.start,
-                        high_water: h.high_water,
-                        schemas: h.schemas,
-                        compacted: h.compacted,
-                        events: Vec::new(),
-                        changes: Vec::new(),
-                    })
-                }
-                Item::Event(e) => open.as_mut().expect("validated stream").events.push(e),
-                Item::Schema(c) => {
-                    let b = open.as_mut().expect("validated stream");
-                    b.changes.push((b.events.len(), c));
-                }
-                Item::Commit(c) => {
-                    let mut b = open.take().expect("validated stream");
-                    b.end = c.end;
-                    let gate = super::BatchGate::open(self.cursor.as_ref(), &b.header())?;
-                    let n = b.events.iter().filter(|e| !gate.holds(e.sequence)).count() as u64;
-                    self.apply(&b)?;
-                    stats.batches += 1;
-                    stats.applied += n;
-                    stats.skipped += b.events.len() as u64 - n;
-                    stats.cursor = self.cursor.clone();
-                    self.committed = stats.clone();
-                    progress(&stats);
-                }
-            }
-        }
-        Ok(stats)
+        let mut committed = ApplyStats::default();
+        let mut hooks = Staged {
+            t: self,
+            held: None,
+            piece: None,
+        };
+        let r = super::driver::apply_batches(&mut hooks, input, stats, &mut committed, progress);
+        self.committed = committed;
+        r
     }
 
     fn apply_snapshot(
@@ -260,53 +385,16 @@ impl Target for MemoryTarget {
         input: &mut SnapshotReader<DynRead>,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
-        let mut stats = ApplyStats::default();
-        self.committed = stats.clone();
-        let mut next = self.tables.clone();
-        let mut shapes_now: HashMap<String, TableShape> = HashMap::new();
-        let mut cursor = None;
-        while let Some(item) = input.next_item()? {
-            match item {
-                SnapItem::Header { cursor: c, schemas } => {
-                    super::snapshot_allowed(self.cursor.as_ref())?;
-                    for s in &schemas {
-                        let t = next.entry(s.table.clone()).or_default();
-                        match self.options.existing_rows {
-                            ExistingRows::Refuse if !t.is_empty() => {
-                                return Err(super::existing_rows_error(&s.table))
-                            }
-                            ExistingRows::Replace => t.clear(),
-                            _ => {}
-                        }
-                    }
-                    shapes_now = shapes(&schemas)?;
-                    for s in schemas {
-                        self.schemas.insert(s.table.clone(), s);
-                    }
-                    cursor = Some(c);
-                }
-                SnapItem::Row { table, row } => {
-                    let k = encode_key(&shapes_now[&table], &row);
-                    let t = next.entry(table).or_default();
-                    if t.contains_key(&k) && self.options.on_conflict == super::OnConflict::Error {
-                        return Err(Error::state(
-                            "snapshot row of a key the target already holds",
-                        ));
-                    }
-                    t.insert(k, row);
-                    stats.applied += 1;
-                }
-                SnapItem::Commit { .. } => {
-                    self.tables = std::mem::take(&mut next);
-                    self.cursor = cursor.take();
-                    stats.batches += 1;
-                    stats.cursor = self.cursor.clone();
-                    self.committed = stats.clone();
-                    progress(&stats);
-                }
-            }
-        }
-        Ok(stats)
+        let mut committed = ApplyStats::default();
+        let mut hooks = StagedSnapshot {
+            next: self.tables.clone(),
+            t: self,
+            shapes: HashMap::new(),
+            schemas: Vec::new(),
+        };
+        let r = super::driver::apply_snapshot(&mut hooks, input, &mut committed, progress);
+        self.committed = committed;
+        r
     }
 
     fn committed(&self) -> ApplyStats {

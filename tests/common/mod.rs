@@ -820,3 +820,20 @@ pub fn sigterm_apply_in_header(
     );
     took
 }
+
+/// The batch files of an archive (`dir:` target), by the intervals their
+/// names give (`batch-<start>-<end>.jsonl`); none when the folder is missing.
+pub fn archive_files(dir: &Path) -> Vec<(u128, u128, PathBuf)> {
+    let mut out: Vec<(u128, u128, PathBuf)> = std::fs::read_dir(dir)
+        .map(|d| d.map(|e| e.unwrap().path()).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| {
+            let n = p.file_name()?.to_str()?.strip_prefix("batch-")?;
+            let (s, e) = n.strip_suffix(".jsonl")?.split_once('-')?;
+            Some((s.parse().ok()?, e.parse().ok()?, p))
+        })
+        .collect();
+    out.sort();
+    out
+}
