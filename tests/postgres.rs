@@ -5626,3 +5626,65 @@ fn multi_host_urls_name_each_host_when_none_suits() {
     );
     assert!(!r.stderr.contains(pg::PASSWORD_MARK), "{}", r.stderr);
 }
+
+/// A PostgreSQL follower archiving into `dir:` (grouped by age, so the idle
+/// batches of a quiet database do not make a file each), acknowledging what
+/// the archive holds; the archive replayed into a projection is the source.
+#[test]
+fn a_following_capture_archives_into_a_folder_that_replays_to_the_source() {
+    let src = Src::new("archive");
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int8 PRIMARY KEY, v text, b bytea)");
+    src.init(&["public.a"]);
+    let arch = src.dir.path().join("archive");
+    let url = format!("dir:{}?max-age=0.2", arch.display());
+    let mut args = src.source_args();
+    args.extend(["--follow".into(), "--ack-from-target".into(), url.clone()]);
+    let (capture, apply) = follow_pipeline(&args, &url);
+    for i in 0..50 {
+        s.exec(&format!(
+            "BEGIN; INSERT INTO a VALUES ({i}, 'v{i} \u{1F600}', '\\x00ff'); UPDATE a SET v = v || '!' WHERE id = {}; DELETE FROM a WHERE id = {}; COMMIT",
+            i / 2,
+            i - 7
+        ));
+    }
+    // The slot follows the archive's cursor once the last write is in a file.
+    let want = s.insert_lsn();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while src.confirmed() < want {
+        assert!(
+            Instant::now() < deadline,
+            "the slot never reached {} (confirmed {})",
+            lsn_text(want),
+            lsn_text(src.confirmed())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, err) = finish(capture, true);
+    assert!(!err.contains(PASSWORD_MARK));
+    let (_, err) = finish(apply, true);
+    assert!(!err.contains(PASSWORD_MARK), "{err}");
+    src.wait_slot_inactive();
+    let files = common::archive_files(&arch);
+    assert!(
+        !files.is_empty() && files.len() < 50,
+        "{} files",
+        files.len()
+    );
+    let merge = bin("mooncdc-merge");
+    let mut cmd = Command::new("bash");
+    cmd.arg("-c").arg(format!(
+        "set -o pipefail; {} {}/*.jsonl | {} --target {}",
+        shell_quote(&merge.display().to_string()),
+        shell_quote(&arch.display().to_string()),
+        shell_quote(&bin(APPLY).display().to_string()),
+        shell_quote(&src.proj_url())
+    ));
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    src.audit_equal();
+}
