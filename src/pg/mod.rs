@@ -76,9 +76,34 @@ pub fn select_in_key_order(
     from: &str,
     filter: Option<&str>,
 ) -> String {
+    let conds: Vec<String> = filter.map(|f| format!("({f})")).into_iter().collect();
+    select_in_key_order_where(s, classes, from, &conds)
+}
+
+/// [`select_in_key_order`] of the rows that meet every one of `conds`.
+pub fn select_in_key_order_where(
+    s: &Schema,
+    classes: &[Class],
+    from: &str,
+    conds: &[String],
+) -> String {
     let cols: Vec<String> = s.columns.iter().map(|c| quote_ident(&c.name)).collect();
-    let order: Vec<String> = s
-        .key
+    let filter = if conds.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conds.join(" AND "))
+    };
+    format!(
+        "SELECT {} FROM {from}{filter} ORDER BY {}",
+        cols.join(", "),
+        key_order(s, classes).join(", ")
+    )
+}
+
+/// The expressions a table's rows are ordered by, key column by key column
+/// (see [`select_in_key_order`]).
+pub fn key_order(s: &Schema, classes: &[Class]) -> Vec<String> {
+    s.key
         .iter()
         .map(|k| {
             let i = s
@@ -94,11 +119,5 @@ pub fn select_in_key_order(
                 _ => quote_ident(k),
             }
         })
-        .collect();
-    let filter = filter.map(|f| format!(" WHERE ({f})")).unwrap_or_default();
-    format!(
-        "SELECT {} FROM {from}{filter} ORDER BY {}",
-        cols.join(", "),
-        order.join(", ")
-    )
+        .collect()
 }

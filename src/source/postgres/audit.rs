@@ -79,7 +79,7 @@ impl AuditRows for AuditSource {
         let (schema, classes, read) = &self.tables[i];
         let mut rows = self
             .rt
-            .block_on(copy_table(&self.client, schema, classes, read))?;
+            .block_on(copy_table(&self.client, schema, classes, read, &[]))?;
         while let Some(r) = self.rt.block_on(rows.next())? {
             if !f(r)? {
                 break;

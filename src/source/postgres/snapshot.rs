@@ -105,13 +105,14 @@ impl PgSource {
             }
             let cursor = Cursor::new(id, sequence(consistent, 0));
             let mut w = SnapshotWriter::begin(out, json, &cursor, &schemas).map_err(io_out)?;
-            let jobs = jobs.clamp(1, schemas.len().max(1));
+            // One table may be read by several sessions (key ranges).
+            let jobs = jobs.max(1);
             let mut sessions = vec![reader];
             if jobs <= 1 {
                 for ((schema, cls), read) in schemas.iter().zip(&classes).zip(&reads) {
                     w.table(schema).map_err(io_out)?;
                     let before = w.count();
-                    let mut rows = copy_table(&sessions[0], schema, cls, read).await?;
+                    let mut rows = copy_table(&sessions[0], schema, cls, read, &[]).await?;
                     while let Some(row) = rows.next().await? {
                         w.row(&row).map_err(io_out)?;
                         if w.count() % 65536 == 0 {
@@ -121,23 +122,40 @@ impl PgSource {
                     progress.table_done(&schema.table, w.count() - before);
                 }
             } else {
-                // Each worker imports the same snapshot and copies its share of
-                // the tables into spools; the output then comes in table order.
-                for _ in 1..jobs {
+                // Each worker imports the same snapshot and copies units of
+                // work into spools, taking the next unit as it finishes one: a
+                // table, or a key range of a large table. The output then
+                // comes in table and key order, the same as with one job.
+                let mut units: Vec<(usize, Vec<String>)> = Vec::new();
+                for (i, p) in chosen.iter().enumerate() {
+                    let ranges = key_ranges(&c, &schemas[i], &classes[i], p, jobs).await;
+                    if ranges.len() > 1 {
+                        crate::log::info(&format!(
+                            "reading {} in {} key ranges at once",
+                            schemas[i].table,
+                            ranges.len()
+                        ));
+                    }
+                    units.extend(ranges.into_iter().map(|r| (i, r)));
+                }
+                for _ in 1..jobs.min(units.len()) {
                     sessions.push(self.import_snapshot(&snapshot_name).await?);
                 }
-                let work = sessions.iter().enumerate().map(|(k, sess)| {
-                    let mine: Vec<usize> = (k..schemas.len()).step_by(jobs).collect();
-                    let (schemas, classes, reads) = (&schemas, &classes, &reads);
+                let next = std::cell::Cell::new(0usize);
+                let work = sessions.iter().map(|sess| {
+                    let (schemas, classes, reads, units, next) = (&schemas, &classes, &reads, &units, &next);
                     async move {
                         let mut spools = Vec::new();
-                        for i in mine {
+                        loop {
+                            let u = next.get();
+                            let Some((i, range)) = units.get(u) else { break };
+                            next.set(u + 1);
                             let mut spool = crate::ops::spool::Spool::new(4 << 20)
                                 .holding(
-                                    "a table's rows copied by --jobs",
+                                    "a table's rows (or a key range's) copied by --jobs",
                                     "until every table has been copied (the output comes in table order)",
                                 );
-                            let mut rows = copy_table(sess, &schemas[i], &classes[i], &reads[i]).await?;
+                            let mut rows = copy_table(sess, &schemas[*i], &classes[*i], &reads[*i], range).await?;
                             let mut line = Vec::with_capacity(256);
                             while let Some(row) = rows.next().await? {
                                 line.clear();
@@ -145,7 +163,7 @@ impl PgSource {
                                 line.push(b'\n');
                                 spool.push(&line)?;
                             }
-                            spools.push((i, spool));
+                            spools.push((u, spool));
                         }
                         Ok::<_, Error>(spools)
                     }
@@ -155,10 +173,14 @@ impl PgSource {
                 for r in results {
                     all.extend(r?);
                 }
-                all.sort_by_key(|(i, _)| *i);
-                for (i, mut spool) in all {
-                    w.table(&schemas[i]).map_err(io_out)?;
-                    let before = w.count();
+                all.sort_by_key(|(u, _)| *u);
+                let mut before = 0;
+                for (u, mut spool) in all {
+                    let i = units[u].0;
+                    if u == 0 || units[u - 1].0 != i {
+                        w.table(&schemas[i]).map_err(io_out)?;
+                        before = w.count();
+                    }
                     let mut rd = spool.drain()?;
                     let mut line = Vec::new();
                     loop {
@@ -171,7 +193,9 @@ impl PgSource {
                             progress.count(w.count());
                         }
                     }
-                    progress.table_done(&schemas[i].table, w.count() - before);
+                    if units.get(u + 1).is_none_or(|n| n.0 != i) {
+                        progress.table_done(&schemas[i].table, w.count() - before);
+                    }
                 }
             }
             let count = w.finish().map_err(io_out)?;
@@ -185,14 +209,18 @@ impl PgSource {
     }
 }
 
-/// A table's rows in key order through COPY.
+/// A table's rows in key order through COPY (those that meet `range`'s
+/// conditions too: a key range of [`key_ranges`]).
 pub(super) async fn copy_table(
     c: &Client,
     schema: &Schema,
     classes: &[Class],
     read: &ReadAs,
+    range: &[String],
 ) -> Result<CopyRows> {
-    let sql = select_in_key_order(schema, classes, &read.from, read.filter.as_deref());
+    let mut conds: Vec<String> = read.filter.iter().map(|f| format!("({f})")).collect();
+    conds.extend(range.iter().cloned());
+    let sql = crate::pg::select_in_key_order_where(schema, classes, &read.from, &conds);
     // COPY's binary form when every column's type has one read here: no
     // text to parse (REAL bits as they are stored, integers, bytes).
     let binary: Option<Vec<Bin>> = schema
@@ -254,4 +282,81 @@ async fn row_estimate(c: &Client, tables: &[PubTable]) -> u64 {
         }
     }
     total as u64
+}
+
+/// Rows per key range, at least: with `--jobs N`, a table the planner
+/// estimates at `k` × this many rows (k ≥ 2) is read in up to min(k, N)
+/// ranges.
+const RANGE_MIN_ROWS: u64 = 10_000;
+
+/// The key ranges `--jobs N` reads a table in, each as conditions on its
+/// first key column, in the snapshot's key order: one range (no condition)
+/// for a table too small or not analysed. The bounds are values of that
+/// column from the planner's statistics (`pg_stats`: its histogram, else
+/// its most common values), read on `stats`, outside the snapshot: any
+/// values cut the key order into ranges that cover the table exactly, in
+/// order, without overlap (rows of one first-column value stay in one
+/// range); the statistics only make them about even.
+async fn key_ranges(
+    stats: &Client,
+    schema: &Schema,
+    classes: &[Class],
+    p: &PubTable,
+    jobs: usize,
+) -> Vec<Vec<String>> {
+    let whole = vec![Vec::new()];
+    let est = row_estimate(stats, std::slice::from_ref(p)).await;
+    let parts = ((est / RANGE_MIN_ROWS) as usize).min(jobs);
+    let Some(first) = schema.key.first() else {
+        return whole;
+    };
+    let Some(i) = schema.columns.iter().position(|c| &c.name == first) else {
+        return whole;
+    };
+    if parts < 2 {
+        return whole;
+    }
+    let order = |e: &str| match classes[i] {
+        Class::Text => format!("concat({e}) COLLATE \"C\""),
+        _ => e.to_string(),
+    };
+    let q = format!(
+        "SELECT (b)::text FROM pg_stats s, LATERAL unnest((COALESCE(s.histogram_bounds, s.most_common_vals)::text)::{}[]) b \
+         WHERE s.schemaname = $1 AND s.tablename = $2 AND s.attname = $3 ORDER BY {}",
+        schema.columns[i].decl_type,
+        order("b")
+    );
+    // No statistics, or a type whose values do not read back: one range.
+    let Ok(rows) = stats.query(&q, &[&p.schema, &p.table, first]).await else {
+        return whole;
+    };
+    let values: Vec<String> = rows
+        .iter()
+        .filter_map(|r| r.get::<_, Option<String>>(0))
+        .collect();
+    let mut bounds: Vec<String> = Vec::new();
+    for r in 1..parts {
+        let Some(v) = values.get(r * values.len() / parts) else {
+            break;
+        };
+        // An escaped literal whatever its text (E'' does not depend on
+        // standard_conforming_strings); its type comes from the column.
+        let b = format!("E'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"));
+        if bounds.last() != Some(&b) && r * values.len() / parts > 0 {
+            bounds.push(b);
+        }
+    }
+    let key = order(&quote_ident(first));
+    (0..=bounds.len())
+        .map(|k| {
+            let mut conds = Vec::new();
+            if k > 0 {
+                conds.push(format!("{key} >= {}", bounds[k - 1]));
+            }
+            if k < bounds.len() {
+                conds.push(format!("{key} < {}", bounds[k]));
+            }
+            conds
+        })
+        .collect()
 }
