@@ -105,10 +105,24 @@ impl PgSource {
             }
             let cursor = Cursor::new(id, sequence(consistent, 0));
             let mut w = SnapshotWriter::begin(out, json, &cursor, &schemas).map_err(io_out)?;
-            // One table may be read by several sessions (key ranges).
-            let jobs = jobs.max(1);
+            // One table may be read by several sessions (key ranges): the
+            // units of work, a table or a key range of one, come first.
+            let mut units: Vec<(usize, Vec<String>)> = Vec::new();
+            if jobs > 1 {
+                for (i, p) in chosen.iter().enumerate() {
+                    let ranges = key_ranges(&c, &schemas[i], &classes[i], p, jobs).await;
+                    if ranges.len() > 1 {
+                        crate::log::info(&format!(
+                            "reading {} in {} key ranges at once",
+                            schemas[i].table,
+                            ranges.len()
+                        ));
+                    }
+                    units.extend(ranges.into_iter().map(|r| (i, r)));
+                }
+            }
             let mut sessions = vec![reader];
-            if jobs <= 1 {
+            if jobs.min(units.len()) <= 1 {
                 for ((schema, cls), read) in schemas.iter().zip(&classes).zip(&reads) {
                     w.table(schema).map_err(io_out)?;
                     let before = w.count();
@@ -126,18 +140,6 @@ impl PgSource {
                 // work into spools, taking the next unit as it finishes one: a
                 // table, or a key range of a large table. The output then
                 // comes in table and key order, the same as with one job.
-                let mut units: Vec<(usize, Vec<String>)> = Vec::new();
-                for (i, p) in chosen.iter().enumerate() {
-                    let ranges = key_ranges(&c, &schemas[i], &classes[i], p, jobs).await;
-                    if ranges.len() > 1 {
-                        crate::log::info(&format!(
-                            "reading {} in {} key ranges at once",
-                            schemas[i].table,
-                            ranges.len()
-                        ));
-                    }
-                    units.extend(ranges.into_iter().map(|r| (i, r)));
-                }
                 for _ in 1..jobs.min(units.len()) {
                     sessions.push(self.import_snapshot(&snapshot_name).await?);
                 }
@@ -291,7 +293,8 @@ const RANGE_MIN_ROWS: u64 = 10_000;
 
 /// The key ranges `--jobs N` reads a table in, each as conditions on its
 /// first key column, in the snapshot's key order: one range (no condition)
-/// for a table too small or not analysed. The bounds are values of that
+/// for a table too small or not analysed, or whose first key column is
+/// ordered by its text. The bounds are values of that
 /// column from the planner's statistics (`pg_stats`: its histogram, else
 /// its most common values), read on `stats`, outside the snapshot: any
 /// values cut the key order into ranges that cover the table exactly, in
@@ -313,21 +316,22 @@ async fn key_ranges(
     let Some(i) = schema.columns.iter().position(|c| &c.name == first) else {
         return whole;
     };
-    if parts < 2 {
+    // A key ordered by its text (`concat(k) COLLATE "C"`) has no index in
+    // that order: each range would scan the whole table. Such a table stays
+    // one range, read beside the others.
+    if parts < 2 || matches!(classes[i], Class::Text) {
         return whole;
     }
-    let order = |e: &str| match classes[i] {
-        Class::Text => format!("concat({e}) COLLATE \"C\""),
-        _ => e.to_string(),
-    };
     let q = format!(
         "SELECT (b)::text FROM pg_stats s, LATERAL unnest((COALESCE(s.histogram_bounds, s.most_common_vals)::text)::{}[]) b \
-         WHERE s.schemaname = $1 AND s.tablename = $2 AND s.attname = $3 ORDER BY {}",
+         WHERE s.schemaname = $1 AND s.tablename = $2 AND s.attname = $3 AND s.inherited = $4 ORDER BY b",
         schema.columns[i].decl_type,
-        order("b")
     );
     // No statistics, or a type whose values do not read back: one range.
-    let Ok(rows) = stats.query(&q, &[&p.schema, &p.table, first]).await else {
+    let Ok(rows) = stats
+        .query(&q, &[&p.schema, &p.table, first, &p.partitioned])
+        .await
+    else {
         return whole;
     };
     let values: Vec<String> = rows
@@ -346,7 +350,7 @@ async fn key_ranges(
             bounds.push(b);
         }
     }
-    let key = order(&quote_ident(first));
+    let key = quote_ident(first);
     (0..=bounds.len())
         .map(|k| {
             let mut conds = Vec::new();
