@@ -611,6 +611,12 @@ fn snapshot_refuses_a_slot_capture_cannot_read() {
     );
 }
 
+/// A snapshot without its header line (whose cursor differs between two
+/// snapshots of the same rows: each makes its own temporary slot).
+fn snapshot_body(b: &[u8]) -> &[u8] {
+    b.splitn(2, |&c| c == b'\n').nth(1).unwrap_or_default()
+}
+
 /// `--jobs N` copies tables in parallel sessions that import one snapshot;
 /// the output is the same rows, in the same order, as with one job (the
 /// cursors differ only because each run makes its own temporary slot).
@@ -630,14 +636,8 @@ fn snapshot_with_jobs_gives_the_same_rows_as_one_job() {
     for jobs in ["2", "3"] {
         let many = src.tool(SNAPSHOT, &[], &["-q", "--jobs", jobs]);
         expect(&many, 0, "snapshot --jobs N");
-        let body = |b: &[u8]| {
-            b.splitn(2, |&c| c == b'\n')
-                .nth(1)
-                .unwrap_or_default()
-                .to_vec()
-        };
         assert!(
-            body(&one.stdout) == body(&many.stdout),
+            snapshot_body(&one.stdout) == snapshot_body(&many.stdout),
             "--jobs {jobs} wrote other rows or another order than --jobs 1"
         );
         let (_, rows) = parse_snapshot(&many.stdout);
@@ -698,14 +698,8 @@ fn snapshot_jobs_read_large_tables_in_key_ranges_with_the_same_output() {
         "{}",
         many.stderr
     );
-    let body = |b: &[u8]| {
-        b.splitn(2, |&c| c == b'\n')
-            .nth(1)
-            .unwrap_or_default()
-            .to_vec()
-    };
     assert!(
-        body(&one.stdout) == body(&many.stdout),
+        snapshot_body(&one.stdout) == snapshot_body(&many.stdout),
         "--jobs 3 wrote other rows or another order than --jobs 1"
     );
     let (_, rows) = parse_snapshot(&many.stdout);

@@ -226,10 +226,7 @@ impl BatchHooks for Staged<'_> {
     }
 
     fn header(&mut self, h: &Header) -> Result<()> {
-        let start = match &self.held {
-            Some(c) if c.sequence() > h.start.sequence() => c.clone(),
-            _ => h.start.clone(),
-        };
+        let start = super::resume_point(self.held.as_ref(), &h.start);
         self.piece = Some(Batch {
             end: start.clone(),
             start,

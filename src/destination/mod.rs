@@ -173,6 +173,16 @@ pub fn skip_through(stored: Option<&Cursor>, start: &Cursor) -> Result<Sequence>
     }
 }
 
+/// Where what a target does not hold of a batch starting at `start` begins:
+/// at the cursor `held` when the batch overlaps it, else at its start (for a
+/// target that keeps the batch's events themselves: the archive, the double).
+pub(crate) fn resume_point(held: Option<&Cursor>, start: &Cursor) -> Cursor {
+    match held {
+        Some(c) if c.sequence() > start.sequence() => c.clone(),
+        _ => start.clone(),
+    }
+}
+
 /// What every target decides at a batch's header and commit, in one place:
 /// which events it already holds, and whether the commit moves its cursor.
 #[derive(Debug, Clone)]

@@ -77,10 +77,10 @@ impl BatchHooks for DirTarget {
     }
 
     fn header(&mut self, h: &Header) -> Result<()> {
-        self.batch.start = Some(match &self.batch.held {
-            Some(c) if c.sequence() > h.start.sequence() => c.clone(),
-            _ => h.start.clone(),
-        });
+        self.batch.start = Some(crate::destination::resume_point(
+            self.batch.held.as_ref(),
+            &h.start,
+        ));
         self.batch.header = Some(h.clone());
         Ok(())
     }
