@@ -197,20 +197,35 @@ impl Syncer {
     }
 }
 
+/// Make `dir` and any missing parents, the owner's only (0700, less the
+/// umask), as the files that go in them are. Returns the folders made,
+/// whose parents' entries must be synced ([`sync_folder`] of each one's
+/// parent) before a file in them counts as durable.
+pub fn make_private_folder(dir: &Path) -> Result<Vec<PathBuf>> {
+    let made: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .map(Path::to_path_buf)
+        .collect();
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(dir)
+        .map_err(|e| {
+            Error::io("cannot create the output folder", e).in_file(&dir.display().to_string())
+        })?;
+    Ok(made)
+}
+
+/// Sync the parent of each folder [`make_private_folder`] made.
+pub fn sync_made_folders(made: &[PathBuf]) -> Result<()> {
+    for d in made {
+        sync_folder(folder_of(d))?;
+    }
+    Ok(())
+}
+
 impl<'a, W: Write> DirSink<'a, W> {
     pub fn new(dir: &Path, prefix: &str, format: OutputFormat, paths: &'a mut W) -> Result<Self> {
-        let made: Vec<PathBuf> = dir
-            .ancestors()
-            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
-            .map(Path::to_path_buf)
-            .collect();
-        // Folders made here are the owner's only (0700, less the umask), as
-        // the pieces in them are.
-        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
-            .create(dir)
-            .map_err(|e| {
-                Error::io("cannot create the output folder", e).in_file(&dir.display().to_string())
-            })?;
+        let made = make_private_folder(dir)?;
         Ok(DirSink {
             dir: dir.to_path_buf(),
             made,
@@ -258,9 +273,7 @@ impl<'a, W: Write> DirSink<'a, W> {
             ));
         }
         sync_folder(&self.dir)?;
-        for d in &self.made {
-            sync_folder(folder_of(d))?;
-        }
+        sync_made_folders(&self.made)?;
         placed
     }
 }

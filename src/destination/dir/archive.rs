@@ -51,9 +51,14 @@ pub(super) fn entries(dir: &Path) -> Result<Vec<std::fs::DirEntry>> {
 /// The file that ends last (of two that end at the same place, the one
 /// that starts later: an empty batch written after the other).
 pub(super) fn last_file(c: &DirConfig) -> Result<Option<ArchiveFile>> {
+    Ok(last_of(&entries(&c.path)?, &c.prefix))
+}
+
+/// [`last_file`] among entries already listed.
+pub(super) fn last_of(entries: &[std::fs::DirEntry], prefix: &str) -> Option<ArchiveFile> {
     let mut last: Option<ArchiveFile> = None;
-    for e in entries(&c.path)? {
-        let Some((start, end)) = e.file_name().to_str().and_then(|n| interval(&c.prefix, n)) else {
+    for e in entries {
+        let Some((start, end)) = e.file_name().to_str().and_then(|n| interval(prefix, n)) else {
             continue;
         };
         if last
@@ -67,7 +72,7 @@ pub(super) fn last_file(c: &DirConfig) -> Result<Option<ArchiveFile>> {
             });
         }
     }
-    Ok(last)
+    last
 }
 
 /// The cursor the archive holds: the end of its last file, read from that

@@ -106,20 +106,25 @@ impl Group {
         self.dir.display().to_string()
     }
 
+    /// A temporary file in the archive (0600, less the umask), named so the
+    /// next writer knows a killed one left it.
+    fn temporary(&self) -> std::io::Result<tempfile::NamedTempFile> {
+        tempfile::Builder::new()
+            .prefix(&format!("{HIDDEN}-"))
+            .suffix(".tmp")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(
+                crate::cli::OUTPUT_MODE,
+            ))
+            .tempfile_in(&self.dir)
+    }
+
     /// Write a line of the piece in progress. Its bytes count as written
     /// before the write, so a write that fails part-way is cut back too.
     pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
         if self.file.is_none() {
-            let tmp = tempfile::Builder::new()
-                .prefix(&format!("{HIDDEN}-"))
-                .suffix(".tmp")
-                .permissions(std::os::unix::fs::PermissionsExt::from_mode(
-                    crate::cli::OUTPUT_MODE,
-                ))
-                .tempfile_in(&self.dir)
-                .map_err(|e| {
-                    Error::io("cannot create a file in the archive", e).in_file(&self.name())
-                })?;
+            let tmp = self.temporary().map_err(|e| {
+                Error::io("cannot create a file in the archive", e).in_file(&self.name())
+            })?;
             self.file = Some(BufWriter::with_capacity(1 << 16, tmp));
         }
         let name = self.name();
@@ -248,13 +253,8 @@ impl Group {
             .map_err(io("cannot read back"))?;
         let hex = sidecar::digest(&mut tmp).map_err(io("cannot read back"))?;
         // The sidecar first: a file in place always has one.
-        let mut side = tempfile::Builder::new()
-            .prefix(&format!("{HIDDEN}-"))
-            .suffix(".tmp")
-            .permissions(std::os::unix::fs::PermissionsExt::from_mode(
-                crate::cli::OUTPUT_MODE,
-            ))
-            .tempfile_in(&self.dir)
+        let mut side = self
+            .temporary()
             .map_err(io("cannot create a file in the archive"))?;
         side.write_all(sidecar::line(&hex, &name).as_bytes())
             .and_then(|_| side.as_file().sync_all())

@@ -144,22 +144,8 @@ impl DirTarget {
         if self.open.is_none() {
             let dir = &self.config.path;
             let name = dir.display().to_string();
-            let made: Vec<PathBuf> = dir
-                .ancestors()
-                .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
-                .map(PathBuf::from)
-                .collect();
-            std::os::unix::fs::DirBuilderExt::mode(
-                std::fs::DirBuilder::new().recursive(true),
-                0o700,
-            )
-            .create(dir)
-            .map_err(|e| Error::io("cannot create the archive folder", e).in_file(&name))?;
             // The new folders' names are durable before a file is in them.
-            for d in &made {
-                let parent = d.parent().filter(|p| !p.as_os_str().is_empty());
-                crate::cli::sync_folder(parent.unwrap_or(std::path::Path::new(".")))?;
-            }
+            crate::cli::sync_made_folders(&crate::cli::make_private_folder(dir)?)?;
             let lock = std::os::unix::fs::OpenOptionsExt::mode(
                 std::fs::OpenOptions::new()
                     .create(true)
@@ -183,8 +169,9 @@ impl DirTarget {
             // A killed writer leaves temporary files, and at most one sidecar
             // without its file: one that starts where the archive ends (a
             // sidecar of a file moved away on purpose is left alone).
-            let last = archive::last_file(&self.config)?;
-            for e in archive::entries(dir)? {
+            let entries = archive::entries(dir)?;
+            let last = archive::last_of(&entries, &self.config.prefix);
+            for e in &entries {
                 let n = e.file_name();
                 let n = n.to_string_lossy();
                 let stale = (n.starts_with(archive::HIDDEN) && n.ends_with(".tmp"))
