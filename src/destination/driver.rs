@@ -79,16 +79,21 @@ pub(crate) trait BatchHooks {
     }
 }
 
-/// Apply a batch stream through `t`'s hooks. `stats` starts with the
-/// cursor held before; `committed` is what the last commit made durable,
-/// also when a later batch fails.
+/// Apply a batch stream through `t`'s hooks. `held` is the cursor the
+/// target holds before (the totals' cursor until a batch moves it);
+/// `committed` is what the last commit made durable, also when a later
+/// batch fails.
 pub(crate) fn apply_batches<T: BatchHooks, R: BufRead>(
     t: &mut T,
     input: &mut BatchStreamReader<R>,
-    mut stats: ApplyStats,
+    held: Option<Cursor>,
     committed: &mut ApplyStats,
     progress: &mut dyn FnMut(&ApplyStats),
 ) -> Result<ApplyStats> {
+    let mut stats = ApplyStats {
+        cursor: held,
+        ..Default::default()
+    };
     *committed = stats.clone();
     let mut gate: Option<BatchGate> = None;
     let mut pending: Vec<SchemaChange> = Vec::new();

@@ -362,17 +362,14 @@ impl Target for MemoryTarget {
         input: &mut BatchStreamReader<DynRead>,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
-        let stats = ApplyStats {
-            cursor: self.cursor.clone(),
-            ..Default::default()
-        };
+        let held = self.cursor.clone();
         let mut committed = ApplyStats::default();
         let mut hooks = Staged {
             t: self,
             held: None,
             piece: None,
         };
-        let r = super::driver::apply_batches(&mut hooks, input, stats, &mut committed, progress);
+        let r = super::driver::apply_batches(&mut hooks, input, held, &mut committed, progress);
         self.committed = committed;
         r
     }

@@ -46,10 +46,7 @@ impl ClickHouse {
         input: &mut BatchStreamReader<R>,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
-        let stats = ApplyStats {
-            cursor: self.cursor()?,
-            ..Default::default()
-        };
+        let held = self.cursor()?;
         let mut committed = ApplyStats::default();
         let mut batches = Batches {
             target: self,
@@ -58,7 +55,7 @@ impl ClickHouse {
             deferred: HashMap::new(),
             busy: None,
         };
-        let result = apply_batches(&mut batches, input, stats, &mut committed, progress);
+        let result = apply_batches(&mut batches, input, held, &mut committed, progress);
         self.committed = committed;
         result
     }

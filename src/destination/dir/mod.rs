@@ -281,12 +281,9 @@ impl Target for DirTarget {
         input: &mut BatchStreamReader<DynRead>,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
-        let stats = ApplyStats {
-            cursor: self.cursor()?,
-            ..Default::default()
-        };
+        let held = self.cursor()?;
         let mut committed = ApplyStats::default();
-        let r = driver::apply_batches(self, input, stats, &mut committed, progress);
+        let r = driver::apply_batches(self, input, held, &mut committed, progress);
         // Whole batches waiting are written also when a later one failed.
         let closed = self.close_group();
         if let Some(o) = &self.open {

@@ -44,10 +44,7 @@ impl PgTarget {
         committed: &mut ApplyStats,
     ) -> Result<ApplyStats> {
         let c = self.client.as_ref().expect("connected");
-        let stats = ApplyStats {
-            cursor: self.rt.block_on(stored_cursor(c))?,
-            ..Default::default()
-        };
+        let held = self.rt.block_on(stored_cursor(c))?;
         let mut batches = Batches {
             target: self,
             c,
@@ -59,7 +56,7 @@ impl PgTarget {
             ops_bytes: 0,
             busy: None,
         };
-        apply_batches(&mut batches, input, stats, committed, progress)
+        apply_batches(&mut batches, input, held, committed, progress)
     }
 
     /// Load a snapshot into a target holding no cursor, in one transaction,

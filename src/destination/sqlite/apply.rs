@@ -211,10 +211,7 @@ impl SqliteTarget {
         input: &mut BatchStreamReader<R>,
         progress: &mut dyn FnMut(&ApplyStats),
     ) -> Result<ApplyStats> {
-        let stats = ApplyStats {
-            cursor: self.cursor()?,
-            ..Default::default()
-        };
+        let held = self.cursor()?;
         let mut committed = ApplyStats::default();
         let mut batches = Batches {
             on_conflict: self.options.on_conflict,
@@ -225,7 +222,7 @@ impl SqliteTarget {
             parked: Vec::new(),
             run: Vec::with_capacity(RUN),
         };
-        let result = apply_batches(&mut batches, input, stats, &mut committed, progress);
+        let result = apply_batches(&mut batches, input, held, &mut committed, progress);
         self.committed = committed;
         result
     }
