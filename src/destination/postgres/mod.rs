@@ -225,15 +225,9 @@ fn check_value(col: &Col, v: &Value, table: &str, at: &dyn Fn() -> String) -> Re
     Ok(())
 }
 
-/// A value as a parameter of its column, checked against the column's class.
-fn param(
-    col: &Col,
-    v: &Value,
-    table: &str,
-    at: &dyn Fn() -> String,
-) -> Result<Box<dyn ToSql + Sync + Send>> {
-    check_value(col, v, table, at)?;
-    Ok(match (col.param, v) {
+/// A value as a parameter of its column, once [`check_value`] took it.
+fn param(col: &Col, v: &Value) -> Box<dyn ToSql + Sync + Send> {
+    match (col.param, v) {
         (Param::Int8, Value::Null) => Box::new(None::<i64>),
         (Param::Float8, Value::Null) => Box::new(None::<f64>),
         (Param::Bool, Value::Null) => Box::new(None::<bool>),
@@ -245,7 +239,7 @@ fn param(
         (Param::Bytea, Value::Blob(b)) => Box::new(b.clone()),
         (Param::Text, Value::Text(s)) => Box::new(s.clone()),
         _ => unreachable!("checked"),
-    })
+    }
 }
 
 impl Target for PgTarget {

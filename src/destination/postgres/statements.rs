@@ -82,25 +82,15 @@ pub(super) fn key_text(t: &Table, row: &Row) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
+/// A row's values as parameters of its table's columns, checked first as
+/// COPY's rows are ([`check_row`]).
 pub(super) fn params(
     t: &Table,
     row: &Row,
     seq: Option<Sequence>,
 ) -> Result<Vec<Box<dyn ToSql + Sync + Send>>> {
-    if row.len() != t.cols.len() {
-        return Err(Error::data(format!(
-            "a row of {} values for table {:?} of {} columns",
-            row.len(),
-            t.schema.table,
-            t.cols.len()
-        )));
-    }
-    let at = || seq.map_or("snapshot row".to_string(), |s| format!("event {s}"));
-    t.cols
-        .iter()
-        .zip(row)
-        .map(|(c, v)| param(c, v, &t.schema.table, &at))
-        .collect()
+    super::copy_in::check_row(t, row, seq)?;
+    Ok(t.cols.iter().zip(row).map(|(c, v)| param(c, v)).collect())
 }
 
 /// The statements for one event.
