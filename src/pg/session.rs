@@ -13,7 +13,7 @@ pub async fn connect_client(conn: &PgConn, role: &str) -> Result<Client> {
     if conn.hosts.len() <= 1 && conn.session_attrs == SessionAttrs::Any {
         return connect_one(conn, role).await;
     }
-    let found = first_suitable(
+    first_suitable(
         conn,
         async |cand: &PgConn| connect_one(cand, role).await,
         async |c: &mut Client| {
@@ -28,38 +28,26 @@ pub async fn connect_client(conn: &PgConn, role: &str) -> Result<Client> {
         },
         async |_: Client| {},
         Error::full_message,
+        |tried| no_server(conn, tried),
     )
-    .await;
-    match found {
-        Ok(c) => Ok(c),
-        // One server that cannot be reached: its own error, as a single host.
-        Err(NoneSuited {
-            last: Some(e),
-            tried,
-        }) if conn.hosts.len() == 1 && tried.len() == 1 => Err(e),
-        Err(n) => Err(no_server(conn, &n.tried)),
-    }
-}
-
-/// Why no server of a multi-host string was taken: what each one said, and
-/// the last error met.
-pub(crate) struct NoneSuited<E> {
-    pub tried: Vec<String>,
-    pub last: Option<E>,
+    .await
 }
 
 /// The first server of `conn` (its hosts in libpq's order, in `passes`)
 /// that `connect` reaches and that suits its `target_session_attrs`, as
 /// `probe` answers (in recovery, read-only by default); a server that does
 /// not suit is handed to `reject`, and one that fails, connecting or
-/// answering, is one more host tried (`describe` says its error).
+/// answering, is one more host tried (`describe` says its error). When none
+/// suits: `none` of what each one tried said, or, for one host that could
+/// not be reached, its own error, as a single host's would be.
 pub(crate) async fn first_suitable<C, E>(
     conn: &PgConn,
     mut connect: impl AsyncFnMut(&PgConn) -> std::result::Result<C, E>,
     mut probe: impl AsyncFnMut(&mut C) -> std::result::Result<(bool, bool), E>,
     mut reject: impl AsyncFnMut(C),
     describe: impl Fn(&E) -> String,
-) -> std::result::Result<C, NoneSuited<E>> {
+    none: impl FnOnce(&[String]) -> E,
+) -> std::result::Result<C, E> {
     let mut tried = Vec::new();
     let mut last = None;
     for attrs in passes(conn.session_attrs) {
@@ -89,7 +77,10 @@ pub(crate) async fn first_suitable<C, E>(
             }
         }
     }
-    Err(NoneSuited { tried, last })
+    match last {
+        Some(e) if conn.hosts.len() == 1 && tried.len() == 1 => Err(e),
+        _ => Err(none(&tried)),
+    }
 }
 
 /// The passes over the hosts: `prefer-standby` looks for a standby first.

@@ -32,9 +32,7 @@ mod session;
 mod snapshot;
 mod stream;
 
-use crate::pg::{
-    bin_of, first_suitable, server_version, tls, within_connect_timeout, Bin, NoneSuited,
-};
+use crate::pg::{bin_of, first_suitable, server_version, tls, within_connect_timeout, Bin};
 pub use crate::pg::{conn, types};
 pub use crate::pg::{connect_client, pg_err, runtime, select_in_key_order, CopyRows};
 use admin::*;

@@ -12,7 +12,7 @@ pub(super) async fn repl_connect(
     if conn.hosts.len() <= 1 && conn.session_attrs == SessionAttrs::Any {
         return ReplClient::connect(conn, app).await;
     }
-    let found = first_suitable(
+    first_suitable(
         conn,
         async |cand: &PgConn| ReplClient::connect(cand, app).await,
         async |c: &mut ReplClient| {
@@ -31,24 +31,19 @@ pub(super) async fn repl_connect(
         },
         async |c: ReplClient| c.close().await,
         ReplError::to_string,
+        |tried| {
+            ReplError::Io(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                format!(
+                    "no server of {} took a {} replication session ({})",
+                    conn.display(),
+                    conn.session_attrs.as_str(),
+                    tried.join("; ")
+                ),
+            ))
+        },
     )
-    .await;
-    match found {
-        Ok(c) => Ok(c),
-        Err(NoneSuited {
-            last: Some(e),
-            tried,
-        }) if conn.hosts.len() == 1 && tried.len() == 1 => Err(e),
-        Err(n) => Err(ReplError::Io(std::io::Error::new(
-            std::io::ErrorKind::NotConnected,
-            format!(
-                "no server of {} took a {} replication session ({})",
-                conn.display(),
-                conn.session_attrs.as_str(),
-                n.tried.join("; ")
-            ),
-        ))),
-    }
+    .await
 }
 
 impl PgSource {
