@@ -19,6 +19,9 @@ _mooncdc__capture() {
             mooncdc__capture,ack)
                 cmd="mooncdc__capture__subcmd__ack"
                 ;;
+            mooncdc__capture,backfill)
+                cmd="mooncdc__capture__subcmd__backfill"
+                ;;
             mooncdc__capture,help)
                 cmd="mooncdc__capture__subcmd__help"
                 ;;
@@ -42,6 +45,9 @@ _mooncdc__capture() {
                 ;;
             mooncdc__capture__subcmd__help,ack)
                 cmd="mooncdc__capture__subcmd__help__subcmd__ack"
+                ;;
+            mooncdc__capture__subcmd__help,backfill)
+                cmd="mooncdc__capture__subcmd__help__subcmd__backfill"
                 ;;
             mooncdc__capture__subcmd__help,help)
                 cmd="mooncdc__capture__subcmd__help__subcmd__help"
@@ -71,7 +77,7 @@ _mooncdc__capture() {
 
     case "${cmd}" in
         mooncdc__capture)
-            opts="-q -v -h -V --quiet --verbose --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --receive-timeout-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --help --version init verify upgrade migrate status ack read help"
+            opts="-q -v -h -V --quiet --verbose --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --receive-timeout-ms --log-format --metrics-listen --stall-timeout-ms --backfill-chunk-rows --ack-from-target --slot --publication --help --version init verify upgrade migrate backfill status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -137,6 +143,10 @@ _mooncdc__capture() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --backfill-chunk-rows)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --ack-from-target)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -194,8 +204,38 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        mooncdc__capture__subcmd__backfill)
+            opts="-q -v -h --source --table --all --resync --slot --publication --quiet --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --source)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --table)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slot)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --publication)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         mooncdc__capture__subcmd__help)
-            opts="init verify upgrade migrate status ack read help"
+            opts="init verify upgrade migrate backfill status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -209,6 +249,20 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__help__subcmd__ack)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        mooncdc__capture__subcmd__help__subcmd__backfill)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -373,7 +427,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__read)
-            opts="-q -v -h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --receive-timeout-ms --log-format --metrics-listen --stall-timeout-ms --ack-from-target --slot --publication --quiet --verbose --help"
+            opts="-q -v -h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --receive-timeout-ms --log-format --metrics-listen --stall-timeout-ms --backfill-chunk-rows --ack-from-target --slot --publication --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -436,6 +490,10 @@ _mooncdc__capture() {
                     return 0
                     ;;
                 --stall-timeout-ms)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --backfill-chunk-rows)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_mooncdc_capture_global_optspecs
-    string join \n q/quiet v/verbose source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= receive-timeout-ms= log-format= metrics-listen= stall-timeout-ms= ack-from-target= slot= publication= h/help V/version
+    string join \n q/quiet v/verbose source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= receive-timeout-ms= log-format= metrics-listen= stall-timeout-ms= backfill-chunk-rows= ack-from-target= slot= publication= h/help V/version
 end
 
 function __fish_mooncdc_capture_needs_command
@@ -40,6 +40,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l log-for
 json\t'One JSON object a line: ts, level, tool, message, fields'"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l metrics-listen -d 'With --follow: serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9187)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l stall-timeout-ms -d 'With --metrics-listen: /readyz says 503 after this long without progress' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l backfill-chunk-rows -d 'With --follow: rows each backfill chunk reads (mooncdc-capture backfill; SQLite)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l publication -d 'PostgreSQL: the publication' -r
@@ -52,6 +53,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "ini
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "verify" -d 'Check that capture is installed and current; exit 1 on drift'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "upgrade" -d 'Rebuild capture for the current version and schema, keeping unacknowledged changes'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "migrate" -d 'SQLite: run the application\'s schema change and rebuild capture in one transaction (so DROP COLUMN works and no change is logged with a stale column list)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "backfill" -d 'Bring tables\' current rows into the stream, chunk by chunk, through the capture that follows this source (SQLite)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "status" -d 'Print identity, acknowledged position, high water and backlog'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "ack" -d 'Acknowledge (and discard) changes through a position'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "read" -d 'Write one batch stream of the changes after a cursor (the default)'
@@ -85,6 +87,15 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -s h -l help -d 'Print help'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l source -d 'The source database URL (sqlite:PATH)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l table -d 'Backfill this table (repeatable)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l slot -d 'PostgreSQL: the replication slot' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l publication -d 'PostgreSQL: the publication' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l all -d 'Backfill every captured table (a new pipeline\'s initial load)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l resync -d 'Re-read a table the targets hold already (the repair for what an audit found)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -s h -l help -d 'Print help'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l source -d 'The source database URL' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand status" -l output-format -d 'Output format: `key: value` lines, or one JSON object (numbers as numbers)' -r -f -a "text\t''
 json\t''"
@@ -118,6 +129,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l
 json\t'One JSON object a line: ts, level, tool, message, fields'"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l metrics-listen -d 'With --follow: serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9187)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l stall-timeout-ms -d 'With --metrics-listen: /readyz says 503 after this long without progress' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l backfill-chunk-rows -d 'With --follow: rows each backfill chunk reads (mooncdc-capture backfill; SQLite)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l publication -d 'PostgreSQL: the publication' -r
@@ -125,11 +137,12 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "init" -d 'Install capture: change log, metadata and triggers (default: every user table)'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "verify" -d 'Check that capture is installed and current; exit 1 on drift'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "upgrade" -d 'Rebuild capture for the current version and schema, keeping unacknowledged changes'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "migrate" -d 'SQLite: run the application\'s schema change and rebuild capture in one transaction (so DROP COLUMN works and no change is logged with a stale column list)'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "status" -d 'Print identity, acknowledged position, high water and backlog'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "ack" -d 'Acknowledge (and discard) changes through a position'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "read" -d 'Write one batch stream of the changes after a cursor (the default)'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate status ack read help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "init" -d 'Install capture: change log, metadata and triggers (default: every user table)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "verify" -d 'Check that capture is installed and current; exit 1 on drift'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "upgrade" -d 'Rebuild capture for the current version and schema, keeping unacknowledged changes'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "migrate" -d 'SQLite: run the application\'s schema change and rebuild capture in one transaction (so DROP COLUMN works and no change is logged with a stale column list)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "backfill" -d 'Bring tables\' current rows into the stream, chunk by chunk, through the capture that follows this source (SQLite)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "status" -d 'Print identity, acknowledged position, high water and backlog'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "ack" -d 'Acknowledge (and discard) changes through a position'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "read" -d 'Write one batch stream of the changes after a cursor (the default)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

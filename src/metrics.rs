@@ -4,8 +4,9 @@
 //! serves them as Prometheus text on `/metrics`, and `/livez` and `/readyz`
 //! for a supervisor.
 //!
-//! - Labels never carry relation names, URLs, connection strings or error
-//!   messages: only the tool's name and an error *kind*.
+//! - Labels never carry URLs, connection strings or error messages: only the
+//!   tool's name, an error *kind*, and (for backfills only) the table a user
+//!   named to `mooncdc-capture backfill`: few, and chosen by the user.
 //! - `/livez`: 200 while the process runs (a stalled tool is still alive:
 //!   restarting it would not unblock its downstream).
 //! - `/readyz`: 200 while running and making progress; 503 with a plain
@@ -48,6 +49,10 @@ static SLOT_RETAINED: AtomicI64 = AtomicI64::new(-1);
 static SLOT_STATUS: AtomicUsize = AtomicUsize::new(0);
 const SLOT_STATUSES: [&str; 5] = ["unknown", "reserved", "extended", "unreserved", "lost"];
 static STARTED: AtomicBool = AtomicBool::new(false);
+/// Backfills seen by this process: table → (rows logged, rows left by the
+/// estimate).
+static BACKFILLS: std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64)>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
 static LAST_ERROR: AtomicUsize = AtomicUsize::new(0);
 
 /// The kinds of error `mooncdc_last_error` reports.
@@ -124,6 +129,21 @@ pub fn retry() {
 pub fn reconnected() {
     RECONNECTS.fetch_add(1, Ordering::Relaxed);
     progress();
+}
+
+/// A backfill's figures: rows logged so far and rows left by the estimate.
+pub fn backfill(table: &str, rows: u64, remaining: u64) {
+    if let Ok(mut m) = BACKFILLS.lock() {
+        m.insert(table.to_string(), (rows, remaining));
+    }
+    progress();
+}
+
+/// A label value as Prometheus' text format writes it.
+fn label_value(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// The kind of the last error (by `ErrorKind`'s name, lower case).
@@ -228,6 +248,24 @@ pub fn render(tool: &str) -> String {
                 "mooncdc_slot_wal_status{{{label},status=\"{s}\"}} {}\n",
                 u8::from(i == st)
             ));
+        }
+    }
+    if let Ok(m) = BACKFILLS.lock() {
+        if !m.is_empty() {
+            out.push_str("# HELP mooncdc_backfill_rows_total Rows a backfill has brought into the stream, by table.\n# TYPE mooncdc_backfill_rows_total counter\n");
+            for (t, (rows, _)) in m.iter() {
+                out.push_str(&format!(
+                    "mooncdc_backfill_rows_total{{{label},table=\"{}\"}} {rows}\n",
+                    label_value(t)
+                ));
+            }
+            out.push_str("# HELP mooncdc_backfill_rows_remaining Rows a backfill has still to bring, by the table's row count when it was requested (0 once done).\n# TYPE mooncdc_backfill_rows_remaining gauge\n");
+            for (t, (_, left)) in m.iter() {
+                out.push_str(&format!(
+                    "mooncdc_backfill_rows_remaining{{{label},table=\"{}\"}} {left}\n",
+                    label_value(t)
+                ));
+            }
         }
     }
     let last = LAST_ERROR.load(Ordering::Relaxed);

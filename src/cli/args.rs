@@ -229,6 +229,9 @@ pub struct ReadArgs {
     /// With --metrics-listen: /readyz says 503 after this long without progress
     #[arg(long, value_name = "MS", default_value_t = 300_000)]
     pub stall_timeout_ms: u64,
+    /// With --follow: rows each backfill chunk reads (mooncdc-capture backfill; SQLite)
+    #[arg(long, value_name = "N", default_value_t = 4096, requires = "follow")]
+    pub backfill_chunk_rows: u64,
     /// With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds
     #[arg(long, value_name = "URL", requires = "follow")]
     pub ack_from_target: Option<String>,
@@ -318,6 +321,23 @@ pub enum CaptureCommand {
         /// The SQL to run, given after `--`
         #[arg(last = true, value_name = "SQL")]
         statements: Vec<String>,
+    },
+    /// Bring tables' current rows into the stream, chunk by chunk, through the capture that follows this source (SQLite)
+    Backfill {
+        /// The source database URL (sqlite:PATH)
+        #[arg(long, value_name = "URL")]
+        source: String,
+        /// Backfill this table (repeatable)
+        #[arg(long = "table", value_name = "NAME", required_unless_present = "all")]
+        tables: Vec<String>,
+        /// Backfill every captured table (a new pipeline's initial load)
+        #[arg(long, conflicts_with = "tables")]
+        all: bool,
+        /// Re-read a table the targets hold already (the repair for what an audit found)
+        #[arg(long)]
+        resync: bool,
+        #[command(flatten)]
+        pg: PgArgs,
     },
     /// Print identity, acknowledged position, high water and backlog
     Status {

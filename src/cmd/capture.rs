@@ -46,6 +46,22 @@ pub fn run(a: CaptureArgs) -> crate::error::Result<ExitCode> {
             println!("{identity}");
             Ok(ExitCode::SUCCESS)
         }
+        Some(CaptureCommand::Backfill {
+            source,
+            tables,
+            all,
+            resync,
+            pg,
+        }) => {
+            let src = open(&source, &pg)?;
+            for t in src.backfill(&tables, all, resync)? {
+                crate::log::info(&format!(
+                    "{} of table {t:?} requested: a following capture brings its rows into the stream",
+                    if resync { "resync" } else { "backfill" }
+                ));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Some(CaptureCommand::Verify {
             source,
             output_format,
@@ -171,9 +187,13 @@ fn read(r: ReadArgs, verbose: bool, quiet: bool) -> crate::error::Result<ExitCod
         .ok_or_else(|| Error::usage("--source is required (e.g. --source sqlite:app.db)"))?;
     let src = open(&url, &r.pg)?;
     let after = cli::cursor_arg(r.after.after.as_deref(), r.after.after_file.as_deref())?;
-    if r.max_events == Some(0) || r.max_bytes == Some(0) || r.max_line_bytes == Some(0) {
+    if r.max_events == Some(0)
+        || r.max_bytes == Some(0)
+        || r.max_line_bytes == Some(0)
+        || r.backfill_chunk_rows == 0
+    {
         return Err(Error::usage(
-            "--max-events, --max-bytes and --max-line-bytes must be positive",
+            "--max-events, --max-bytes, --max-line-bytes and --backfill-chunk-rows must be positive",
         ));
     }
     let limits = ReadLimits {
@@ -215,6 +235,7 @@ fn read(r: ReadArgs, verbose: bool, quiet: bool) -> crate::error::Result<ExitCod
                 heartbeat: r.heartbeat_ms.map(|ms| Duration::from_millis(ms.max(1))),
                 receive_timeout: (r.receive_timeout_ms > 0)
                     .then(|| Duration::from_millis(r.receive_timeout_ms)),
+                backfill_chunk_rows: r.backfill_chunk_rows,
             },
             held.as_deref(),
             out,

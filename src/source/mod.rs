@@ -1,6 +1,7 @@
 //! Sources: where changes come from. One [`Source`] trait, one folder per
 //! backend (`sqlite/`, `postgres/`).
 
+pub mod backfill;
 pub mod postgres;
 pub mod schema_change;
 pub mod sqlite;
@@ -98,6 +99,8 @@ pub struct FollowTiming {
     /// taken for broken and a reconnect follows (as the server's own
     /// `wal_receiver_timeout`). `None`: wait forever.
     pub receive_timeout: Option<Duration>,
+    /// Rows one backfill chunk reads (`--backfill-chunk-rows`; SQLite).
+    pub backfill_chunk_rows: u64,
 }
 
 /// A function that says which cursor a target durably holds: what
@@ -196,6 +199,14 @@ pub trait Source {
     fn make_failover(&self) -> Result<String> {
         Err(Error::usage(
             "--failover is for PostgreSQL sources (17 or later, with a standby that synchronizes slots)",
+        ))
+    }
+    /// Ask the capture that follows this source to bring the tables' current
+    /// rows into the stream (`all`: every captured table); returns the
+    /// tables once the requests are recorded (docs/BACKFILL.md).
+    fn backfill(&self, _tables: &[String], _all: bool, _resync: bool) -> Result<Vec<String>> {
+        Err(Error::usage(
+            "backfill is for SQLite sources so far; for a PostgreSQL source, give the target a new snapshot (docs/OPERATIONS.md)",
         ))
     }
     /// What differs from what this version would install (empty: current).

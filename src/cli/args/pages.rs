@@ -75,6 +75,10 @@ pub fn sub_man_sections(tool: &str, sub: &str) -> Vec<(&'static str, String)> {
             "$ mooncdc-capture migrate --source sqlite:app.db -- \"ALTER TABLE items DROP COLUMN stock\"",
             "$ mooncdc-capture migrate --source sqlite:app.db --sql migrations/0042.sql",
         ],
+        ("mooncdc-capture", "backfill") => &[
+            "$ mooncdc-capture backfill --source sqlite:app.db --table orders",
+            "$ mooncdc-capture backfill --source sqlite:app.db --table orders --resync",
+        ],
         ("mooncdc-capture", "status") => &[
             "$ mooncdc-capture status --source sqlite:app.db",
             "$ mooncdc-capture status --source postgres://app@db/shop --output-format json",
@@ -97,6 +101,7 @@ pub fn sub_man_sections(tool: &str, sub: &str) -> Vec<(&'static str, String)> {
         ("mooncdc-capture", "verify") => "0 capture is installed and current; 1 drift, and only drift (one drift: line each on standard error, or \"current\":false with --output-format json); 2 trouble: a missing database, a server that is down, a bad option.",
         ("mooncdc-capture", "ack") => "0 acknowledged (also: a position at or before the one recorded, which changes nothing); 1 a cursor of another source, a position beyond the high water or the flushed WAL, or a failed operation; 2 usage.",
         ("mooncdc-capture", "migrate") => "0 migrated and capture rebuilt; 1 a migration that fails or changes rows (nothing of it is kept), or a failed operation; 2 usage.",
+        ("mooncdc-capture", "backfill") => "0 every request recorded (a following capture carries them out); 1 a table being backfilled already, or backfilled before without --resync, or a failed operation (nothing recorded); 2 usage, a table that does not exist.",
         ("mooncdc-apply", "cursor") => "0 the cursor printed; 1 the target holds no cursor, or one of another source than --source-identity, or a failed operation; 2 usage.",
         _ => "0 success; 1 bad data or a failed operation; 2 usage.",
     };

@@ -156,20 +156,27 @@ pub fn init(path: &Path, tables: &[String]) -> Result<Vec<String>> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(db_err("cannot begin a transaction"))?;
-    if !is_installed(&tx)? {
+    let added = init_in(&tx, tables)?;
+    tx.commit().map_err(db_err("cannot commit"))?;
+    Ok(added)
+}
+
+/// [`init`] inside the caller's write transaction.
+pub(super) fn init_in(tx: &Connection, tables: &[String]) -> Result<Vec<String>> {
+    if !is_installed(tx)? {
         tx.execute_batch(&format!(
             "CREATE TABLE {META}(key TEXT PRIMARY KEY, value TEXT NOT NULL);
              CREATE TABLE {TABLES}(tid INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, schema TEXT NOT NULL, current INTEGER NOT NULL);
              CREATE TABLE {LOG}(seq INTEGER PRIMARY KEY, tid INTEGER NOT NULL, op INTEGER NOT NULL);"
         ))
         .map_err(db_err("cannot create the capture tables"))?;
-        meta_set(&tx, "identity", &format!("sqlite:{}", random_uuid()?))?;
-        meta_set(&tx, "version", &CAPTURE_VERSION.to_string())?;
-        meta_set(&tx, "acknowledged", "0")?;
+        meta_set(tx, "identity", &format!("sqlite:{}", random_uuid()?))?;
+        meta_set(tx, "version", &CAPTURE_VERSION.to_string())?;
+        meta_set(tx, "acknowledged", "0")?;
     }
-    let captured = current_tables(&tx)?;
+    let captured = current_tables(tx)?;
     let wanted: Vec<String> = if tables.is_empty() {
-        user_tables(&tx)?
+        user_tables(tx)?
     } else {
         for t in tables {
             if t.starts_with(RESERVED_PREFIX) {
@@ -185,11 +192,10 @@ pub fn init(path: &Path, tables: &[String]) -> Result<Vec<String>> {
         if captured.contains_key(&name) {
             continue;
         }
-        let schema = table_schema(&tx, &name)?;
-        install_version(&tx, schema, false)?;
+        let schema = table_schema(tx, &name)?;
+        install_version(tx, schema, false)?;
         added.push(name);
     }
-    tx.commit().map_err(db_err("cannot commit"))?;
     Ok(added)
 }
 

@@ -1,7 +1,9 @@
 //! Reading the change log into batch streams, once or following, each
 //! value encoded exactly as the table held it.
 
+use super::backfill::{DONE_OP, REQUEST_OP, ROW_OP};
 use super::*;
+use crate::source::backfill::Reached;
 
 /// What one read wrote.
 #[derive(Debug, Clone, Default)]
@@ -73,13 +75,15 @@ pub fn read_in(
     };
     let versions = table_versions(conn)?;
     let since = takeovers(conn, &versions)?;
+    // Tables being backfilled, and the keys their rows have reached.
+    let mut reached = super::backfill::reached_at(conn, start, &versions)?;
     // Pass 1: how many events, and the tables they touch.
     let mut touched: Vec<i64> = Vec::new();
     let mut n = 0u64;
     {
         let mut st = conn
             .prepare_cached(&format!(
-                "SELECT seq, tid FROM {LOG} WHERE seq > ?1 AND op <> {MARKER_OP} ORDER BY seq"
+                "SELECT seq, tid FROM {LOG} WHERE seq > ?1 AND op NOT IN ({MARKER_OP}, {DONE_OP}) ORDER BY seq"
             ))
             .map_err(db_err("cannot read the change log"))?;
         let mut rows = st
@@ -223,11 +227,12 @@ pub fn read_in(
             markers.push((seq, tid));
             continue;
         }
-        if limits.max_events.is_some_and(|m| written >= m) {
-            stopped = true;
-            break;
-        }
         let tv = &versions[&tid];
+        if op == DONE_OP {
+            // The table's last chunk is in: its changes all pass from here.
+            reached.remove(&tv.schema.table);
+            continue;
+        }
         let ncol = tv.schema.columns.len();
         let located =
             |e: String| Error::data(format!("change {seq} of table {:?}: {e}", tv.schema.table));
@@ -237,6 +242,8 @@ pub fn read_in(
             1 => (Operation::Insert, None, Some(after()?)),
             2 => (Operation::Update, Some(before()?), Some(after()?)),
             3 => (Operation::Delete, Some(before()?), None),
+            REQUEST_OP => (Operation::TRUNCATE, None, None),
+            ROW_OP => (Operation::Insert, None, Some(after()?)),
             other => {
                 return Err(Error::data(format!(
                     "change {seq} has unknown operation code {other}"
@@ -245,6 +252,50 @@ pub fn read_in(
         };
         for img in [&before, &after].into_iter().flatten() {
             null_key(&tv.schema, img).map_err(located)?;
+        }
+        let e = Event {
+            sequence: seq,
+            table: tv.schema.table.clone(),
+            operation,
+            before,
+            after,
+        };
+        // A backfill's own records set what its table has reached; the
+        // table's changes pass only as far as that (docs/BACKFILL.md).
+        let positions = crate::source::backfill::key_positions(&tv.schema);
+        let (e, reaches) = match op {
+            REQUEST_OP => (e, Some(Reached::Nothing)),
+            ROW_OP => {
+                let key =
+                    crate::source::backfill::key_of(e.after.as_deref().unwrap_or(&[]), &positions);
+                match reached.get(&tv.schema.table) {
+                    Some(Reached::UpTo(b)) if crate::wire::value::key_cmp(&key, b) != std::cmp::Ordering::Greater => {
+                        return Err(Error::data(format!(
+                            "change {seq}: a backfill row of table {:?} is not beyond the rows before it (the change log is damaged)",
+                            tv.schema.table
+                        )))
+                    }
+                    Some(_) => {}
+                    None => {
+                        return Err(Error::data(format!(
+                            "change {seq}: a backfill row of table {:?}, which no backfill request covers (the change log is damaged)",
+                            tv.schema.table
+                        )))
+                    }
+                }
+                (e, Some(Reached::UpTo(key)))
+            }
+            _ => match reached.get(&tv.schema.table) {
+                None => (e, None),
+                Some(r) => match crate::source::backfill::pass(e, &positions, r) {
+                    Some(e) => (e, None),
+                    None => continue,
+                },
+            },
+        };
+        if limits.max_events.is_some_and(|m| written >= m) {
+            stopped = true;
+            break;
         }
         // Schema changes before this change: the markers passed, and the
         // event's own version (where no marker says when it took over).
@@ -256,13 +307,6 @@ pub fn read_in(
             change_to(&mut forced, t, &mut line)?;
         }
         change_to(&mut forced, tid, &mut line)?;
-        let e = Event {
-            sequence: seq,
-            table: tv.schema.table.clone(),
-            operation,
-            before,
-            after,
-        };
         let record_bytes = line.len();
         write_event_line(&mut line, &e);
         limits.check_line(&line[record_bytes..], &e)?;
@@ -278,6 +322,9 @@ pub fn read_in(
         out.write_all(&line).map_err(io_out)?;
         in_force = forced;
         markers.clear();
+        if let Some(r) = reaches {
+            reached.insert(e.table, r);
+        }
         written += 1;
         last = seq;
     }
@@ -332,10 +379,12 @@ pub fn follow(
     after: Option<&Cursor>,
     limits: ReadLimits,
     poll: std::time::Duration,
+    chunk_rows: u64,
     ack_target: Option<&dyn Fn() -> Result<Option<Cursor>>>,
     out: &mut dyn Write,
 ) -> Result<()> {
     let mut conn = open_existing(path)?;
+    let mut progress = crate::source::backfill::Progress::default();
     require_installed(&conn, path)?;
     let mut position = after.cloned();
     let mut first = true;
@@ -383,10 +432,21 @@ pub fn follow(
                 }
             }
         }
+        // A backfill waiting: log its next chunk, and read it at once.
+        let chunk = super::backfill::write_chunk(&mut conn, chunk_rows)?;
+        if let Some(c) = &chunk {
+            let r = &c.request;
+            progress.chunk(
+                r.id,
+                &r.table,
+                (c.rows, r.rows, r.estimate),
+                r.done.is_some(),
+            );
+        }
         // A cut read continues at once; otherwise wait for new changes.
         let cut =
             limits.max_events.is_some_and(|m| stats.events >= m) || limits.max_bytes.is_some();
-        if !(cut && stats.events > 0) {
+        if !(cut && stats.events > 0) && chunk.is_none() {
             std::thread::sleep(poll);
         }
     }
@@ -396,7 +456,7 @@ pub fn follow(
 /// renamed by an ALTER that `upgrade` or `migrate` did not make) logs
 /// changes with a stale column list: reading them would carry rows without
 /// the new column's values. Refuse before anything is written.
-fn refuse_drift(conn: &Connection, path: &Path) -> Result<()> {
+pub(super) fn refuse_drift(conn: &Connection, path: &Path) -> Result<()> {
     let drift = drift_in(conn)?;
     if drift.is_empty() {
         return Ok(());

@@ -28,11 +28,16 @@
 //! sequence order is commit order and a read transaction sees a prefix.
 
 mod audit;
+mod backfill;
 mod install;
 mod log;
 mod snapshot;
 
 pub use audit::{select_in_key_order, SqliteAuditRows};
+pub use backfill::{
+    request as request_backfill, requests as backfill_requests, write_chunk, ChunkDone,
+    Request as BackfillRequest, DEFAULT_CHUNK_ROWS,
+};
 
 mod renames;
 use install::*;
@@ -80,6 +85,52 @@ pub struct Status {
     pub high_water: Sequence,
     pub backlog: u64,
     pub tables: Vec<String>,
+    pub backfills: Vec<BackfillRequest>,
+}
+
+/// `status`'s `backfills`: each request, oldest first.
+fn backfill_field(reqs: &[BackfillRequest]) -> crate::source::StatusField {
+    let value: Vec<serde_json::Value> = reqs
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "request": r.id,
+                "table": r.table,
+                "kind": if r.resync { "resync" } else { "backfill" },
+                "state": r.state(),
+                "requested_at": r.requested.to_string(),
+                "done_at": r.done.map(|d| d.to_string()),
+                "rows": r.rows,
+                "estimate": r.estimate,
+            })
+        })
+        .collect();
+    let text = if reqs.is_empty() {
+        "none".to_string()
+    } else {
+        reqs.iter()
+            .map(|r| match r.done {
+                Some(d) => format!(
+                    "{} ({} {}): done at {d}, {} rows",
+                    r.table,
+                    if r.resync { "resync" } else { "backfill" },
+                    r.id,
+                    r.rows
+                ),
+                None => format!(
+                    "{} ({} {}): {}, {} of about {} rows",
+                    r.table,
+                    if r.resync { "resync" } else { "backfill" },
+                    r.id,
+                    r.state(),
+                    r.rows,
+                    r.estimate
+                ),
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    crate::source::StatusField::new("backfills", value).with_text(text)
 }
 
 fn io_out(e: std::io::Error) -> Error {
@@ -209,6 +260,7 @@ pub fn status(path: &Path) -> Result<Status> {
         high_water: high_water(&conn)?,
         backlog: backlog as u64,
         tables: current_tables(&conn)?.into_keys().collect(),
+        backfills: backfill_requests(&conn)?,
     })
 }
 
@@ -246,6 +298,7 @@ pub fn ack(path: &Path, cursor: &Cursor) -> Result<Sequence> {
         [through as i64],
     )
     .map_err(db_err("cannot delete acknowledged changes"))?;
+    backfill::prune(&tx, through)?;
     meta_set(&tx, "acknowledged", &through.to_string())?;
     tx.commit().map_err(db_err("cannot commit"))?;
     Ok(through)
@@ -268,6 +321,16 @@ impl crate::source::Source for SqliteSource {
     fn verify(&self) -> Result<Vec<String>> {
         verify(&self.path)
     }
+    fn backfill(&self, tables: &[String], all: bool, resync: bool) -> Result<Vec<String>> {
+        let tables = if all {
+            let conn = open_existing(&self.path)?;
+            require_installed(&conn, &self.path)?;
+            current_tables(&conn)?.into_keys().collect()
+        } else {
+            tables.to_vec()
+        };
+        request_backfill(&self.path, &tables, resync)
+    }
     fn migrate(&self, sql: &str) -> Result<Vec<String>> {
         migrate(&self.path, sql)
     }
@@ -285,6 +348,7 @@ impl crate::source::Source for SqliteSource {
                 StatusField::count("backlog", st.backlog.into())
                     .with_text(crate::log::count(st.backlog, "change", "changes")),
                 StatusField::new("tables", st.tables.clone()).with_text(st.tables.join(", ")),
+                backfill_field(&st.backfills),
             ],
         })
     }
@@ -302,7 +366,15 @@ impl crate::source::Source for SqliteSource {
         held: Option<&crate::source::HeldCursor>,
         out: &mut dyn Write,
     ) -> Result<()> {
-        follow(&self.path, after, limits, timing.poll, held, out)
+        follow(
+            &self.path,
+            after,
+            limits,
+            timing.poll,
+            timing.backfill_chunk_rows,
+            held,
+            out,
+        )
     }
     fn snapshot(
         &self,
