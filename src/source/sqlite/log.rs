@@ -233,6 +233,12 @@ pub fn read_in(
             reached.remove(&tv.schema.table);
             continue;
         }
+        // At the limit, stop before the next change (one the backfill would
+        // leave out included: the batch ends at the last event either way).
+        if limits.max_events.is_some_and(|m| written >= m) {
+            stopped = true;
+            break;
+        }
         let ncol = tv.schema.columns.len();
         let located =
             |e: String| Error::data(format!("change {seq} of table {:?}: {e}", tv.schema.table));
@@ -293,10 +299,6 @@ pub fn read_in(
                 },
             },
         };
-        if limits.max_events.is_some_and(|m| written >= m) {
-            stopped = true;
-            break;
-        }
         // Schema changes before this change: the markers passed, and the
         // event's own version (where no marker says when it took over).
         // One that cannot be described exactly fails the read before the
