@@ -19,7 +19,7 @@
 use super::log::refuse_drift;
 use super::*;
 use crate::source::backfill::{key_positions, Reached};
-use crate::sqlite_util::{order_by_key, table_exists, Bind};
+use crate::sqlite_util::{table_exists, Bind};
 use crate::wire::value::write_row;
 use crate::wire::Value;
 
@@ -128,6 +128,7 @@ pub fn request(path: &Path, tables: &[String], resync: bool) -> Result<Vec<Strin
                 path.display()
             )));
         }
+        key_collations_binary(&conn, t)?;
         let n: i64 = conn
             .query_row(
                 &format!("SELECT count(*) FROM {}", quote_ident(t)),
@@ -181,6 +182,37 @@ pub fn request(path: &Path, tables: &[String], resync: bool) -> Result<Vec<Strin
     }
     tx.commit().map_err(db_err("cannot commit"))?;
     Ok(tables.to_vec())
+}
+
+/// Refuse a table whose key columns compare in another collation than
+/// BINARY: chunks are read in the key's index order, which must be the key
+/// order of docs/FORMAT.md §9 that the stream's filter compares in.
+fn key_collations_binary(conn: &Connection, table: &str) -> Result<()> {
+    let err = db_err("cannot read the table's key index");
+    let index: Option<String> = conn
+        .query_row(
+            "SELECT name FROM pragma_index_list(?1) WHERE origin = 'pk'",
+            [table],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(&err)?;
+    // None: an INTEGER PRIMARY KEY, the rowid, which has no collation.
+    let Some(index) = index else { return Ok(()) };
+    let mut st = conn
+        .prepare("SELECT name, coll FROM pragma_index_xinfo(?1) WHERE key = 1 AND cid >= 0")
+        .map_err(&err)?;
+    let cols: Vec<(String, String)> = st
+        .query_map([&index], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(&err)?
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(&err)?;
+    if let Some((col, coll)) = cols.iter().find(|(_, c)| !c.eq_ignore_ascii_case("BINARY")) {
+        return Err(Error::usage(format!(
+            "table {table:?} cannot be backfilled: its key column {col:?} compares with COLLATE {coll}, and backfill reads keys in SQLite's BINARY order (docs/BACKFILL.md, Limits); take a new snapshot instead"
+        )));
+    }
+    Ok(())
 }
 
 fn key_text(key: &[Value]) -> String {
@@ -353,12 +385,10 @@ pub fn write_chunk(conn: &mut Connection, max_rows: u64) -> Result<Option<ChunkD
         .iter()
         .map(|c| quote_ident(&c.name))
         .collect();
-    let key_cols: Vec<String> = tv
-        .schema
-        .key
-        .iter()
-        .map(|k| format!("{} COLLATE BINARY", quote_ident(k)))
-        .collect();
+    // Plain columns: the key's collation is BINARY (checked at the request),
+    // and so the key's index serves the range and the order (a COLLATE here
+    // would make SQLite scan the index from its start for every chunk).
+    let key_cols: Vec<String> = tv.schema.key.iter().map(|k| quote_ident(k)).collect();
     let after_key = match &last {
         None => Vec::new(),
         Some(k) => key_from_text(k)?,
@@ -375,7 +405,7 @@ pub fn write_chunk(conn: &mut Connection, max_rows: u64) -> Result<Option<ChunkD
         tv.tid,
         cols.join(", "),
         quote_ident(&req.table),
-        order_by_key(&tv.schema),
+        key_cols.join(", "),
     );
     let binds: Vec<Bind<'_>> = after_key.iter().map(Bind).collect();
     let rows = tx
