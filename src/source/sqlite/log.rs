@@ -268,12 +268,14 @@ pub fn read_in(
         };
         // A backfill's own records set what its table has reached; the
         // table's changes pass only as far as that (docs/BACKFILL.md).
-        let positions = crate::source::backfill::key_positions(&tv.schema);
+        let positions = || crate::source::backfill::key_positions(&tv.schema);
         let (e, reaches) = match op {
             REQUEST_OP => (e, Some(Reached::Nothing)),
             ROW_OP => {
-                let key =
-                    crate::source::backfill::key_of(e.after.as_deref().unwrap_or(&[]), &positions);
+                let key = crate::source::backfill::key_of(
+                    e.after.as_deref().unwrap_or(&[]),
+                    &positions(),
+                );
                 match reached.get(&tv.schema.table) {
                     Some(Reached::UpTo(b)) if crate::wire::value::key_cmp(&key, b) != std::cmp::Ordering::Greater => {
                         return Err(Error::data(format!(
@@ -293,7 +295,7 @@ pub fn read_in(
             }
             _ => match reached.get(&tv.schema.table) {
                 None => (e, None),
-                Some(r) => match crate::source::backfill::pass(e, &positions, r) {
+                Some(r) => match crate::source::backfill::pass(e, &positions(), r) {
                     Some(e) => (e, None),
                     None => continue,
                 },
@@ -304,11 +306,18 @@ pub fn read_in(
         // One that cannot be described exactly fails the read before the
         // batch's commit line, so downstream applies none of it.
         line.clear();
-        let mut forced = in_force.clone();
-        for &(_, t) in &markers {
-            change_to(&mut forced, t, &mut line)?;
-        }
-        change_to(&mut forced, tid, &mut line)?;
+        // (Most events change nothing: their table's version is in force and
+        // no marker waits. Those skip the copy of the versions in force.)
+        let forced = if markers.is_empty() && in_force.get(&tv.schema.table) == Some(&tid) {
+            None
+        } else {
+            let mut forced = in_force.clone();
+            for &(_, t) in &markers {
+                change_to(&mut forced, t, &mut line)?;
+            }
+            change_to(&mut forced, tid, &mut line)?;
+            Some(forced)
+        };
         let record_bytes = line.len();
         write_event_line(&mut line, &e);
         limits.check_line(&line[record_bytes..], &e)?;
@@ -322,7 +331,9 @@ pub fn read_in(
         }
         bytes += line.len() as u64;
         out.write_all(&line).map_err(io_out)?;
-        in_force = forced;
+        if let Some(f) = forced {
+            in_force = f;
+        }
         markers.clear();
         if let Some(r) = reaches {
             reached.insert(e.table, r);
