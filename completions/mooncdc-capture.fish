@@ -40,7 +40,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l log-for
 json\t'One JSON object a line: ts, level, tool, message, fields'"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l metrics-listen -d 'With --follow: serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9187)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l stall-timeout-ms -d 'With --metrics-listen: /readyz says 503 after this long without progress' -r
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l backfill-chunk-rows -d 'With --follow: rows each backfill chunk reads (mooncdc-capture backfill; SQLite)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l backfill-chunk-rows -d 'With --follow: rows each backfill chunk reads (mooncdc-capture backfill)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l publication -d 'PostgreSQL: the publication' -r
@@ -53,7 +53,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "ini
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "verify" -d 'Check that capture is installed and current; exit 1 on drift'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "upgrade" -d 'Rebuild capture for the current version and schema, keeping unacknowledged changes'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "migrate" -d 'SQLite: run the application\'s schema change and rebuild capture in one transaction (so DROP COLUMN works and no change is logged with a stale column list)'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "backfill" -d 'Bring tables\' current rows into the stream, chunk by chunk, through the capture that follows this source (SQLite)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "backfill" -d 'Bring tables\' current rows into the stream, chunk by chunk, through the capture that follows this source'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "status" -d 'Print identity, acknowledged position, high water and backlog'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "ack" -d 'Acknowledge (and discard) changes through a position'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "read" -d 'Write one batch stream of the changes after a cursor (the default)'
@@ -87,8 +87,8 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand migrate" -s h -l help -d 'Print help'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l source -d 'The source database URL (sqlite:PATH)' -r
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l table -d 'Backfill this table (repeatable)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l source -d 'The source database URL (sqlite:PATH or postgres://…)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l table -d 'Backfill this table (repeatable; PostgreSQL: schema.table)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand backfill" -l all -d 'Backfill every captured table (a new pipeline\'s initial load)'
@@ -129,7 +129,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l
 json\t'One JSON object a line: ts, level, tool, message, fields'"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l metrics-listen -d 'With --follow: serve Prometheus metrics on /metrics and health on /livez and /readyz at ADDR:PORT (e.g. 127.0.0.1:9187)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l stall-timeout-ms -d 'With --metrics-listen: /readyz says 503 after this long without progress' -r
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l backfill-chunk-rows -d 'With --follow: rows each backfill chunk reads (mooncdc-capture backfill; SQLite)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l backfill-chunk-rows -d 'With --follow: rows each backfill chunk reads (mooncdc-capture backfill)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l publication -d 'PostgreSQL: the publication' -r
@@ -141,7 +141,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; an
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "verify" -d 'Check that capture is installed and current; exit 1 on drift'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "upgrade" -d 'Rebuild capture for the current version and schema, keeping unacknowledged changes'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "migrate" -d 'SQLite: run the application\'s schema change and rebuild capture in one transaction (so DROP COLUMN works and no change is logged with a stale column list)'
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "backfill" -d 'Bring tables\' current rows into the stream, chunk by chunk, through the capture that follows this source (SQLite)'
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "backfill" -d 'Bring tables\' current rows into the stream, chunk by chunk, through the capture that follows this source'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "status" -d 'Print identity, acknowledged position, high water and backlog'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "ack" -d 'Acknowledge (and discard) changes through a position'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand help; and not __fish_seen_subcommand_from init verify upgrade migrate backfill status ack read help" -f -a "read" -d 'Write one batch stream of the changes after a cursor (the default)'

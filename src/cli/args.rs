@@ -229,7 +229,7 @@ pub struct ReadArgs {
     /// With --metrics-listen: /readyz says 503 after this long without progress
     #[arg(long, value_name = "MS", default_value_t = 300_000)]
     pub stall_timeout_ms: u64,
-    /// With --follow: rows each backfill chunk reads (mooncdc-capture backfill; SQLite)
+    /// With --follow: rows each backfill chunk reads (mooncdc-capture backfill)
     #[arg(long, value_name = "N", default_value_t = 4096, requires = "follow")]
     pub backfill_chunk_rows: u64,
     /// With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds
@@ -322,12 +322,12 @@ pub enum CaptureCommand {
         #[arg(last = true, value_name = "SQL")]
         statements: Vec<String>,
     },
-    /// Bring tables' current rows into the stream, chunk by chunk, through the capture that follows this source (SQLite)
+    /// Bring tables' current rows into the stream, chunk by chunk, through the capture that follows this source
     Backfill {
-        /// The source database URL (sqlite:PATH)
+        /// The source database URL (sqlite:PATH or postgres://…)
         #[arg(long, value_name = "URL")]
         source: String,
-        /// Backfill this table (repeatable)
+        /// Backfill this table (repeatable; PostgreSQL: schema.table)
         #[arg(long = "table", value_name = "NAME", required_unless_present = "all")]
         tables: Vec<String>,
         /// Backfill every captured table (a new pipeline's initial load)

@@ -81,6 +81,67 @@ pub fn pass(mut e: Event, positions: &[usize], reached: &Reached) -> Option<Even
     }
 }
 
+/// One request as `capture status` shows it.
+#[derive(Debug, Clone)]
+pub struct RequestStatus {
+    pub id: i64,
+    pub table: String,
+    pub resync: bool,
+    /// `requested`, `in progress` or `done`.
+    pub state: &'static str,
+    pub rows: u64,
+    pub estimate: u64,
+    /// The position of the request and of its end, where known.
+    pub requested_at: Option<String>,
+    pub done_at: Option<String>,
+}
+
+/// `status`'s `backfills`: each request, oldest first.
+pub fn status_field(reqs: &[RequestStatus]) -> crate::source::StatusField {
+    let kind = |r: &RequestStatus| if r.resync { "resync" } else { "backfill" };
+    let value: Vec<serde_json::Value> = reqs
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "request": r.id,
+                "table": r.table,
+                "kind": kind(r),
+                "state": r.state,
+                "requested_at": r.requested_at,
+                "done_at": r.done_at,
+                "rows": r.rows,
+                "estimate": r.estimate,
+            })
+        })
+        .collect();
+    let text = if reqs.is_empty() {
+        "none".to_string()
+    } else {
+        reqs.iter()
+            .map(|r| match (r.state, &r.done_at) {
+                ("done", Some(d)) => format!(
+                    "{} ({} {}): done at {d}, {} rows",
+                    r.table,
+                    kind(r),
+                    r.id,
+                    r.rows
+                ),
+                _ => format!(
+                    "{} ({} {}): {}, {} of about {} rows",
+                    r.table,
+                    kind(r),
+                    r.id,
+                    r.state,
+                    r.rows,
+                    r.estimate
+                ),
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    crate::source::StatusField::new("backfills", value).with_text(text)
+}
+
 /// What a follower says of the backfills it runs: each chunk in the
 /// metrics; on standard error the start and the end of each, and, when
 /// standard error is a terminal, the rows, rate and time left at most once

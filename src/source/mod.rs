@@ -99,7 +99,7 @@ pub struct FollowTiming {
     /// taken for broken and a reconnect follows (as the server's own
     /// `wal_receiver_timeout`). `None`: wait forever.
     pub receive_timeout: Option<Duration>,
-    /// Rows one backfill chunk reads (`--backfill-chunk-rows`; SQLite).
+    /// Rows one backfill chunk reads (`--backfill-chunk-rows`).
     pub backfill_chunk_rows: u64,
 }
 
@@ -204,11 +204,7 @@ pub trait Source {
     /// Ask the capture that follows this source to bring the tables' current
     /// rows into the stream (`all`: every captured table); returns the
     /// tables once the requests are recorded (docs/BACKFILL.md).
-    fn backfill(&self, _tables: &[String], _all: bool, _resync: bool) -> Result<Vec<String>> {
-        Err(Error::usage(
-            "backfill is for SQLite sources so far; for a PostgreSQL source, give the target a new snapshot (docs/OPERATIONS.md)",
-        ))
-    }
+    fn backfill(&self, tables: &[String], all: bool, resync: bool) -> Result<Vec<String>>;
     /// What differs from what this version would install (empty: current).
     fn verify(&self) -> Result<Vec<String>>;
     /// Bring capture up to date; returns what it did, one line each.

@@ -77,7 +77,7 @@ pub fn sub_man_sections(tool: &str, sub: &str) -> Vec<(&'static str, String)> {
         ],
         ("mooncdc-capture", "backfill") => &[
             "$ mooncdc-capture backfill --source sqlite:app.db --table orders",
-            "$ mooncdc-capture backfill --source sqlite:app.db --table orders --resync",
+            "$ mooncdc-capture backfill --source postgres://app@db/shop --table public.orders --resync",
         ],
         ("mooncdc-capture", "status") => &[
             "$ mooncdc-capture status --source sqlite:app.db",

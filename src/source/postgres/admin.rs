@@ -429,6 +429,27 @@ impl PgSource {
             }
             let publication =
                 publication_field(&self.publication, via_root, &published, &all_columns);
+            let backfills: Vec<crate::source::backfill::RequestStatus> =
+                super::backfill::requests(&c)
+                    .await?
+                    .into_iter()
+                    .map(|r| crate::source::backfill::RequestStatus {
+                        id: r.id,
+                        state: if r.done {
+                            "done"
+                        } else if r.chunks > 0 {
+                            "in progress"
+                        } else {
+                            "requested"
+                        },
+                        table: r.table,
+                        resync: r.resync,
+                        rows: r.rows.max(0) as u64,
+                        estimate: r.estimate.max(0) as u64,
+                        requested_at: r.requested_lsn,
+                        done_at: r.done_lsn,
+                    })
+                    .collect();
             Ok(SourceStatus {
                 identity: id.clone(),
                 fields: {
@@ -464,6 +485,7 @@ impl PgSource {
                                 .with_text("unlimited (max_slot_wal_keep_size = -1)"),
                         },
                         publication,
+                        crate::source::backfill::status_field(&backfills),
                     ]
                 },
             })

@@ -25,9 +25,6 @@ use super::*;
 /// The message prefix.
 pub(super) const PREFIX: &str = "mooncdc_ddl";
 
-/// The name of the event trigger.
-pub(super) const TRIGGER: &str = "mooncdc_ddl";
-
 const INSTALL: &str = r#"
 CREATE SCHEMA IF NOT EXISTS mooncdc;
 DROP TABLE IF EXISTS mooncdc.ddl_columns;
@@ -166,16 +163,5 @@ impl PgSource {
                 .map_err(pg_err("cannot install the DDL trigger"))?;
             Ok("DDL trigger installed: ALTER TABLE on captured tables is described in the stream (renames carried)".to_string())
         })
-    }
-
-    /// Whether the DDL trigger is installed (reads then ask for messages).
-    pub(super) async fn ddl_installed(c: &Client) -> Result<bool> {
-        Ok(c.query_opt(
-            "SELECT 1 FROM pg_event_trigger WHERE evtname = $1 AND evtenabled <> 'D'",
-            &[&TRIGGER],
-        )
-        .await
-        .map_err(pg_err("cannot read event triggers"))?
-        .is_some())
     }
 }

@@ -20,6 +20,7 @@
 
 mod admin;
 mod audit;
+mod backfill;
 mod batch_out;
 mod catalog;
 mod ddl_state;
@@ -231,6 +232,9 @@ impl Source for PgSource {
     }
     fn verify(&self) -> Result<Vec<String>> {
         PgSource::verify(self)
+    }
+    fn backfill(&self, tables: &[String], all: bool, resync: bool) -> Result<Vec<String>> {
+        PgSource::backfill(self, tables, all, resync)
     }
     fn upgrade(&self) -> Result<Vec<String>> {
         // Replica identity and the slot, for the tables already published;

@@ -33,7 +33,12 @@ impl PgSource {
                 .await
                 .map(|r| r.is_some())
                 .unwrap_or(false);
-            if holds {
+            // A table added by `capture backfill` gets its rows that way.
+            let backfilled = super::backfill::requests(c)
+                .await
+                .map(|r| r.iter().any(|r| r.table == m.name && !r.done))
+                .unwrap_or(false);
+            if holds && !backfilled {
                 let what = if m.name == m.published {
                     format!("table {:?} was added to the publication", m.name)
                 } else {
@@ -45,7 +50,8 @@ impl PgSource {
                 crate::log::warn(
                     &format!(
                         "{what} while following, holding rows: the rows it held then are not in the stream and will not reach targets \
-                         (changes after it are); bring them with a new snapshot (docs/OPERATIONS.md, \"Starting over\")"
+                         (changes after it are); bring them with a new snapshot (docs/OPERATIONS.md, \"Starting over\"). To add a table \
+                         to a running pipeline, `mooncdc-capture backfill --table NAME` instead of init brings its rows too (docs/BACKFILL.md)"
                     ),
                     &[("event", "rows-not-streamed".into()), ("table", m.name.clone().into())],
                 );

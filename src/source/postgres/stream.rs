@@ -129,8 +129,12 @@ impl PgSource {
         // confirmed position (raised only by --ack-from-target).
         // With the DDL trigger installed, its logical messages say which
         // columns a change renamed.
-        let messages = Self::ddl_installed(&c).await?;
+        // Logical messages (PostgreSQL 14+, which capture needs): the DDL
+        // trigger's and the backfills' (docs/BACKFILL.md).
+        let messages = true;
         let mut ddl = DdlState::default();
+        let mut bf = super::backfill::Backfills::load(&c, &self.publication, start).await?;
+        let chunk_rows = timing.map(|t| t.backfill_chunk_rows).unwrap_or(4096);
         let mut client = Some(
             self.replication_stream(start_lsn, slot.confirmed, messages)
                 .await?,
@@ -150,6 +154,35 @@ impl PgSource {
         let mut ping = false;
         crate::metrics::confirmed(acked);
         crate::metrics::started();
+        // Write events of the transaction being read (those at or before
+        // the start were written before: a transaction sent again).
+        macro_rules! write_events {
+            ($events:expr) => {
+                for e in $events {
+                    if e.sequence <= start {
+                        continue;
+                    }
+                    let len = w.encoded_len(&e) as u64;
+                    limits.check_line(&w.line, &e)?;
+                    // Like SQLite reads: stop before the bytes written
+                    // would exceed the limit (one event at least).
+                    if total > 0 && limits.max_bytes.is_some_and(|m| bytes + len > m) {
+                        let at = w.position;
+                        w.finish_batch(at)?;
+                        return Ok(());
+                    }
+                    w.write_encoded(e.sequence)?;
+                    crate::metrics::event(len);
+                    total += 1;
+                    bytes += len;
+                    if limits.max_events.is_some_and(|m| total >= m) {
+                        let at = w.position;
+                        w.finish_batch(at)?;
+                        return Ok(());
+                    }
+                }
+            };
+        }
         let result: Result<()> = loop {
             let session: Result<()> = async {
             let client = client.as_mut().expect("a session is open");
@@ -163,6 +196,31 @@ impl PgSource {
                         w.finish_batch(at)?;
                     }
                     return Ok(());
+                }
+                // A backfill waiting and no chunk of ours in flight: write
+                // the next chunk (it comes back through the stream).
+                if follow
+                    && txn.is_none()
+                    && bf.work
+                    && bf.in_flight.is_none()
+                    && bf.retry_at.is_none_or(|t| std::time::Instant::now() >= t)
+                {
+                    bf.retry_at = None;
+                    match super::backfill::write_chunk(&c, &self.publication, chunk_rows).await? {
+                        super::backfill::Wrote::Nothing => bf.work = false,
+                        super::backfill::Wrote::Busy => {
+                            bf.retry_at = Some(std::time::Instant::now() + Duration::from_secs(1));
+                        }
+                        super::backfill::Wrote::Chunk { request, chunk, table, rows, total, estimate, done } => {
+                            bf.in_flight = Some((request, chunk));
+                            bf.progress.chunk(
+                                request,
+                                &table,
+                                (rows, total.max(0) as u64, estimate.max(0) as u64),
+                                done,
+                            );
+                        }
+                    }
                 }
                 // The publication's relations again, between transactions
                 // on a timer of their own (a busy stream is never quiet).
@@ -303,6 +361,9 @@ impl PgSource {
                             Message::Commit {
                                 commit_lsn, timestamp, ..
                             } => {
+                                // Where backfill messages are, noted before
+                                // their batch is written.
+                                bf.commit(&c, commit_lsn).await?;
                                 // Microseconds since 2000-01-01 -> ms since 1970.
                                 crate::metrics::commit_time_ms(timestamp / 1000 + 946_684_800_000);
                                 crate::metrics::position(commit_lsn);
@@ -326,6 +387,17 @@ impl PgSource {
                             }
                             Message::Message { prefix, content, lsn, .. } if prefix == super::ddl_trigger::PREFIX => {
                                 ddl.take(lsn, &content)?;
+                            }
+                            Message::Message { flags, prefix, content, .. }
+                                if prefix == super::backfill::PREFIX && flags & 1 == 1 =>
+                            {
+                                let Some((commit, ordinal)) = txn.as_mut() else {
+                                    return Err(Error::data("a backfill message outside a transaction"));
+                                };
+                                let (described, events) =
+                                    bf.message(&c, &self.publication, &content, *commit, ordinal).await?;
+                                w.add_table(described);
+                                write_events!(events);
                             }
                             Message::Insert { .. }
                             | Message::Update { .. }
@@ -354,29 +426,10 @@ impl PgSource {
                                         vec![catalog.event(sequence(*commit, *ordinal), msg)?]
                                     }
                                 };
-                                for e in events {
-                                    if e.sequence <= start {
-                                        continue;
-                                    }
-                                    let len = w.encoded_len(&e) as u64;
-                                    limits.check_line(&w.line, &e)?;
-                                    // Like SQLite reads: stop before the bytes written
-                                    // would exceed the limit (one event at least).
-                                    if total > 0 && limits.max_bytes.is_some_and(|m| bytes + len > m) {
-                                        let at = w.position;
-                                        w.finish_batch(at)?;
-                                        return Ok(());
-                                    }
-                                    w.write_encoded(e.sequence)?;
-                                    crate::metrics::event(len);
-                                    total += 1;
-                                    bytes += len;
-                                    if limits.max_events.is_some_and(|m| total >= m) {
-                                        let at = w.position;
-                                        w.finish_batch(at)?;
-                                        return Ok(());
-                                    }
-                                }
+                                // Tables being backfilled: their changes pass
+                                // as far as their chunks have reached.
+                                let events: Vec<Event> = events.into_iter().filter_map(|e| bf.pass(e)).collect();
+                                write_events!(events);
                             }
                             Message::Type { .. } | Message::Origin { .. } | Message::Message { .. } => {}
                         }
@@ -493,6 +546,11 @@ impl PgSource {
             last_received = std::time::Instant::now();
             start = w.position;
             txn = None;
+            // What backfills have reached there (a transaction cut off is
+            // sent again, its messages with it).
+            if let Err(e) = bf.reload(&c, &self.publication, start).await {
+                break Err(e);
+            }
         };
         result?;
         w.out.flush().map_err(io_out)?;

@@ -88,49 +88,22 @@ pub struct Status {
     pub backfills: Vec<BackfillRequest>,
 }
 
-/// `status`'s `backfills`: each request, oldest first.
+/// `status`'s `backfills`.
 fn backfill_field(reqs: &[BackfillRequest]) -> crate::source::StatusField {
-    let value: Vec<serde_json::Value> = reqs
+    let reqs: Vec<crate::source::backfill::RequestStatus> = reqs
         .iter()
-        .map(|r| {
-            serde_json::json!({
-                "request": r.id,
-                "table": r.table,
-                "kind": if r.resync { "resync" } else { "backfill" },
-                "state": r.state(),
-                "requested_at": r.requested.to_string(),
-                "done_at": r.done.map(|d| d.to_string()),
-                "rows": r.rows,
-                "estimate": r.estimate,
-            })
+        .map(|r| crate::source::backfill::RequestStatus {
+            id: r.id,
+            table: r.table.clone(),
+            resync: r.resync,
+            state: r.state(),
+            rows: r.rows,
+            estimate: r.estimate,
+            requested_at: Some(r.requested.to_string()),
+            done_at: r.done.map(|d| d.to_string()),
         })
         .collect();
-    let text = if reqs.is_empty() {
-        "none".to_string()
-    } else {
-        reqs.iter()
-            .map(|r| match r.done {
-                Some(d) => format!(
-                    "{} ({} {}): done at {d}, {} rows",
-                    r.table,
-                    if r.resync { "resync" } else { "backfill" },
-                    r.id,
-                    r.rows
-                ),
-                None => format!(
-                    "{} ({} {}): {}, {} of about {} rows",
-                    r.table,
-                    if r.resync { "resync" } else { "backfill" },
-                    r.id,
-                    r.state(),
-                    r.rows,
-                    r.estimate
-                ),
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
-    crate::source::StatusField::new("backfills", value).with_text(text)
+    crate::source::backfill::status_field(&reqs)
 }
 
 fn io_out(e: std::io::Error) -> Error {
