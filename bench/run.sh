@@ -3,7 +3,8 @@
 # same machine in the same run, and prints markdown tables (results recorded
 # in docs/BENCHMARKS.md). Benchmarks are a separate command, never a test.
 #
-#   bash bench/run.sh [stream|sqlite|postgres|clickhouse|all]   # default: all
+#   bash bench/run.sh [stream|sqlite|backfill|postgres|clickhouse|all]   # default: all
+#   (backfill: the SQLite and the PostgreSQL backfill against the snapshot)
 #
 # Scratch data goes to bench/work/ (git-ignored; under 1 GB at the default
 # sizes). Progress goes to standard error, the tables to standard output.
@@ -14,6 +15,7 @@
 #   BENCH_WRITE_ROWS=200000                  application writes, with and without capture
 #   BENCH_APPLY_ROWS=500000                  rows applied into the projection
 #   BENCH_AUDIT_ROWS=1000000                 rows audited
+#   BENCH_BACKFILL_ROWS=1000000              rows loaded by backfill and by snapshot
 #   BENCH_PG_ROWS=100000 BENCH_PG_CHANGES=300000   postgres: rows updated, changes decoded
 #   BENCH_PG_SNAPSHOT_ROWS=1000000           postgres: rows of the snapshot table
 #   BENCH_CH_ROWS=1000000                    clickhouse: rows of the applied snapshot
@@ -32,9 +34,9 @@ cd "$(dirname "$0")/.."
 
 section=${1:-all}
 case $section in
-  stream | sqlite | postgres | clickhouse | cluster | all) ;;
+  stream | sqlite | backfill | postgres | clickhouse | cluster | all) ;;
   *)
-    echo "usage: bench/run.sh [stream|sqlite|postgres|clickhouse|cluster|all]" >&2
+    echo "usage: bench/run.sh [stream|sqlite|backfill|postgres|clickhouse|cluster|all]" >&2
     exit 2
     ;;
 esac
@@ -403,6 +405,112 @@ sqlite_section() {
   echo
 }
 
+# A writer beside a load: inserts into its own table (not captured) every
+# 10 ms until STOP exists, then prints the longest an insert waited (ms) and
+# the largest the source's WAL file grew (MB).
+probe_writer() { # DB STOP
+  python3 - "$1" "$2" <<'PY'
+import os, sqlite3, sys, time
+db, stop = sys.argv[1], sys.argv[2]
+c = sqlite3.connect(db, timeout=60, isolation_level=None)
+c.execute("CREATE TABLE IF NOT EXISTS bench_probe(t REAL)")
+worst = wal = 0.0
+while not os.path.exists(stop):
+    t0 = time.monotonic()
+    c.execute("INSERT INTO bench_probe VALUES (?)", (t0,))
+    worst = max(worst, time.monotonic() - t0)
+    try:
+        wal = max(wal, os.path.getsize(db + "-wal"))
+    except OSError:
+        pass
+    time.sleep(0.01)
+print(f"{worst * 1000:.1f} {wal / 1e6:.1f}")
+PY
+}
+
+# (d) One table loaded by backfill through a following pipeline, against
+# mooncdc-snapshot | mooncdc-apply, with a writer beside each.
+sqlite_backfill_section() {
+  local rows=${BENCH_BACKFILL_ROWS:-1000000} src=$W/bf-src.db r
+  log "sqlite: $rows-row source for backfill against snapshot"
+  local ts=() ws=() wals=() tb=() wb=() walb=()
+  for ((r = 0; r < RUNS; r++)); do
+    rm -f "$src"* "$W"/bf-proj.db* "$W/bf.stop"
+    $E/bench_sqlite source "$src" "$rows" after
+    probe_writer "$src" "$W/bf.stop" >"$W/probe.out" &
+    local probe=$! t0
+    sleep 0.2
+    t0=$(date +%s.%N)
+    $B/mooncdc-snapshot --quiet --source "sqlite:$src" | $B/mooncdc-apply --quiet --target "sqlite:$W/bf-proj.db" 2>>"$ERR"
+    ts+=("$(calc '%.2f' "$(date +%s.%N) - $t0")")
+    touch "$W/bf.stop"
+    wait $probe
+    read -r w wal <"$W/probe.out"
+    ws+=("$w")
+    wals+=("$wal")
+    # The same load by backfill: a follower from the start, then the request.
+    rm -f "$src"* "$W"/bf-proj.db* "$W/bf.stop"
+    $E/bench_sqlite source "$src" "$rows" after
+    rm -f "$W/bf.pipe"
+    mkfifo "$W/bf.pipe"
+    $B/mooncdc-capture --quiet --source "sqlite:$src" --follow --poll-ms 100 --ack-from-target "sqlite:$W/bf-proj.db" >"$W/bf.pipe" 2>>"$ERR" &
+    local cap=$!
+    $B/mooncdc-apply --quiet --target "sqlite:$W/bf-proj.db" <"$W/bf.pipe" 2>>"$ERR" &
+    local app=$!
+    probe_writer "$src" "$W/bf.stop" >"$W/probe.out" &
+    probe=$!
+    sleep 0.2
+    t0=$(date +%s.%N)
+    $B/mooncdc-capture backfill --quiet --source "sqlite:$src" --table items
+    local hw
+    while :; do
+      local st
+      st=$($B/mooncdc-capture status --source "sqlite:$src" --output-format json)
+      if [ "$(jq -r '.backfills[0].state' <<<"$st")" = done ]; then
+        hw=$(jq -r '.backfills[0].done_at' <<<"$st")
+        local held
+        held=$($B/mooncdc-apply cursor --target "sqlite:$W/bf-proj.db" 2>/dev/null | jq -r .sequence || echo 0)
+        [ "$held" -ge "$hw" ] 2>/dev/null && break
+      fi
+      sleep 0.05
+    done
+    tb+=("$(calc '%.2f' "$(date +%s.%N) - $t0")")
+    touch "$W/bf.stop"
+    wait $probe
+    read -r w wal <"$W/probe.out"
+    wb+=("$w")
+    walb+=("$wal")
+    # Stop the follower: SIGTERM ends capture after its batch, apply at the
+    # end of its input.
+    kill -TERM "$cap"
+    wait "$cap" "$app"
+    if [ "$($B/mooncdc-audit --quiet --source "sqlite:$src" --target "sqlite:$W/bf-proj.db" --table items | tail -n 1)" != equal ]; then
+      log "the backfilled projection is not equal to the source"
+      exit 1
+    fi
+  done
+  local t_s t_b
+  t_s=$(median "${ts[@]}")
+  t_b=$(median "${tb[@]}")
+  echo "## SQLite backfill against snapshot"
+  echo
+  echo "A $rows-row table of the five-column rows (capture installed, log empty) loaded"
+  echo "into a new projection two ways, with a writer beside each inserting a row into"
+  echo "another table every 10 ms: \`mooncdc-snapshot | mooncdc-apply\` (one read"
+  echo "transaction for the whole copy), and a following \`capture --follow"
+  echo "--ack-from-target | apply\` that carries out \`capture backfill --table items\`"
+  echo "(chunks of the default 4,096 rows, each one short write transaction), timed"
+  echo "from the request until the target holds the done marker. Goal: the backfill at"
+  echo "least half the snapshot's rate."
+  echo
+  echo "| load | wall s | rows/s | vs snapshot | longest writer wait, ms | largest source WAL, MB | goal |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | --- |"
+  echo "| baseline: \`mooncdc-snapshot \| mooncdc-apply\` | $t_s | $(calc '%.0f' "$rows / $t_s") | 1.00× | $(median "${ws[@]}") | $(median "${wals[@]}") | baseline |"
+  echo "| \`mooncdc-capture backfill\` through a follower | $t_b | $(calc '%.0f' "$rows / $t_b") | $(calc '%.2f' "$t_s / $t_b")× | $(median "${wb[@]}") | $(median "${walb[@]}") | ≥ 0.5×: $(met "$t_s / $t_b >= 0.5") |"
+  echo
+  rm -f "$src"* "$W"/bf-proj.db* "$W/bf.stop" "$W/probe.out" "$W/bf.pipe"
+}
+
 # Servers started by this run, stopped by pid (or pg_ctl) on any exit.
 PG_DIR="" PG_STARTED="" CH_DIR="" CH_PID=""
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -738,6 +846,130 @@ PY
   echo
 }
 
+# The PostgreSQL backfill against the snapshot: one table of
+# BENCH_BACKFILL_ROWS rows into a new SQLite projection, by
+# `mooncdc-snapshot | mooncdc-apply` and by `capture backfill` through a
+# following pipeline, with the oldest transaction of capture's sessions
+# sampled every 100 ms during each (pg_stat_activity).
+pg_backfill_section() {
+  local rows=${BENCH_BACKFILL_ROWS:-1000000}
+  [ -x "$PG_BIN/initdb" ] || install_missing postgresql-15
+  PG_DIR=$PWD/$W/pg
+  rm -rf "$PG_DIR"
+  mkdir -p "$PG_DIR"
+  [ "$(id -u)" = 0 ] && chown postgres:postgres "$PG_DIR"
+  log "pgbackfill: initdb"
+  as_pg "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres -A trust -E UTF8 --locale=C -N >>"$ERR" 2>&1
+  local port
+  port=$(free_port)
+  printf '%s\n' "listen_addresses = '127.0.0.1'" "port = $port" "unix_socket_directories = '$PG_DIR'" \
+    "wal_level = logical" "fsync = off" "full_page_writes = off" "shared_buffers = 256MB" \
+    "max_wal_size = 8GB" "checkpoint_timeout = 1h" >>"$PG_DIR/data/postgresql.conf"
+  printf '%s\n' "local all all trust" "host replication all 127.0.0.1/32 trust" \
+    "host all all 127.0.0.1/32 trust" >"$PG_DIR/data/pg_hba.conf"
+  PG_STARTED=1
+  as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 start >>"$ERR" 2>&1
+  local conn="host=127.0.0.1 port=$port user=postgres"
+  psql -X -q -v ON_ERROR_STOP=1 -d "$conn dbname=postgres" -c "CREATE DATABASE bench" >>"$ERR"
+  local url="postgres://postgres@127.0.0.1:$port/bench" db="$conn dbname=bench"
+  q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" -c "$1"; }
+  log "pgbackfill: a $rows-row table"
+  q "CREATE TABLE bf (id bigint PRIMARY KEY, name text NOT NULL, price double precision,
+       data bytea, qty integer NOT NULL, note text)" >/dev/null
+  q "INSERT INTO bf SELECT g, 'item ' || g || ' é', g * 1.25, decode(md5(g::text), 'hex'), g % 1000,
+       CASE WHEN g % 3 = 0 THEN NULL ELSE 'note ' || g END FROM generate_series(1, $rows) g" >/dev/null
+  q "VACUUM ANALYZE bf" >/dev/null
+  q "CREATE TABLE other (id int PRIMARY KEY)" >/dev/null
+  $B/mooncdc-capture init --source "$url" --table public.bf >>"$ERR" 2>&1
+  # sample STOP: the oldest transaction (ms) of capture's sessions until STOP exists.
+  sample() {
+    local worst=0 ms
+    while [ ! -e "$1" ]; do
+      ms=$(q "SELECT coalesce(max(extract(epoch FROM clock_timestamp() - xact_start) * 1000), 0)::bigint
+              FROM pg_stat_activity WHERE application_name LIKE 'mooncdc%' AND xact_start IS NOT NULL")
+      [ "$ms" -gt "$worst" ] && worst=$ms
+      sleep 0.1
+    done
+    echo "$worst"
+  }
+  local ts=() tb=() os=() ob=() r t0
+  for ((r = 0; r < RUNS; r++)); do
+    rm -f "$W"/pgbf-proj.db* "$W/pgbf.stop"
+    sample "$W/pgbf.stop" >"$W/sample.out" &
+    local sampler=$!
+    t0=$(date +%s.%N)
+    $B/mooncdc-snapshot --quiet --source "$url" | $B/mooncdc-apply --quiet --target "sqlite:$W/pgbf-proj.db" 2>>"$ERR"
+    ts+=("$(calc '%.2f' "$(date +%s.%N) - $t0")")
+    touch "$W/pgbf.stop"
+    wait $sampler
+    os+=("$(cat "$W/sample.out")")
+    # The backfill: a follower from the slot into a new projection, then the
+    # request (a resync after the first run), until the target holds its end.
+    rm -f "$W"/pgbf-proj.db* "$W/pgbf.stop" "$W/pgbf.pipe"
+    mkfifo "$W/pgbf.pipe"
+    $B/mooncdc-capture --quiet --source "$url" --follow --ack-from-target "sqlite:$W/pgbf-proj.db" >"$W/pgbf.pipe" 2>>"$ERR" &
+    local cap=$!
+    $B/mooncdc-apply --quiet --target "sqlite:$W/pgbf-proj.db" <"$W/pgbf.pipe" 2>>"$ERR" &
+    local app=$!
+    sample "$W/pgbf.stop" >"$W/sample.out" &
+    sampler=$!
+    sleep 0.5
+    t0=$(date +%s.%N)
+    if [ "$r" = 0 ]; then
+      $B/mooncdc-capture backfill --quiet --source "$url" --table public.bf
+    else
+      $B/mooncdc-capture backfill --quiet --source "$url" --table public.bf --resync
+    fi
+    local st done_at
+    while :; do
+      st=$($B/mooncdc-capture status --source "$url" --output-format json)
+      [ "$(jq -r '.backfills[-1].state' <<<"$st")" = done ] && [ "$(jq -r '.backfills[-1].done_at' <<<"$st")" != null ] && break
+      sleep 0.1
+    done
+    done_at=$(jq -r '.backfills[-1].done_at' <<<"$st")
+    # The done position, as a number to compare with the target's cursor.
+    local want held
+    want=$(python3 -c "import sys; h, l = sys.argv[1].split('/'); print(((int(h, 16) << 32 | int(l, 16)) + 1) << 64)" "$done_at")
+    while :; do
+      held=$($B/mooncdc-apply cursor --target "sqlite:$W/pgbf-proj.db" 2>/dev/null | jq -r .sequence || echo 0)
+      python3 -c "import sys; sys.exit(0 if int(sys.argv[1]) >= int(sys.argv[2]) else 1)" "$held" "$want" && break
+      sleep 0.05
+    done
+    tb+=("$(calc '%.2f' "$(date +%s.%N) - $t0")")
+    touch "$W/pgbf.stop"
+    wait $sampler
+    ob+=("$(cat "$W/sample.out")")
+    kill -TERM "$cap"
+    wait "$cap" "$app" || true
+    if [ "$($B/mooncdc-audit --quiet --source "$url" --target "sqlite:$W/pgbf-proj.db" | tail -n 1)" != equal ]; then
+      log "the backfilled projection is not equal to the source"
+      exit 1
+    fi
+  done
+  local t_s t_b
+  t_s=$(median "${ts[@]}")
+  t_b=$(median "${tb[@]}")
+  echo "## PostgreSQL backfill against snapshot"
+  echo
+  echo "A $rows-row table (six columns: bigint key, text, float8, bytea, int, text)"
+  echo "loaded into a new SQLite projection: by \`mooncdc-snapshot | mooncdc-apply\`"
+  echo "(one exported snapshot, held for the whole copy), and by \`capture backfill\`"
+  echo "carried out by a following \`capture --follow --ack-from-target | apply\`"
+  echo "(chunks of the default 4,096 rows, each one short transaction), timed from the"
+  echo "request until the target holds the end. The oldest transaction of capture's"
+  echo "sessions is sampled every 100 ms from \`pg_stat_activity\`. Goal: the"
+  echo "backfill at least half the snapshot's rate, with no transaction older than a"
+  echo "few seconds."
+  echo
+  echo "| load | wall s | rows/s | vs snapshot | oldest capture transaction, ms | goal |"
+  echo "| --- | ---: | ---: | ---: | ---: | --- |"
+  echo "| baseline: \`mooncdc-snapshot \| mooncdc-apply\` | $t_s | $(calc '%.0f' "$rows / $t_s") | 1.00× | $(median "${os[@]}") | baseline |"
+  echo "| \`mooncdc-capture backfill\` through a follower | $t_b | $(calc '%.0f' "$rows / $t_b") | $(calc '%.2f' "$t_s / $t_b")× | $(median "${ob[@]}") | ≥ 0.5×: $(met "$t_s / $t_b >= 0.5"); < 5 s: $(met "$(median "${ob[@]}") < 5000") |"
+  echo
+  rm -f "$W"/pgbf-proj.db* "$W/pgbf.stop" "$W/pgbf.pipe" "$W/sample.out"
+  pg_stop
+}
+
 clickhouse_section() {
   local need=()
   command -v clickhouse-server >/dev/null 2>&1 || need+=(clickhouse-server)
@@ -1020,8 +1252,16 @@ if [ "$section" = all ] || [ "$section" = sqlite ]; then
   sqlite_section
   check_idle
 fi
+if [ "$section" = all ] || [ "$section" = sqlite ] || [ "$section" = backfill ]; then
+  sqlite_backfill_section
+  check_idle
+fi
 if [ "$section" = all ] || [ "$section" = postgres ]; then
   postgres_section
+  check_idle
+fi
+if [ "$section" = all ] || [ "$section" = postgres ] || [ "$section" = backfill ]; then
+  pg_backfill_section
   check_idle
 fi
 if [ "$section" = all ] || [ "$section" = clickhouse ]; then
