@@ -831,3 +831,30 @@ fn stream_table_names_land_one_to_one() {
     );
     assert!(cursor_of(&url).contains("\"2\""), "{}", cursor_of(&url));
 }
+
+/// A table added by backfill to a pipeline into PostgreSQL, while its rows
+/// change: the stream's truncate and chunk inserts land like any batch.
+#[test]
+fn a_backfill_lands_in_a_postgres_target() {
+    let db = Dbs::new();
+    let tgt = target("bf_target");
+    let url = tgt.url();
+    db.src_sql(
+        "CREATE TABLE a(id INTEGER PRIMARY KEY, v TEXT);
+         CREATE TABLE b(k TEXT PRIMARY KEY, n INTEGER, r REAL, x BLOB);
+         INSERT INTO a VALUES (1, 'one'), (2, 'two');
+         WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM c WHERE i < 4999)
+           INSERT INTO b SELECT printf('k%05d', i), i, i / 3.0, randomblob(i % 9) FROM c;",
+    );
+    db.init(&["a"]);
+    let snap = exec(common::sqlite::SNAPSHOT, &["--source", &db.src_url()], None);
+    apply_ok(&url, &snap.stdout);
+    let r = db.capture_cmd("backfill", &["--table", "b"]);
+    expect(&r, 0, "capture backfill");
+    db.src_sql(
+        "UPDATE b SET n = -n WHERE n % 7 = 0; DELETE FROM b WHERE n % 11 = 0;
+         UPDATE b SET k = k || 'z' WHERE n % 13 = 0; UPDATE a SET v = 'uno' WHERE id = 1;",
+    );
+    common::sqlite::follow_until_backfilled(&db, &url, 120);
+    audit_equal(&db.src_url(), &url, &[]);
+}

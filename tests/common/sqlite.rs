@@ -818,3 +818,73 @@ pub fn rows_by_key(conn: &Connection, table: &str, key: &[usize]) -> BTreeMap<St
     }
     out
 }
+
+/// Follow the source into `target` (`capture --follow | apply`, from the
+/// target's cursor) until every backfill of the source is done and the
+/// target holds the high water, at most `secs` seconds; both tools are then
+/// stopped. Either one stopping early fails, with its messages.
+#[track_caller]
+pub fn follow_until_backfilled(db: &Dbs, target: &str, secs: u64) {
+    use std::process::{Command, Stdio};
+    let url = db.src_url();
+    let after = exec(APPLY, &["cursor", "--target", target], None);
+    let mut args = vec!["--source", &url, "--follow", "--poll-ms", "50"];
+    let held = after.stdout_str().trim().to_string();
+    if after.code == Some(0) {
+        args.extend(["--after", &held]);
+    }
+    let err = db.path("follow.err");
+    let log = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&err)
+            .unwrap()
+    };
+    let mut capture = Command::new(bin(CAPTURE))
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log()))
+        .spawn()
+        .unwrap();
+    let mut apply = Command::new(bin(APPLY))
+        .args(["--target", target, "-q"])
+        .stdin(Stdio::from(capture.stdout.take().unwrap()))
+        .stderr(Stdio::from(log()))
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    loop {
+        for c in [&mut capture, &mut apply] {
+            if let Some(st) = c.try_wait().unwrap() {
+                panic!(
+                    "the follower stopped ({st}): {}",
+                    std::fs::read_to_string(&err).unwrap_or_default()
+                );
+            }
+        }
+        let st = db.capture_cmd("status", &["--output-format", "json"]);
+        let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+        let done = st["backfills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["state"] == "done");
+        let hw = st["high_water"].as_u64().unwrap().to_string();
+        let at = exec(APPLY, &["cursor", "--target", target], None);
+        let at: serde_json::Value = serde_json::from_slice(&at.stdout).unwrap_or_default();
+        if done && at["sequence"] == serde_json::Value::String(hw) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(secs),
+            "not backfilled after {secs} s: {st}\n{}",
+            std::fs::read_to_string(&err).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for c in [&mut capture, &mut apply] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
