@@ -5854,6 +5854,11 @@ fn backfill_adds_a_table_to_a_following_pipeline_with_only_short_transactions() 
     std::thread::sleep(Duration::from_millis(300));
     let r = src.cmd("backfill", &["--table", "public.b"]);
     expect(&r, 0, "capture backfill");
+    // A column added in the middle: chunks after it carry it, and the
+    // stream describes it before them.
+    std::thread::sleep(Duration::from_millis(400));
+    s.exec("ALTER TABLE b ADD COLUMN extra int");
+    s.exec("UPDATE b SET extra = id % 5 WHERE id % 1000 = 0");
     let t0 = Instant::now();
     while status_json(&src)["backfills"][0]["state"] != "done" {
         assert!(

@@ -182,6 +182,46 @@ pub(super) async fn shape(c: &Client, publication: &str, name: &str) -> Result<S
     })
 }
 
+/// A value class as a message names it.
+fn class_name(c: Class) -> &'static str {
+    match c {
+        Class::Integer => "integer",
+        Class::Real4 => "real4",
+        Class::Real8 => "real8",
+        Class::Bool => "bool",
+        Class::Blob => "blob",
+        Class::Text => "text",
+    }
+}
+
+fn class_from_name(s: &str) -> Result<Class> {
+    Ok(match s {
+        "integer" => Class::Integer,
+        "real4" => Class::Real4,
+        "real8" => Class::Real8,
+        "bool" => Class::Bool,
+        "blob" => Class::Blob,
+        "text" => Class::Text,
+        other => {
+            return Err(Error::data(format!(
+                "a backfill message names value class {other:?} (a newer MoonCDC wrote it; upgrade this one)"
+            )))
+        }
+    })
+}
+
+/// The table as a message describes it: its schema and each column's value
+/// class, as they are in the transaction that writes the message (a chunk
+/// holds the table's lock, so no schema change is in between).
+fn described(sh: &Shape) -> serde_json::Value {
+    let mut schema = Vec::new();
+    crate::wire::model::write_schema(&mut schema, &sh.schema);
+    json!({
+        "schema": serde_json::from_slice::<serde_json::Value>(&schema).expect("a schema is JSON"),
+        "classes": sh.classes.iter().map(|c| class_name(*c)).collect::<Vec<_>>(),
+    })
+}
+
 /// A value as an SQL literal of its type (the text is the type's output,
 /// which its input reads back).
 fn literal(text: &str, ty: &str) -> String {
@@ -294,7 +334,7 @@ impl PgSource {
                         .map_err(pg_err("cannot set REPLICA IDENTITY FULL"))?;
                     }
                 }
-                shape(tx, &self.publication, n).await?;
+                let sh = shape(tx, &self.publication, n).await?;
                 if let Some(r) = known.iter().find(|r| &r.table == n && !r.done) {
                     return Err(Error::state(format!(
                         "table {n:?} is being backfilled already (request {}); nothing was recorded",
@@ -341,7 +381,7 @@ impl PgSource {
                     .await
                     .map_err(pg_err("cannot record the backfill request"))?
                     .get(0);
-                let content = json!({"kind": "request", "request": id, "table": n}).to_string();
+                let content = json!({"kind": "request", "request": id, "table": n, "table_is": described(&sh)}).to_string();
                 tx.execute(
                     "SELECT pg_logical_emit_message(true, $1, $2)",
                     &[&PREFIX, &content],
@@ -496,7 +536,7 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
         let key_text = serde_json::to_string(&key).expect("JSON");
         let content = json!({
             "kind": "chunk", "request": id, "chunk": chunk, "table": table,
-            "lower": upper, "rows": rows,
+            "table_is": described(&sh), "lower": upper, "rows": rows,
         })
         .to_string();
         tx.execute(
@@ -537,10 +577,19 @@ struct Note {
     #[serde(default)]
     chunk: i32,
     table: String,
+    /// The table's schema and value classes (requests and chunks).
+    #[serde(default)]
+    table_is: Option<TableIs>,
     #[serde(default)]
     lower: Option<String>,
     #[serde(default)]
     rows: Vec<Vec<Option<String>>>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct TableIs {
+    schema: Schema,
+    classes: Vec<String>,
 }
 
 /// Where a request, chunk or end was decoded: noted in the backfill tables
@@ -557,7 +606,6 @@ enum Seen {
 #[derive(Default)]
 pub(super) struct Backfills {
     pub(super) reached: HashMap<String, (Reached, Vec<usize>)>,
-    shapes: HashMap<String, (Schema, Vec<Class>)>,
     seen: Vec<Seen>,
     /// A chunk written and not decoded yet: (request, chunk).
     pub(super) in_flight: Option<(i64, i32)>,
@@ -602,12 +650,11 @@ impl Backfills {
             let mut reached = Reached::Nothing;
             for ch in &chunks {
                 if held(ch.get::<_, &str>(1), start)? {
-                    reached = Reached::UpTo(key_values(&sh, ch.get(0))?);
+                    reached = Reached::UpTo(key_values(&sh.schema, &sh.classes, ch.get(0))?);
                 }
             }
-            let positions = key_positions(&sh.schema);
-            b.shapes.insert(r.table.clone(), (sh.schema, sh.classes));
-            b.reached.insert(r.table, (reached, positions));
+            b.reached
+                .insert(r.table, (reached, key_positions(&sh.schema)));
         }
         Ok(b)
     }
@@ -622,7 +669,6 @@ impl Backfills {
     ) -> Result<()> {
         let fresh = Backfills::load(c, publication, start).await?;
         self.reached = fresh.reached;
-        self.shapes = fresh.shapes;
         self.seen.clear();
         self.work |= fresh.work;
         Ok(())
@@ -630,15 +676,14 @@ impl Backfills {
 
     /// A message of ours in the transaction at `commit` (`ordinal` its
     /// events so far): the events it stands for, with their table's schema
-    /// (for the batch to describe, where it has not yet).
-    pub(super) async fn message(
+    /// at that point (for the batch to describe, where it has not yet, or
+    /// differently).
+    pub(super) fn message(
         &mut self,
-        c: &Client,
-        publication: &str,
         content: &[u8],
         commit: u64,
         ordinal: &mut u64,
-    ) -> Result<(Schema, Vec<Event>)> {
+    ) -> Result<(Option<Schema>, Vec<Event>)> {
         let note: Note = serde_json::from_slice(content).map_err(|e| {
             Error::data(format!(
                 "a backfill message at {} is unreadable: {e}",
@@ -646,11 +691,30 @@ impl Backfills {
             ))
         })?;
         let table = note.table.clone();
-        if !self.shapes.contains_key(&table) {
-            let sh = shape(c, publication, &table).await?;
-            self.shapes.insert(table.clone(), (sh.schema, sh.classes));
-        }
-        let (schema, classes) = &self.shapes[&table];
+        let (schema, classes) = match &note.table_is {
+            Some(t) => {
+                t.schema.check().map_err(Error::data)?;
+                let classes = t
+                    .classes
+                    .iter()
+                    .map(|c| class_from_name(c))
+                    .collect::<Result<Vec<_>>>()?;
+                if classes.len() != t.schema.columns.len() || t.schema.table != table {
+                    return Err(Error::data(format!(
+                        "a backfill message at {} describes its table inconsistently",
+                        lsn_text(commit)
+                    )));
+                }
+                (Some(t.schema.clone()), classes)
+            }
+            None if note.kind == "done" => (None, Vec::new()),
+            None => {
+                return Err(Error::data(format!(
+                    "a backfill message at {} does not describe its table",
+                    lsn_text(commit)
+                )))
+            }
+        };
         let described = schema.clone();
         let mut events = Vec::new();
         match note.kind.as_str() {
@@ -661,6 +725,7 @@ impl Backfills {
                     table.clone(),
                     Operation::TRUNCATE,
                 ));
+                let schema = schema.as_ref().expect("described");
                 self.reached
                     .insert(table, (Reached::Nothing, key_positions(schema)));
                 self.seen.push(Seen::Request(note.request));
@@ -673,18 +738,12 @@ impl Backfills {
                         lsn_text(commit)
                     )));
                 };
+                let schema = schema.as_ref().expect("described");
+                // The key's columns may have moved (a schema change).
+                *positions = key_positions(schema);
                 let lower = match &note.lower {
                     None => Reached::Nothing,
-                    Some(k) => {
-                        let sh = Shape {
-                            schema: schema.clone(),
-                            classes: classes.clone(),
-                            qualified: String::new(),
-                            order: Vec::new(),
-                            key_types: Vec::new(),
-                        };
-                        Reached::UpTo(key_values(&sh, k)?)
-                    }
+                    Some(k) => Reached::UpTo(key_values(schema, &classes, k)?),
                 };
                 if &lower != reached {
                     return Err(Error::data(format!(
@@ -703,7 +762,7 @@ impl Backfills {
                     }
                     let row: Row = r
                         .iter()
-                        .zip(classes)
+                        .zip(&classes)
                         .map(|(v, cls)| from_text(*cls, v.as_deref().map(str::as_bytes)))
                         .collect::<std::result::Result<_, _>>()
                         .map_err(|e| Error::data(format!("table {table:?}, backfill row: {e}")))?;
@@ -788,17 +847,15 @@ impl Backfills {
 }
 
 /// A key's text values (as `mooncdc.backfill` keeps them) as wire values.
-fn key_values(sh: &Shape, text: &str) -> Result<Vec<Value>> {
+fn key_values(schema: &Schema, classes: &[Class], text: &str) -> Result<Vec<Value>> {
     let key: Vec<Option<String>> = serde_json::from_str(text)
         .map_err(|e| Error::data(format!("a backfill key is unreadable: {e}")))?;
-    let positions = key_positions(&sh.schema);
+    let positions = key_positions(schema);
     if key.len() != positions.len() {
         return Err(Error::data("a backfill key does not match the table's key"));
     }
     key.iter()
         .zip(positions)
-        .map(|(v, i)| {
-            from_text(sh.classes[i], v.as_deref().map(str::as_bytes)).map_err(Error::data)
-        })
+        .map(|(v, i)| from_text(classes[i], v.as_deref().map(str::as_bytes)).map_err(Error::data))
         .collect()
 }

@@ -394,9 +394,10 @@ impl PgSource {
                                 let Some((commit, ordinal)) = txn.as_mut() else {
                                     return Err(Error::data("a backfill message outside a transaction"));
                                 };
-                                let (described, events) =
-                                    bf.message(&c, &self.publication, &content, *commit, ordinal).await?;
-                                w.add_table(described);
+                                let (described, events) = bf.message(&content, *commit, ordinal)?;
+                                if let Some(s) = described {
+                                    w.add_table(s);
+                                }
                                 write_events!(events);
                             }
                             Message::Insert { .. }
