@@ -96,7 +96,7 @@ if [ $# -eq 0 ]; then
 fi
 # The version matrix: a core set of the PostgreSQL tests (snapshot and
 # handover, capture, TRUNCATE, schema changes, reconnects, partitions and
-# names) and the whole PostgreSQL-target suite on every other version.
+# names, backfill) and the whole PostgreSQL-target suite on every other version.
 if [ $# -eq 0 ]; then
   core=(snapshot_under_concurrent_writes_then_catch_up_and_audit
     init_creates_publication_slot_and_full_identity_then_verify_and_status
@@ -109,7 +109,8 @@ if [ $# -eq 0 ]; then
     generated_columns_are_carried_only_when_the_publication_publishes_them
     an_invalidated_slot_is_named_with_its_reason_and_the_way_back
     a_failover_slot_survives_the_primary_loss_and_the_standby_promotion
-    capture_from_a_standby_snapshot_then_follow)
+    capture_from_a_standby_snapshot_then_follow
+    backfill_adds_a_table_to_a_following_pipeline_with_only_short_transactions)
   for v in 14 15 16 17 18; do
     [ "$v" = "$main_pg" ] && continue
     if [ "$v" = 15 ]; then bin=/usr/lib/postgresql/15/bin; else bin="$pg_root/$v/bin"; fi
