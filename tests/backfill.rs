@@ -315,6 +315,15 @@ fn resync_repairs_a_damaged_table() {
     let r = db.audit(&[]);
     expect(&r, 1, "audit of the damaged target");
     backfill(&db, &["--table", "b", "--resync"]);
+    // A snapshot while the table is being backfilled would disagree with
+    // the stream after it: refused, naming the table.
+    let snap = exec(common::sqlite::SNAPSHOT, &["--source", &db.src_url()], None);
+    expect(&snap, 1, "a snapshot during a backfill");
+    assert!(
+        snap.stderr.contains("\"b\" is being backfilled"),
+        "{}",
+        snap.stderr
+    );
     let again = db.capture_cmd("backfill", &["--table", "b", "--resync"]);
     expect(&again, 1, "a second request while one runs");
     assert!(

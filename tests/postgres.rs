@@ -5772,12 +5772,12 @@ fn status_json(src: &Src) -> J {
 /// Every backfill done and the target at the server's WAL position.
 #[track_caller]
 fn wait_backfills_done_and_synced(src: &Src, secs: u64) {
-    wait_for_every(secs, 200, "every backfill done", || {
+    wait_for_every(secs, 200, "every backfill ended", || {
         status_json(src)["backfills"]
             .as_array()
             .unwrap()
             .iter()
-            .all(|r| r["state"] == "done")
+            .all(|r| r["state"] == "done" || r["state"] == "failed")
     });
     let lsn = src.session().flush_lsn();
     src.wait_target_at(lsn, secs, "the target to reach the WAL after the backfill");
@@ -5983,4 +5983,90 @@ fn a_killed_backfill_resumes_from_the_targets_cursor_and_resync_repairs() {
     expect(&r, 2, "backfill of a timestamp key");
     assert!(r.stderr.contains("of type timestamp"), "{}", r.stderr);
     assert_eq!(status_json(&src)["backfills"].as_array().unwrap().len(), 2);
+}
+
+/// A column renamed in the middle of a backfill: the next chunk cannot
+/// carry the table as the stream describes it, so the backfill ends as
+/// failed, naming why, and the stream keeps the table where its chunks
+/// reached (strict: nothing beyond it); a resync brings it whole.
+#[test]
+fn a_rename_during_a_backfill_fails_it_clearly_and_a_resync_repairs() {
+    let src = Src::new("bf_rename");
+    let s = src.session();
+    s.exec(
+        "CREATE TABLE a(id int PRIMARY KEY, v text);
+         INSERT INTO a VALUES (1, 'one');
+         CREATE TABLE b(id bigint PRIMARY KEY, n int, t text);
+         INSERT INTO b SELECT i, i, 'r' || i FROM generate_series(1, 100000) i;",
+    );
+    src.init(&["public.a"]);
+    let snap = src.tool(SNAPSHOT, &[], &[]);
+    src.apply_ok(&snap.stdout);
+    let after = src.target_cursor().unwrap().to_json();
+    let mut args = src.source_args();
+    args.extend(
+        [
+            "--follow",
+            "--after",
+            &after,
+            "--backfill-chunk-rows",
+            "200",
+        ]
+        .map(String::from),
+    );
+    let log = src.dir.path().join("err");
+    let (cap, app) = follow_pipeline_logged(&args, &src.proj_url(), &log);
+    let r = src.cmd("backfill", &["--table", "public.b"]);
+    expect(&r, 0, "capture backfill");
+    wait_for_every(60, 50, "the backfill to start", || {
+        status_json(&src)["backfills"][0]["rows"].as_u64().unwrap() > 0
+    });
+    s.exec("ALTER TABLE b RENAME COLUMN t TO title");
+    let t0 = Instant::now();
+    while status_json(&src)["backfills"][0]["state"] != "failed" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the backfill did not fail: {}\n{}",
+            status_json(&src)["backfills"],
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let lsn = s.flush_lsn();
+    src.wait_target_at(lsn, 60, "the target to take the failed backfill");
+    let err = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        err.contains("ended before the table was read whole") && err.contains("--resync"),
+        "{err}"
+    );
+    // The target holds b up to where the chunks reached, no more.
+    let held = src.proj_count("public.b");
+    assert!(held > 0 && held < 100_000, "held {held}");
+    // A snapshot now is refused; a resync repairs (the follower that
+    // described the table before the rename says it as a drop and an add,
+    // before the resync's truncate).
+    let snap = src.tool(SNAPSHOT, &[], &[]);
+    expect(&snap, 1, "a snapshot while a backfill failed");
+    assert!(
+        snap.stderr.contains("which failed: resync it first"),
+        "{}",
+        snap.stderr
+    );
+    let r = src.cmd("backfill", &["--table", "public.b", "--resync"]);
+    expect(&r, 0, "capture backfill --resync");
+    let t0 = Instant::now();
+    while status_json(&src)["backfills"][1]["state"] != "done" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the resync did not end: {}\n{}",
+            status_json(&src)["backfills"],
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    wait_backfills_done_and_synced(&src, 120);
+    finish(cap, true);
+    finish(app, true);
+    assert_eq!(status_json(&src)["backfills"][1]["state"], "done");
+    src.audit_equal();
 }

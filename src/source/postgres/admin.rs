@@ -435,7 +435,9 @@ impl PgSource {
                     .into_iter()
                     .map(|r| crate::source::backfill::RequestStatus {
                         id: r.id,
-                        state: if r.done {
+                        state: if r.failed.is_some() {
+                            "failed"
+                        } else if r.done {
                             "done"
                         } else if r.chunks > 0 {
                             "in progress"

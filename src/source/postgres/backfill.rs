@@ -31,7 +31,10 @@ CREATE TABLE IF NOT EXISTS mooncdc.backfill (
     upper_key text,
     done boolean NOT NULL DEFAULT false,
     requested_lsn pg_lsn,
-    done_lsn pg_lsn);
+    done_lsn pg_lsn,
+    failed text,
+    described text);
+ALTER TABLE mooncdc.backfill ADD COLUMN IF NOT EXISTS failed text, ADD COLUMN IF NOT EXISTS described text;
 CREATE TABLE IF NOT EXISTS mooncdc.backfill_chunks (
     request bigint NOT NULL,
     chunk integer NOT NULL,
@@ -59,6 +62,10 @@ pub struct Request {
     pub done: bool,
     pub requested_lsn: Option<String>,
     pub done_lsn: Option<String>,
+    /// Why the backfill ended before its table was read whole.
+    pub failed: Option<String>,
+    /// The table as its last chunk described it (`TableIs` JSON).
+    pub described: Option<String>,
 }
 
 /// Whether `mooncdc.backfill` exists (read from the catalog, which needs no
@@ -81,7 +88,7 @@ pub(super) async fn requests(c: &Client) -> Result<Vec<Request>> {
     }
     let rows = c
         .query(
-            "SELECT id, table_name, resync, estimate, rows, chunks, done, requested_lsn::text, done_lsn::text \
+            "SELECT id, table_name, resync, estimate, rows, chunks, done, requested_lsn::text, done_lsn::text, failed, described \
              FROM mooncdc.backfill ORDER BY id",
             &[],
         )
@@ -99,6 +106,8 @@ pub(super) async fn requests(c: &Client) -> Result<Vec<Request>> {
             done: r.get(6),
             requested_lsn: r.get(7),
             done_lsn: r.get(8),
+            failed: r.get(9),
+            described: r.get(10),
         })
         .collect())
 }
@@ -222,6 +231,44 @@ fn described(sh: &Shape) -> serde_json::Value {
     })
 }
 
+/// Whether `now` is `was` with columns added at the end only (the key and
+/// every earlier column as they were).
+fn appended_only(was: &Schema, now: &Schema) -> bool {
+    was.key == now.key
+        && now.columns.len() >= was.columns.len()
+        && was
+            .columns
+            .iter()
+            .zip(&now.columns)
+            .all(|(a, b)| a.name == b.name && a.decl_type == b.decl_type)
+}
+
+/// `was` without the columns `now` lacks or has with another type: the
+/// drops that take a table from `was` to `now`, before the additions (the
+/// key must stay).
+pub(super) fn kept_columns(was: &Schema, now: &Schema) -> Result<Schema> {
+    if was.key != now.key {
+        return Err(Error::data(format!(
+            "the key of table {:?} changed ({:?} to {:?}) where a backfill describes it: resync it after the change",
+            now.table, was.key, now.key
+        )));
+    }
+    Ok(Schema {
+        table: was.table.clone(),
+        columns: was
+            .columns
+            .iter()
+            .filter(|c| {
+                now.columns
+                    .iter()
+                    .any(|n| n.name == c.name && n.decl_type == c.decl_type)
+            })
+            .cloned()
+            .collect(),
+        key: was.key.clone(),
+    })
+}
+
 /// A value as an SQL literal of its type (the text is the type's output,
 /// which its input reads back).
 fn literal(text: &str, ty: &str) -> String {
@@ -258,6 +305,10 @@ impl PgSource {
             } else {
                 tables.iter().map(|t| table_arg(t)).collect::<Result<_>>()?
             };
+            // A table named twice (or as `t` and `public.t`) is one request.
+            let mut names = names;
+            names.sort();
+            names.dedup();
             let published = publication_tables(&c, &self.publication).await?;
             let all_tables: bool = c
                 .query_opt(
@@ -273,6 +324,14 @@ impl PgSource {
                     ))
                 })?
                 .get(0);
+            // A publication of every table would publish the backfill's own
+            // tables too.
+            if all_tables {
+                return Err(Error::usage(format!(
+                    "publication {:?} is FOR ALL TABLES, which would publish the backfill's own tables (mooncdc.backfill): backfill needs a publication that names its tables (mooncdc-capture init makes one)",
+                    self.publication
+                )));
+            }
             c.batch_execute(SETUP)
                 .await
                 .map_err(pg_err("cannot create the backfill tables"))?;
@@ -280,7 +339,7 @@ impl PgSource {
                 .await
                 .map_err(pg_err("cannot begin a transaction"))?;
             let done = self
-                .record(&c, &names, &published, all_tables, resync)
+                .record(&c, &names, &published, resync)
                 .await;
             let end = if done.is_ok() { "COMMIT" } else { "ROLLBACK" };
             c.batch_execute(end)
@@ -297,26 +356,34 @@ impl PgSource {
         tx: &Client,
         names: &[String],
         published: &[String],
-        all_tables: bool,
         resync: bool,
     ) -> Result<()> {
         {
             let known = requests(tx).await?;
             for n in names {
                 let (s, t) = split_table(n)?;
+                let exists: bool = tx
+                    .query_one(
+                        "SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL",
+                        &[&s, &t],
+                    )
+                    .await
+                    .map_err(pg_err("cannot look for the table"))?
+                    .get(0);
+                if !exists {
+                    return Err(Error::usage(format!("table {n:?} does not exist")));
+                }
                 table_schema(tx, &s, &t).await?;
-                if !published.contains(n) {
-                    if !all_tables {
-                        tx.batch_execute(&format!(
-                            "ALTER PUBLICATION {} ADD TABLE {}.{}",
-                            quote_ident(&self.publication),
-                            quote_ident(&s),
-                            quote_ident(&t)
-                        ))
-                        .await
-                        .map_err(pg_err("cannot add a table to the publication"))?;
-                    }
-                    crate::log::info(&format!("capturing table {n:?}"));
+                let added = !published.contains(n);
+                if added {
+                    tx.batch_execute(&format!(
+                        "ALTER PUBLICATION {} ADD TABLE {}.{}",
+                        quote_ident(&self.publication),
+                        quote_ident(&s),
+                        quote_ident(&t)
+                    ))
+                    .await
+                    .map_err(pg_err("cannot add a table to the publication"))?;
                 }
                 let p = publication_detail(tx, &self.publication)
                     .await?
@@ -373,14 +440,18 @@ impl PgSource {
                         .map_err(pg_err("cannot count the table's rows"))?
                         .get(0);
                 }
+                let desc = described(&sh).to_string();
                 let id: i64 = tx
                     .query_one(
-                        "INSERT INTO mooncdc.backfill(table_name, resync, estimate) VALUES ($1, $2, $3) RETURNING id",
-                        &[n, &resync, &estimate],
+                        "INSERT INTO mooncdc.backfill(table_name, resync, estimate, described) VALUES ($1, $2, $3, $4) RETURNING id",
+                        &[n, &resync, &estimate, &desc],
                     )
                     .await
                     .map_err(pg_err("cannot record the backfill request"))?
                     .get(0);
+                if added {
+                    crate::log::info(&format!("capturing table {n:?}"));
+                }
                 let content = json!({"kind": "request", "request": id, "table": n, "table_is": described(&sh)}).to_string();
                 tx.execute(
                     "SELECT pg_logical_emit_message(true, $1, $2)",
@@ -440,7 +511,7 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
     };
     let row = match tx
         .query_opt(
-            "SELECT id, table_name, upper_key, chunks, rows, estimate FROM mooncdc.backfill \
+            "SELECT id, table_name, upper_key, chunks, rows, estimate, described FROM mooncdc.backfill \
              WHERE NOT done ORDER BY id LIMIT 1 FOR UPDATE",
             &[],
         )
@@ -461,15 +532,87 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
         row.get(4),
         row.get(5),
     );
-    let sh = shape(tx, publication, &table).await?;
-    match tx
-        .batch_execute(&format!("LOCK TABLE {} IN SHARE MODE", sh.qualified))
+    let before: Option<String> = row.get(6);
+    // The lock first, then the table's shape: a schema change cannot come
+    // between what the chunk reads and the columns it names.
+    let (sch, tbl) = split_table(&table)?;
+    tx.batch_execute("SAVEPOINT bf_lock")
+        .await
+        .map_err(pg_err("cannot set up a backfill chunk"))?;
+    let gone = match tx
+        .batch_execute(&format!(
+            "LOCK TABLE ONLY {}.{} IN SHARE MODE",
+            quote_ident(&sch),
+            quote_ident(&tbl)
+        ))
         .await
     {
-        Ok(()) => {}
+        Ok(()) => None,
         Err(e) if busy(&e) => return Ok(Wrote::Busy),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {
+            tx.batch_execute("ROLLBACK TO SAVEPOINT bf_lock")
+                .await
+                .map_err(pg_err("cannot set up a backfill chunk"))?;
+            Some("the table no longer exists".to_string())
+        }
         Err(e) => return Err(pg_err("cannot lock the table for a backfill chunk")(e)),
-    }
+    };
+    // The table as it is now; one that can no longer be backfilled (no
+    // longer published, dropped, given a row filter) or whose columns
+    // changed other than by columns added at the end ends the backfill
+    // here, its table held at the rows it reached (docs/BACKFILL.md).
+    let (sh, why) = match gone {
+        Some(why) => (None, Some(why)),
+        None => match shape(tx, publication, &table).await {
+        Err(e) => (None, Some(e.full_message())),
+        Ok(sh) => match before.as_deref().map(serde_json::from_str::<TableIs>) {
+            Some(Ok(was)) if !appended_only(&was.schema, &sh.schema) => (None, Some(format!(
+                "its columns or key changed during the backfill (a rename, a drop, a new type or key): resync it (mooncdc-capture backfill --table {table} --resync)"
+            ))),
+            _ => {
+                tx.execute(
+                    "UPDATE mooncdc.backfill SET described = $2 WHERE id = $1",
+                    &[&id, &described(&sh).to_string()],
+                )
+                .await
+                .map_err(pg_err("cannot record a backfill chunk"))?;
+                (Some(sh), None)
+            }
+        },
+        },
+    };
+    let Some(sh) = sh else {
+        let why = why.unwrap_or_default();
+        let content =
+            json!({"kind": "failed", "request": id, "table": table, "why": why}).to_string();
+        tx.execute(
+            "SELECT pg_logical_emit_message(true, $1, $2)",
+            &[&PREFIX, &content],
+        )
+        .await
+        .map_err(pg_err("cannot write the end of a backfill"))?;
+        tx.execute(
+            "UPDATE mooncdc.backfill SET done = true, failed = $2 WHERE id = $1",
+            &[&id, &why],
+        )
+        .await
+        .map_err(pg_err("cannot record the end of a backfill"))?;
+        crate::log::warn(
+            &format!(
+                "backfill of table {table:?} (request {id}) ended before the table was read whole: {why}; the stream keeps leaving out changes of its rows not reached until a new request for it"
+            ),
+            &[("event", "backfill-failed".into()), ("table", table.clone().into())],
+        );
+        return Ok(Wrote::Chunk {
+            request: id,
+            chunk: chunks + 1,
+            table,
+            rows: 0,
+            total,
+            estimate,
+            done: true,
+        });
+    };
     let cols: Vec<String> = sh
         .schema
         .columns
@@ -569,6 +712,9 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
     })
 }
 
+/// A table as a message describes it: its schema and value classes.
+pub(super) type Described = (Schema, Vec<Class>);
+
 /// A message of ours, as the stream reads it.
 #[derive(Debug, serde::Deserialize)]
 struct Note {
@@ -605,7 +751,10 @@ enum Seen {
 /// follower wrote and waits to see.
 #[derive(Default)]
 pub(super) struct Backfills {
-    pub(super) reached: HashMap<String, (Reached, Vec<usize>)>,
+    /// Each table being backfilled: what it has reached, and its key's
+    /// columns by name (a change's key is taken by these names from the
+    /// schema it was decoded with).
+    pub(super) reached: HashMap<String, (Reached, Vec<String>)>,
     seen: Vec<Seen>,
     /// A chunk written and not decoded yet: (request, chunk).
     pub(super) in_flight: Option<(i64, i32)>,
@@ -624,7 +773,7 @@ impl Backfills {
     /// The backfills in force at `start`: requests a reader decoded at or
     /// before it and not ended there, each at the last key of its last
     /// chunk at or before it.
-    pub(super) async fn load(c: &Client, publication: &str, start: Sequence) -> Result<Backfills> {
+    pub(super) async fn load(c: &Client, start: Sequence) -> Result<Backfills> {
         let mut b = Backfills::default();
         for r in requests(c).await? {
             if !r.done {
@@ -635,11 +784,29 @@ impl Backfills {
                 continue;
             }
             if let Some(d) = &r.done_lsn {
-                if held(d, start)? {
+                // A backfill that failed keeps its table where it stopped.
+                if held(d, start)? && r.failed.is_none() {
+                    b.reached.remove(&r.table);
                     continue;
                 }
             }
-            let sh = shape(c, publication, &r.table).await?;
+            // The table as the backfill last described it (it may be gone
+            // from the catalog since).
+            let Some(sh) = r
+                .described
+                .as_deref()
+                .and_then(|d| serde_json::from_str::<TableIs>(d).ok())
+            else {
+                return Err(Error::data(format!(
+                    "backfill request {} of table {:?} does not describe its table",
+                    r.id, r.table
+                )));
+            };
+            let classes = sh
+                .classes
+                .iter()
+                .map(|c| class_from_name(c))
+                .collect::<Result<Vec<_>>>()?;
             let chunks = c
                 .query(
                     "SELECT upper_key, lsn::text FROM mooncdc.backfill_chunks WHERE request = $1 AND lsn IS NOT NULL ORDER BY chunk",
@@ -650,24 +817,18 @@ impl Backfills {
             let mut reached = Reached::Nothing;
             for ch in &chunks {
                 if held(ch.get::<_, &str>(1), start)? {
-                    reached = Reached::UpTo(key_values(&sh.schema, &sh.classes, ch.get(0))?);
+                    reached = Reached::UpTo(key_values(&sh.schema, &classes, ch.get(0))?);
                 }
             }
-            b.reached
-                .insert(r.table, (reached, key_positions(&sh.schema)));
+            b.reached.insert(r.table, (reached, sh.schema.key.clone()));
         }
         Ok(b)
     }
 
     /// Again after a reconnect, at the position written so far; the chunk
     /// in flight, the work to do and the progress stay.
-    pub(super) async fn reload(
-        &mut self,
-        c: &Client,
-        publication: &str,
-        start: Sequence,
-    ) -> Result<()> {
-        let fresh = Backfills::load(c, publication, start).await?;
+    pub(super) async fn reload(&mut self, c: &Client, start: Sequence) -> Result<()> {
+        let fresh = Backfills::load(c, start).await?;
         self.reached = fresh.reached;
         self.seen.clear();
         self.work |= fresh.work;
@@ -683,7 +844,7 @@ impl Backfills {
         content: &[u8],
         commit: u64,
         ordinal: &mut u64,
-    ) -> Result<(Option<Schema>, Vec<Event>)> {
+    ) -> Result<(Option<Described>, Vec<Event>)> {
         let note: Note = serde_json::from_slice(content).map_err(|e| {
             Error::data(format!(
                 "a backfill message at {} is unreadable: {e}",
@@ -707,7 +868,7 @@ impl Backfills {
                 }
                 (Some(t.schema.clone()), classes)
             }
-            None if note.kind == "done" => (None, Vec::new()),
+            None if note.kind == "done" || note.kind == "failed" => (None, Vec::new()),
             None => {
                 return Err(Error::data(format!(
                     "a backfill message at {} does not describe its table",
@@ -715,7 +876,7 @@ impl Backfills {
                 )))
             }
         };
-        let described = schema.clone();
+        let described = schema.clone().map(|s| (s, classes.clone()));
         let mut events = Vec::new();
         match note.kind.as_str() {
             "request" => {
@@ -727,20 +888,26 @@ impl Backfills {
                 ));
                 let schema = schema.as_ref().expect("described");
                 self.reached
-                    .insert(table, (Reached::Nothing, key_positions(schema)));
+                    .insert(table, (Reached::Nothing, schema.key.clone()));
                 self.seen.push(Seen::Request(note.request));
                 self.work = true;
             }
             "chunk" => {
-                let Some((reached, positions)) = self.reached.get_mut(&table) else {
+                let Some((reached, key)) = self.reached.get_mut(&table) else {
                     return Err(Error::data(format!(
                         "a backfill chunk of table {table:?} at {} belongs to no request this read has seen",
                         lsn_text(commit)
                     )));
                 };
                 let schema = schema.as_ref().expect("described");
-                // The key's columns may have moved (a schema change).
-                *positions = key_positions(schema);
+                if &schema.key != key {
+                    return Err(Error::data(format!(
+                        "backfill chunk {} of table {table:?} at {} has another key than its request",
+                        note.chunk,
+                        lsn_text(commit)
+                    )));
+                }
+                let positions = key_positions(schema);
                 let lower = match &note.lower {
                     None => Reached::Nothing,
                     Some(k) => Reached::UpTo(key_values(schema, &classes, k)?),
@@ -766,7 +933,7 @@ impl Backfills {
                         .map(|(v, cls)| from_text(*cls, v.as_deref().map(str::as_bytes)))
                         .collect::<std::result::Result<_, _>>()
                         .map_err(|e| Error::data(format!("table {table:?}, backfill row: {e}")))?;
-                    let key = key_of(&row, positions);
+                    let key = key_of(&row, &positions);
                     if reached.covers(&key) {
                         return Err(Error::data(format!(
                             "a backfill row of table {table:?} at {} is not beyond the rows before it",
@@ -788,6 +955,14 @@ impl Backfills {
                     self.in_flight = None;
                 }
             }
+            "failed" => {
+                // The table stays where its chunks reached: its rows beyond
+                // are left out until a new request for it.
+                self.seen.push(Seen::Done(note.request));
+                if self.in_flight.is_some_and(|(r, _)| r == note.request) {
+                    self.in_flight = None;
+                }
+            }
             "done" => {
                 self.reached.remove(&table);
                 self.seen.push(Seen::Done(note.request));
@@ -806,10 +981,19 @@ impl Backfills {
 
     /// An ordinary change of a table being backfilled, as the stream
     /// carries it (`None`: left out).
-    pub(super) fn pass(&self, e: Event) -> Option<Event> {
+    /// `schema`: the table's, as the change was decoded with it.
+    pub(super) fn pass(&self, e: Event, schema: &Schema) -> Result<Option<Event>> {
         match self.reached.get(&e.table) {
-            None => Some(e),
-            Some((r, positions)) => crate::source::backfill::pass(e, positions, r),
+            None => Ok(Some(e)),
+            Some((r, key)) => {
+                if &schema.key != key {
+                    return Err(Error::data(format!(
+                        "the key of table {:?} changed during its backfill (change {}): resync it (mooncdc-capture backfill --table {} --resync)",
+                        e.table, e.sequence, e.table
+                    )));
+                }
+                Ok(crate::source::backfill::pass(e, &key_positions(schema), r))
+            }
         }
     }
 
@@ -820,6 +1004,11 @@ impl Backfills {
             return Ok(());
         }
         let at = lsn_text(commit);
+        // Durable before the batch is written, whatever the server's or the
+        // role's synchronous_commit.
+        c.batch_execute("BEGIN; SET LOCAL synchronous_commit = on")
+            .await
+            .map_err(pg_err("cannot note where a backfill message is"))?;
         for s in std::mem::take(&mut self.seen) {
             let (sql, id, chunk) = match s {
                 Seen::Request(id) => (
@@ -842,6 +1031,9 @@ impl Backfills {
                 .await
                 .map_err(pg_err("cannot note where a backfill message is (a backfill needs capture against the primary)"))?;
         }
+        c.batch_execute("COMMIT")
+            .await
+            .map_err(pg_err("cannot note where a backfill message is"))?;
         Ok(())
     }
 }

@@ -36,7 +36,7 @@ impl PgSource {
             // A table added by `capture backfill` gets its rows that way.
             let backfilled = super::backfill::requests(c)
                 .await
-                .map(|r| r.iter().any(|r| r.table == m.name && !r.done))
+                .map(|r| r.iter().any(|r| r.table == m.name))
                 .unwrap_or(false);
             if holds && !backfilled {
                 let what = if m.name == m.published {

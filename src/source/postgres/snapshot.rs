@@ -46,6 +46,30 @@ impl PgSource {
                 }
                 v
             };
+            // A table being backfilled, or whose backfill's end no reader
+            // has noted yet: the stream after the snapshot would leave out
+            // changes its chunks have not reached, which the snapshot holds.
+            let mut latest: HashMap<String, super::backfill::Request> = HashMap::new();
+            for r in super::backfill::requests(&c).await? {
+                latest.insert(r.table.clone(), r);
+            }
+            if let Some(r) = latest.values().find(|r| {
+                (!r.done || r.done_lsn.is_none() || r.failed.is_some())
+                    && chosen.iter().any(|p| p.name == r.table)
+            }) {
+                return Err(Error::state(format!(
+                    "table {:?} is being backfilled (request {}{}): a snapshot now would disagree with the stream after it; let a following capture finish the backfill (mooncdc-capture status shows it done at a position), or leave the table out with --table",
+                    r.table,
+                    r.id,
+                    if r.failed.is_some() {
+                        ", which failed: resync it first"
+                    } else if r.done {
+                        ", its end not yet read by a capture"
+                    } else {
+                        ""
+                    }
+                )));
+            }
             let (mut exporter, sys) = self.replication_session().await?;
             let id = format!("postgres:{}/{}/{}", sys.system_id, self.conn.dbname, self.slot);
             let tmp = format!("mooncdc_snap_{}_{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0));

@@ -133,7 +133,7 @@ impl PgSource {
         // trigger's and the backfills' (docs/BACKFILL.md).
         let messages = true;
         let mut ddl = DdlState::default();
-        let mut bf = super::backfill::Backfills::load(&c, &self.publication, start).await?;
+        let mut bf = super::backfill::Backfills::load(&c, start).await?;
         let chunk_rows = timing.map(|t| t.backfill_chunk_rows).unwrap_or(4096);
         let mut client = Some(
             self.replication_stream(start_lsn, slot.confirmed, messages)
@@ -200,6 +200,7 @@ impl PgSource {
                 // A backfill waiting and no chunk of ours in flight: write
                 // the next chunk (it comes back through the stream).
                 if follow
+                    && !standby
                     && txn.is_none()
                     && bf.work
                     && bf.in_flight.is_none()
@@ -289,8 +290,8 @@ impl PgSource {
                                 }
                             }
                             // A heartbeat: a transactional logical message,
-                            // which pgoutput (without `messages`) never sends
-                            // as a change, but which moves the WAL, so the
+                            // never an event (its transaction reads as an
+                            // empty batch), which moves the WAL, so the
                             // keepalives, idle batches and lag move too.
                             if heartbeat.is_some_and(|every| last_heartbeat.elapsed() >= every) {
                                 last_heartbeat = std::time::Instant::now();
@@ -395,8 +396,40 @@ impl PgSource {
                                     return Err(Error::data("a backfill message outside a transaction"));
                                 };
                                 let (described, events) = bf.message(&content, *commit, ordinal)?;
-                                if let Some(s) = described {
-                                    w.add_table(s);
+                                if let Some((s, classes)) = described {
+                                    // The table as the message found it,
+                                    // unless the stream says so already: a
+                                    // schema record before the events (not
+                                    // the header: a target may hold the table
+                                    // as it was before a change no row change
+                                    // has described yet, and a record says
+                                    // the change). The catalog takes it too,
+                                    // so a Relation message later finds it
+                                    // the same.
+                                    let in_force = w
+                                        .pending
+                                        .iter()
+                                        .rev()
+                                        .map(|c| &c.schema)
+                                        .chain(w.schemas.iter())
+                                        .find(|x| x.table == s.table)
+                                        .cloned();
+                                    if let Some(entry) = catalog.by_oid.values_mut().find(|(k, _)| k.table == s.table) {
+                                        *entry = (s.clone(), classes);
+                                    }
+                                    if let Some(x) = &in_force {
+                                        // Columns gone or of another type
+                                        // first, as drops, so no record is
+                                        // ambiguous (a drop and an add that
+                                        // could be a rename).
+                                        let kept = super::backfill::kept_columns(x, &s)?;
+                                        if &kept != x && kept != s {
+                                            w.pending.push(SchemaChange { schema: kept, renamed: Vec::new() });
+                                        }
+                                    }
+                                    if in_force.as_ref() != Some(&s) {
+                                        w.pending.push(SchemaChange { schema: s, renamed: Vec::new() });
+                                    }
                                 }
                                 write_events!(events);
                             }
@@ -429,7 +462,19 @@ impl PgSource {
                                 };
                                 // Tables being backfilled: their changes pass
                                 // as far as their chunks have reached.
-                                let events: Vec<Event> = events.into_iter().filter_map(|e| bf.pass(e)).collect();
+                                let mut passed = Vec::with_capacity(events.len());
+                                for e in events {
+                                    let schema = catalog
+                                        .by_oid
+                                        .values()
+                                        .map(|(s, _)| s)
+                                        .find(|s| s.table == e.table)
+                                        .ok_or_else(|| Error::data(format!("change {} of a table the stream has not described", e.sequence)))?;
+                                    if let Some(e) = bf.pass(e, schema)? {
+                                        passed.push(e);
+                                    }
+                                }
+                                let events = passed;
                                 write_events!(events);
                             }
                             Message::Type { .. } | Message::Origin { .. } | Message::Message { .. } => {}
@@ -549,7 +594,7 @@ impl PgSource {
             txn = None;
             // What backfills have reached there (a transaction cut off is
             // sent again, its messages with it).
-            if let Err(e) = bf.reload(&c, &self.publication, start).await {
+            if let Err(e) = bf.reload(&c, start).await {
                 break Err(e);
             }
         };

@@ -116,9 +116,17 @@ pub fn request(path: &Path, tables: &[String], resync: bool) -> Result<Vec<Strin
     require_installed(&conn, path)?;
     if tables.is_empty() {
         return Err(Error::usage(
-            "backfill needs --table NAME (repeatable) or --all",
+            "backfill needs --table NAME (repeatable) or --all (with --all: no table is captured)",
         ));
     }
+    // A table named twice is one request.
+    let mut once: Vec<String> = Vec::new();
+    for t in tables {
+        if !once.contains(t) {
+            once.push(t.clone());
+        }
+    }
+    let tables = &once[..];
     // The estimates first, outside the write transaction.
     let mut estimates = Vec::new();
     for t in tables {
@@ -426,6 +434,35 @@ pub fn write_chunk(conn: &mut Connection, max_rows: u64) -> Result<Option<ChunkD
         req.done = Some(seq as Sequence);
     } else {
         let seq = tx.last_insert_rowid();
+        // The rows came in the key index's order; it must be the stream's
+        // key order (a column may compare otherwise than its index), or the
+        // chunk is not logged.
+        {
+            let positions = key_positions(&tv.schema);
+            let cols: Vec<String> = positions.iter().map(|i| format!("v{}", n + i)).collect();
+            let mut st = tx
+                .prepare(&format!(
+                    "SELECT {} FROM {LOG} WHERE seq > ?1 ORDER BY seq",
+                    cols.join(", ")
+                ))
+                .map_err(db_err("cannot read the change log"))?;
+            let mut rows = st
+                .query([seq - rows as i64])
+                .map_err(db_err("cannot read the change log"))?;
+            let mut prev = after_key.clone();
+            while let Some(r) = rows.next().map_err(db_err("cannot read the change log"))? {
+                let key = row_values(r, 0, cols.len()).map_err(Error::data)?;
+                if !prev.is_empty()
+                    && crate::wire::value::key_cmp(&key, &prev) != std::cmp::Ordering::Greater
+                {
+                    return Err(Error::state(format!(
+                        "table {:?} cannot be backfilled: its key does not read in SQLite's BINARY order (a key column declared with another collation); nothing was logged; take a new snapshot instead",
+                        req.table
+                    )));
+                }
+                prev = key;
+            }
+        }
         let row = tx
             .query_row(
                 &format!("SELECT {} FROM {LOG} WHERE seq = ?1", targets.join(", ")),
