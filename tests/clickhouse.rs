@@ -3582,9 +3582,10 @@ fn two_source_tables_never_share_a_clickhouse_table() {
     );
 }
 
-/// A table added by backfill to a pipeline into ClickHouse, while its rows
-/// change and keys move: the chunk inserts and the stream's truncate land
-/// like any batch, and the audit is equal.
+/// A table added by backfill to a pipeline into ClickHouse, its rows
+/// changed, deleted and moved after the request (left out until the chunks
+/// reach their keys), then changed again after the backfill (ordinary
+/// batches on the backfilled rows): the audit is equal.
 #[test]
 fn a_backfill_lands_in_a_clickhouse_target() {
     let dbs = Dbs::new();

@@ -832,8 +832,10 @@ fn stream_table_names_land_one_to_one() {
     assert!(cursor_of(&url).contains("\"2\""), "{}", cursor_of(&url));
 }
 
-/// A table added by backfill to a pipeline into PostgreSQL, while its rows
-/// change: the stream's truncate and chunk inserts land like any batch.
+/// A table added by backfill to a pipeline into PostgreSQL, its rows
+/// changed, deleted and moved after the request (changes the stream leaves
+/// out until the chunks reach their keys): the truncate and the chunk
+/// inserts land like any batch, and the audit is equal.
 #[test]
 fn a_backfill_lands_in_a_postgres_target() {
     let db = Dbs::new();

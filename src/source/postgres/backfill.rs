@@ -761,6 +761,8 @@ pub(super) struct Backfills {
     /// Whether a request may be waiting for a chunk.
     pub(super) work: bool,
     pub(super) retry_at: Option<std::time::Instant>,
+    /// When the follower last said a chunk waits for the table's lock.
+    pub(super) busy_said: Option<std::time::Instant>,
     pub(super) progress: crate::source::backfill::Progress,
 }
 

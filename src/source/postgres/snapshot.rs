@@ -137,9 +137,10 @@ impl PgSource {
                     let ranges = key_ranges(&c, &schemas[i], &classes[i], p, jobs).await;
                     if ranges.len() > 1 {
                         crate::log::info(&format!(
-                            "reading {} in {} key ranges at once",
+                            "reading {} in {} key ranges at once ({})",
                             schemas[i].table,
-                            ranges.len()
+                            ranges.len(),
+                            ranges.iter().map(|r| r.join(" AND ")).collect::<Vec<_>>().join("; ")
                         ));
                     }
                     units.extend(ranges.into_iter().map(|r| (i, r)));
@@ -347,7 +348,8 @@ async fn key_ranges(
         return whole;
     }
     let q = format!(
-        "SELECT (b)::text FROM pg_stats s, LATERAL unnest((COALESCE(s.histogram_bounds, s.most_common_vals)::text)::{}[]) b \
+        // (Named `bound`, not `b`: `ORDER BY b` would sort the text.)
+        "SELECT b::text AS bound FROM pg_stats s, LATERAL unnest((COALESCE(s.histogram_bounds, s.most_common_vals)::text)::{}[]) b \
          WHERE s.schemaname = $1 AND s.tablename = $2 AND s.attname = $3 AND s.inherited = $4 ORDER BY b",
         schema.columns[i].decl_type,
     );

@@ -211,6 +211,13 @@ impl PgSource {
                         super::backfill::Wrote::Nothing => bf.work = false,
                         super::backfill::Wrote::Busy => {
                             bf.retry_at = Some(std::time::Instant::now() + Duration::from_secs(1));
+                            if bf.busy_said.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
+                                bf.busy_said = Some(std::time::Instant::now());
+                                crate::log::warn(
+                                    "a backfill chunk waits for its table's lock: a transaction that wrote the table is still open (or prepared); trying again each second",
+                                    &[("event", "backfill-waits".into())],
+                                );
+                            }
                         }
                         super::backfill::Wrote::Chunk { request, chunk, table, rows, total, estimate, done } => {
                             bf.in_flight = Some((request, chunk));
