@@ -5809,6 +5809,25 @@ fn wait_backfills_done_and_synced(src: &Src, secs: u64) {
     src.wait_target_at(lsn, secs, "the target to reach the WAL after the backfill");
 }
 
+/// A source with `a` (500 rows, captured, snapshotted into the projection)
+/// and `b` (`b_rows` rows with even keys, not captured yet).
+fn backfill_source(name: &str, b_rows: u64) -> (Src, Session) {
+    let src = Src::new(name);
+    let s = src.session();
+    s.exec(&format!(
+        "CREATE TABLE a(id int PRIMARY KEY, v text);
+         INSERT INTO a SELECT i, 'v' || i FROM generate_series(0, 499) i;
+         CREATE TABLE b(id bigint PRIMARY KEY, n int, t text);
+         INSERT INTO b SELECT i * 2, i, repeat('x', i % 40) FROM generate_series(0, {}) i;",
+        b_rows - 1
+    ));
+    src.init(&["public.a"]);
+    let snap = src.tool(SNAPSHOT, &[], &[]);
+    expect(&snap, 0, "snapshot");
+    src.apply_ok(&snap.stdout);
+    (src, s)
+}
+
 /// Writers on `a` and `b` until stopped: inserts, updates, deletes and
 /// key moves (across the whole key range, both ways), in small transactions.
 fn pg_writers(src: &Src, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
@@ -5841,18 +5860,7 @@ fn pg_writers(src: &Src, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> 
 /// transaction of capture's sessions lived longer than a few seconds.
 #[test]
 fn backfill_adds_a_table_to_a_following_pipeline_with_only_short_transactions() {
-    let src = Src::new("bf_add");
-    let s = src.session();
-    s.exec(
-        "CREATE TABLE a(id int PRIMARY KEY, v text);
-         INSERT INTO a SELECT i, 'v' || i FROM generate_series(0, 499) i;
-         CREATE TABLE b(id bigint PRIMARY KEY, n int, t text);
-         INSERT INTO b SELECT i * 2, i, repeat('x', i % 40) FROM generate_series(0, 199999) i;",
-    );
-    src.init(&["public.a"]);
-    let snap = src.tool(SNAPSHOT, &[], &[]);
-    expect(&snap, 0, "snapshot");
-    src.apply_ok(&snap.stdout);
+    let (src, s) = backfill_source("bf_add", 200_000);
     let after = src.target_cursor().unwrap().to_json();
     let mut args = src.source_args();
     args.extend(["--follow", "--after", &after].map(String::from));
@@ -5923,17 +5931,7 @@ fn backfill_adds_a_table_to_a_following_pipeline_with_only_short_transactions() 
 /// twice. Then `--resync` of the table with damaged target rows.
 #[test]
 fn a_killed_backfill_resumes_from_the_targets_cursor_and_resync_repairs() {
-    let src = Src::new("bf_kill");
-    let s = src.session();
-    s.exec(
-        "CREATE TABLE a(id int PRIMARY KEY, v text);
-         INSERT INTO a SELECT i, 'v' || i FROM generate_series(0, 499) i;
-         CREATE TABLE b(id bigint PRIMARY KEY, n int, t text);
-         INSERT INTO b SELECT i * 2, i, repeat('x', i % 40) FROM generate_series(0, 99999) i;",
-    );
-    src.init(&["public.a"]);
-    let snap = src.tool(SNAPSHOT, &[], &[]);
-    src.apply_ok(&snap.stdout);
+    let (src, s) = backfill_source("bf_kill", 100_000);
     let r = src.cmd("backfill", &["--table", "public.b"]);
     expect(&r, 0, "capture backfill");
     let stop = Arc::new(AtomicBool::new(false));

@@ -583,20 +583,7 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
     };
     let Some(sh) = sh else {
         let why = why.unwrap_or_default();
-        let content =
-            json!({"kind": "failed", "request": id, "table": table, "why": why}).to_string();
-        tx.execute(
-            "SELECT pg_logical_emit_message(true, $1, $2)",
-            &[&PREFIX, &content],
-        )
-        .await
-        .map_err(pg_err("cannot write the end of a backfill"))?;
-        tx.execute(
-            "UPDATE mooncdc.backfill SET done = true, failed = $2 WHERE id = $1",
-            &[&id, &why],
-        )
-        .await
-        .map_err(pg_err("cannot record the end of a backfill"))?;
+        end(tx, id, &table, Some(&why)).await?;
         crate::log::warn(
             &format!(
                 "backfill of table {table:?} (request {id}) ended before the table was read whole: {why}; the stream keeps leaving out changes of its rows not reached until a new request for it"
@@ -660,19 +647,7 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
     let n = rows.len() as u64;
     let chunk = chunks + 1;
     if rows.is_empty() {
-        let content = json!({"kind": "done", "request": id, "table": table}).to_string();
-        tx.execute(
-            "SELECT pg_logical_emit_message(true, $1, $2)",
-            &[&PREFIX, &content],
-        )
-        .await
-        .map_err(pg_err("cannot write the end of a backfill"))?;
-        tx.execute(
-            "UPDATE mooncdc.backfill SET done = true WHERE id = $1",
-            &[&id],
-        )
-        .await
-        .map_err(pg_err("cannot record the end of a backfill"))?;
+        end(tx, id, &table, None).await?;
     } else {
         let last = rows.last().expect("rows");
         let key: Vec<Option<String>> = positions.iter().map(|&i| last[i].clone()).collect();
@@ -714,6 +689,29 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
 
 /// A table as a message describes it: its schema and value classes.
 pub(super) type Described = (Schema, Vec<Class>);
+
+/// End request `id` in the chunk's transaction: a `done` message, or with
+/// `failed` a `failed` one saying why.
+async fn end(tx: &Client, id: i64, table: &str, failed: Option<&str>) -> Result<()> {
+    let content = match failed {
+        None => json!({"kind": "done", "request": id, "table": table}),
+        Some(why) => json!({"kind": "failed", "request": id, "table": table, "why": why}),
+    }
+    .to_string();
+    tx.execute(
+        "SELECT pg_logical_emit_message(true, $1, $2)",
+        &[&PREFIX, &content],
+    )
+    .await
+    .map_err(pg_err("cannot write the end of a backfill"))?;
+    tx.execute(
+        "UPDATE mooncdc.backfill SET done = true, failed = $2 WHERE id = $1",
+        &[&id, &failed],
+    )
+    .await
+    .map_err(pg_err("cannot record the end of a backfill"))?;
+    Ok(())
+}
 
 /// A message of ours, as the stream reads it.
 #[derive(Debug, serde::Deserialize)]
