@@ -54,15 +54,19 @@ impl<'a> BatchOut<'a> {
 
     /// A table first described now: in the next header when no batch is
     /// open, else a schema record (a table new to the batch).
-    pub(super) fn add_table(&mut self, s: Schema) {
-        let in_force = self
-            .pending
+    /// The table's schema in force: the last record waiting, else the
+    /// header's.
+    pub(super) fn in_force(&self, table: &str) -> Option<&Schema> {
+        self.pending
             .iter()
             .rev()
             .map(|c| &c.schema)
             .chain(self.schemas.iter())
-            .find(|x| x.table == s.table);
-        if in_force == Some(&s) {
+            .find(|x| x.table == table)
+    }
+
+    pub(super) fn add_table(&mut self, s: Schema) {
+        if self.in_force(&s.table) == Some(&s) {
             return;
         }
         if !self.open && self.pending.is_empty() {

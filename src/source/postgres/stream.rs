@@ -199,36 +199,8 @@ impl PgSource {
                 }
                 // A backfill waiting and no chunk of ours in flight: write
                 // the next chunk (it comes back through the stream).
-                if follow
-                    && !standby
-                    && txn.is_none()
-                    && bf.work
-                    && bf.in_flight.is_none()
-                    && bf.retry_at.is_none_or(|t| std::time::Instant::now() >= t)
-                {
-                    bf.retry_at = None;
-                    match super::backfill::write_chunk(&c, &self.publication, chunk_rows).await? {
-                        super::backfill::Wrote::Nothing => bf.work = false,
-                        super::backfill::Wrote::Busy => {
-                            bf.retry_at = Some(std::time::Instant::now() + Duration::from_secs(1));
-                            if bf.busy_said.is_none_or(|t| t.elapsed() >= Duration::from_secs(30)) {
-                                bf.busy_said = Some(std::time::Instant::now());
-                                crate::log::warn(
-                                    "a backfill chunk waits for its table's lock: a transaction that wrote the table is still open (or prepared); trying again each second",
-                                    &[("event", "backfill-waits".into())],
-                                );
-                            }
-                        }
-                        super::backfill::Wrote::Chunk { request, chunk, table, rows, total, estimate, done } => {
-                            bf.in_flight = Some((request, chunk));
-                            bf.progress.chunk(
-                                request,
-                                &table,
-                                (rows, total.max(0) as u64, estimate.max(0) as u64),
-                                done,
-                            );
-                        }
-                    }
+                if follow && !standby && txn.is_none() {
+                    bf.write_next(&c, &self.publication, chunk_rows).await?;
                 }
                 // The publication's relations again, between transactions
                 // on a timer of their own (a busy stream is never quiet).
@@ -404,39 +376,7 @@ impl PgSource {
                                 };
                                 let (described, events) = bf.message(&content, *commit, ordinal)?;
                                 if let Some((s, classes)) = described {
-                                    // The table as the message found it,
-                                    // unless the stream says so already: a
-                                    // schema record before the events (not
-                                    // the header: a target may hold the table
-                                    // as it was before a change no row change
-                                    // has described yet, and a record says
-                                    // the change). The catalog takes it too,
-                                    // so a Relation message later finds it
-                                    // the same.
-                                    let in_force = w
-                                        .pending
-                                        .iter()
-                                        .rev()
-                                        .map(|c| &c.schema)
-                                        .chain(w.schemas.iter())
-                                        .find(|x| x.table == s.table)
-                                        .cloned();
-                                    if let Some(entry) = catalog.by_oid.values_mut().find(|(k, _)| k.table == s.table) {
-                                        *entry = (s.clone(), classes);
-                                    }
-                                    if let Some(x) = &in_force {
-                                        // Columns gone or of another type
-                                        // first, as drops, so no record is
-                                        // ambiguous (a drop and an add that
-                                        // could be a rename).
-                                        let kept = super::backfill::kept_columns(x, &s)?;
-                                        if &kept != x && kept != s {
-                                            w.pending.push(SchemaChange { schema: kept, renamed: Vec::new() });
-                                        }
-                                    }
-                                    if in_force.as_ref() != Some(&s) {
-                                        w.pending.push(SchemaChange { schema: s, renamed: Vec::new() });
-                                    }
+                                    super::backfill::describe(&mut w, &mut catalog, s, classes)?;
                                 }
                                 write_events!(events);
                             }

@@ -1,0 +1,302 @@
+//! Writing a chunk: one short transaction of a follower under a SHARE lock
+//! on the table (docs/BACKFILL.md, "How it works (PostgreSQL)").
+
+use super::*;
+
+/// What one chunk write did.
+enum Wrote {
+    /// No request is waiting.
+    Nothing,
+    /// The table is locked by a writer now; try again later.
+    Busy,
+    /// A chunk (or, with no row left, the end) of a request.
+    Chunk {
+        request: i64,
+        chunk: i32,
+        table: String,
+        rows: u64,
+        total: i64,
+        estimate: i64,
+        done: bool,
+    },
+}
+
+/// Write the next chunk of the oldest request not done: one transaction
+/// that locks the table against writers, reads the rows after the last key
+/// in key order, and writes them as a message.
+async fn write_chunk(c: &Client, publication: &str, max_rows: u64) -> Result<Wrote> {
+    c.batch_execute("BEGIN")
+        .await
+        .map_err(pg_err("cannot begin a transaction"))?;
+    let wrote = chunk_in(c, publication, max_rows).await;
+    let end = if matches!(wrote, Ok(Wrote::Chunk { .. })) {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    };
+    c.batch_execute(end)
+        .await
+        .map_err(pg_err("cannot commit a backfill chunk"))?;
+    wrote
+}
+
+async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote> {
+    tx.batch_execute("SET LOCAL lock_timeout = '1s'; SET LOCAL standard_conforming_strings = on")
+        .await
+        .map_err(pg_err("cannot set up a backfill chunk"))?;
+    let busy = |e: &tokio_postgres::Error| {
+        e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+    };
+    let row = match tx
+        .query_opt(
+            "SELECT id, table_name, upper_key, chunks, rows, estimate, described FROM mooncdc.backfill \
+             WHERE NOT done ORDER BY id LIMIT 1 FOR UPDATE",
+            &[],
+        )
+        .await
+    {
+        Ok(r) => r,
+        Err(e) if busy(&e) => return Ok(Wrote::Busy),
+        Err(e) => return Err(pg_err("cannot read backfill requests")(e)),
+    };
+    let Some(row) = row else {
+        return Ok(Wrote::Nothing);
+    };
+    let (id, table, upper, chunks, total, estimate): (i64, String, Option<String>, i32, i64, i64) = (
+        row.get(0),
+        row.get(1),
+        row.get(2),
+        row.get(3),
+        row.get(4),
+        row.get(5),
+    );
+    let before: Option<String> = row.get(6);
+    // The lock first, then the table's shape: a schema change cannot come
+    // between what the chunk reads and the columns it names.
+    let (sch, tbl) = split_table(&table)?;
+    tx.batch_execute("SAVEPOINT bf_lock")
+        .await
+        .map_err(pg_err("cannot set up a backfill chunk"))?;
+    let gone = match tx
+        .batch_execute(&format!(
+            "LOCK TABLE ONLY {}.{} IN SHARE MODE",
+            quote_ident(&sch),
+            quote_ident(&tbl)
+        ))
+        .await
+    {
+        Ok(()) => None,
+        Err(e) if busy(&e) => return Ok(Wrote::Busy),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {
+            tx.batch_execute("ROLLBACK TO SAVEPOINT bf_lock")
+                .await
+                .map_err(pg_err("cannot set up a backfill chunk"))?;
+            Some("the table no longer exists".to_string())
+        }
+        Err(e) => return Err(pg_err("cannot lock the table for a backfill chunk")(e)),
+    };
+    // The table as it is now; one that can no longer be backfilled (no
+    // longer published, dropped, given a row filter) or whose columns
+    // changed other than by columns added at the end ends the backfill
+    // here, its table held at the rows it reached (docs/BACKFILL.md).
+    let (sh, why) = match gone {
+        Some(why) => (None, Some(why)),
+        None => match shape(tx, publication, &table).await {
+        Err(e) => (None, Some(e.full_message())),
+        Ok(sh) => match before.as_deref().map(serde_json::from_str::<TableIs>) {
+            Some(Ok(was)) if !appended_only(&was.schema, &sh.schema) => (None, Some(format!(
+                "its columns or key changed during the backfill (a rename, a drop, a new type or key): resync it (mooncdc-capture backfill --table {table} --resync)"
+            ))),
+            _ => {
+                tx.execute(
+                    "UPDATE mooncdc.backfill SET described = $2 WHERE id = $1",
+                    &[&id, &described(&sh).to_string()],
+                )
+                .await
+                .map_err(pg_err("cannot record a backfill chunk"))?;
+                (Some(sh), None)
+            }
+        },
+        },
+    };
+    let Some(sh) = sh else {
+        let why = why.unwrap_or_default();
+        end(tx, id, &table, Some(&why)).await?;
+        crate::log::warn(
+            &format!(
+                "backfill of table {table:?} (request {id}) ended before the table was read whole: {why}; the stream keeps leaving out changes of its rows not reached until a new request for it"
+            ),
+            &[("event", "backfill-failed".into()), ("table", table.clone().into())],
+        );
+        return Ok(Wrote::Chunk {
+            request: id,
+            chunk: chunks + 1,
+            table,
+            rows: 0,
+            total,
+            estimate,
+            done: true,
+        });
+    };
+    let cols: Vec<String> = sh
+        .schema
+        .columns
+        .iter()
+        .map(|c| quote_ident(&c.name))
+        .collect();
+    let filter = match &upper {
+        None => String::new(),
+        Some(u) => {
+            let key: Vec<Option<String>> = serde_json::from_str(u).map_err(|e| {
+                Error::data(format!(
+                    "backfill request {id}: its last key is unreadable: {e}"
+                ))
+            })?;
+            let lits: Vec<String> = key
+                .iter()
+                .zip(&sh.key_types)
+                .map(|(v, ty)| literal(v.as_deref().unwrap_or_default(), ty))
+                .collect();
+            format!("WHERE ({}) > ({})", sh.order.join(", "), lits.join(", "))
+        }
+    };
+    // The simple protocol: values in their text form, as pgoutput sends them.
+    let sql = format!(
+        "SELECT {} FROM {} {filter} ORDER BY {} LIMIT {max_rows}",
+        cols.join(", "),
+        sh.qualified,
+        sh.order.join(", ")
+    );
+    let mut rows: Vec<Vec<Option<String>>> = Vec::new();
+    for m in tx
+        .simple_query(&sql)
+        .await
+        .map_err(pg_err("cannot read a backfill chunk"))?
+    {
+        if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
+            rows.push(
+                (0..cols.len())
+                    .map(|i| r.get(i).map(str::to_string))
+                    .collect(),
+            );
+        }
+    }
+    let positions = key_positions(&sh.schema);
+    let n = rows.len() as u64;
+    let chunk = chunks + 1;
+    if rows.is_empty() {
+        end(tx, id, &table, None).await?;
+    } else {
+        let last = rows.last().expect("rows");
+        let key: Vec<Option<String>> = positions.iter().map(|&i| last[i].clone()).collect();
+        let key_text = serde_json::to_string(&key).expect("JSON");
+        let content = json!({
+            "kind": "chunk", "request": id, "chunk": chunk, "table": table,
+            "table_is": described(&sh), "lower": upper, "rows": rows,
+        })
+        .to_string();
+        tx.execute(
+            "SELECT pg_logical_emit_message(true, $1, $2)",
+            &[&PREFIX, &content],
+        )
+        .await
+        .map_err(pg_err("cannot write a backfill chunk"))?;
+        tx.execute(
+            "UPDATE mooncdc.backfill SET upper_key = $2, chunks = $3, rows = rows + $4 WHERE id = $1",
+            &[&id, &key_text, &chunk, &(n as i64)],
+        )
+        .await
+        .map_err(pg_err("cannot record a backfill chunk"))?;
+        tx.execute(
+            "INSERT INTO mooncdc.backfill_chunks(request, chunk, upper_key) VALUES ($1, $2, $3)",
+            &[&id, &chunk, &key_text],
+        )
+        .await
+        .map_err(pg_err("cannot record a backfill chunk"))?;
+    }
+    Ok(Wrote::Chunk {
+        request: id,
+        chunk,
+        table,
+        rows: n,
+        total: total + n as i64,
+        estimate,
+        done: n == 0,
+    })
+}
+
+/// End request `id` in the chunk's transaction: a `done` message, or with
+/// `failed` a `failed` one saying why.
+async fn end(tx: &Client, id: i64, table: &str, failed: Option<&str>) -> Result<()> {
+    let content = match failed {
+        None => json!({"kind": "done", "request": id, "table": table}),
+        Some(why) => json!({"kind": "failed", "request": id, "table": table, "why": why}),
+    }
+    .to_string();
+    tx.execute(
+        "SELECT pg_logical_emit_message(true, $1, $2)",
+        &[&PREFIX, &content],
+    )
+    .await
+    .map_err(pg_err("cannot write the end of a backfill"))?;
+    tx.execute(
+        "UPDATE mooncdc.backfill SET done = true, failed = $2 WHERE id = $1",
+        &[&id, &failed],
+    )
+    .await
+    .map_err(pg_err("cannot record the end of a backfill"))?;
+    Ok(())
+}
+
+impl Backfills {
+    /// Write the next chunk when a request may be waiting, none of this
+    /// follower's chunks is in flight, and no wait for the table's lock is
+    /// running (a busy table is tried again a second later, and said every
+    /// 30 seconds).
+    pub(crate) async fn write_next(
+        &mut self,
+        c: &Client,
+        publication: &str,
+        rows: u64,
+    ) -> Result<()> {
+        let now = std::time::Instant::now();
+        if !self.work || self.in_flight.is_some() || self.retry_at.is_some_and(|t| now < t) {
+            return Ok(());
+        }
+        self.retry_at = None;
+        match write_chunk(c, publication, rows).await? {
+            Wrote::Nothing => self.work = false,
+            Wrote::Busy => {
+                self.retry_at = Some(now + Duration::from_secs(1));
+                if self
+                    .busy_said
+                    .is_none_or(|t| t.elapsed() >= Duration::from_secs(30))
+                {
+                    self.busy_said = Some(now);
+                    crate::log::warn(
+                        "a backfill chunk waits for its table's lock: a transaction that wrote the table is still open (or prepared); trying again each second",
+                        &[("event", "backfill-waits".into())],
+                    );
+                }
+            }
+            Wrote::Chunk {
+                request,
+                chunk,
+                table,
+                rows,
+                total,
+                estimate,
+                done,
+            } => {
+                self.in_flight = Some((request, chunk));
+                self.progress.chunk(
+                    request,
+                    &table,
+                    (rows, total.max(0) as u64, estimate.max(0) as u64),
+                    done,
+                );
+            }
+        }
+        Ok(())
+    }
+}

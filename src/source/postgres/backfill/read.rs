@@ -1,0 +1,366 @@
+//! Reading backfill messages from the stream: the state at a position, the
+//! events each message stands for, the filter, the notes of positions.
+
+use super::*;
+use crate::source::backfill::{key_of, Reached};
+
+/// A table as a message describes it: its schema and value classes.
+pub(crate) type Described = (Schema, Vec<Class>);
+
+/// A message of ours, as the stream reads it.
+#[derive(Debug, serde::Deserialize)]
+struct Note {
+    kind: String,
+    request: i64,
+    #[serde(default)]
+    chunk: i32,
+    table: String,
+    /// The table's schema and value classes (requests and chunks).
+    #[serde(default)]
+    table_is: Option<TableIs>,
+    #[serde(default)]
+    lower: Option<String>,
+    #[serde(default)]
+    rows: Vec<Vec<Option<String>>>,
+}
+
+/// Where a request, chunk or end was decoded: noted in the backfill tables
+/// (once) before the batch that holds it is written.
+enum Seen {
+    Request(i64),
+    Chunk(i64, i32),
+    Done(i64),
+}
+
+/// What a read knows of backfills: the tables being backfilled and how far
+/// each has come at the read's position, and (following) the chunk this
+/// follower wrote and waits to see.
+#[derive(Default)]
+pub(crate) struct Backfills {
+    /// Each table being backfilled: what it has reached, and its key's
+    /// columns by name (a change's key is taken by these names from the
+    /// schema it was decoded with).
+    pub(super) reached: HashMap<String, (Reached, Vec<String>)>,
+    seen: Vec<Seen>,
+    /// A chunk written and not decoded yet: (request, chunk).
+    pub(super) in_flight: Option<(i64, i32)>,
+    /// Whether a request may be waiting for a chunk.
+    pub(super) work: bool,
+    pub(super) retry_at: Option<std::time::Instant>,
+    /// When the follower last said a chunk waits for the table's lock.
+    pub(super) busy_said: Option<std::time::Instant>,
+    pub(super) progress: crate::source::backfill::Progress,
+}
+
+/// Whether a message at commit `lsn` is held by a reader at `start`.
+fn held(lsn: &str, start: Sequence) -> Result<bool> {
+    Ok(sequence(parse_lsn(lsn)? + 1, 0) <= start)
+}
+
+impl Backfills {
+    /// The backfills in force at `start`: requests a reader decoded at or
+    /// before it and not ended there, each at the last key of its last
+    /// chunk at or before it.
+    pub(crate) async fn load(c: &Client, start: Sequence) -> Result<Backfills> {
+        let mut b = Backfills::default();
+        for r in requests(c).await? {
+            if !r.done {
+                b.work = true;
+            }
+            let Some(at) = &r.requested_lsn else { continue };
+            if !held(at, start)? {
+                continue;
+            }
+            if let Some(d) = &r.done_lsn {
+                // A backfill that failed keeps its table where it stopped.
+                if held(d, start)? && r.failed.is_none() {
+                    b.reached.remove(&r.table);
+                    continue;
+                }
+            }
+            // The table as the backfill last described it (it may be gone
+            // from the catalog since).
+            let Some(sh) = r
+                .described
+                .as_deref()
+                .and_then(|d| serde_json::from_str::<TableIs>(d).ok())
+            else {
+                return Err(Error::data(format!(
+                    "backfill request {} of table {:?} does not describe its table",
+                    r.id, r.table
+                )));
+            };
+            let classes = sh
+                .classes
+                .iter()
+                .map(|c| class_from_name(c))
+                .collect::<Result<Vec<_>>>()?;
+            let chunks = c
+                .query(
+                    "SELECT upper_key, lsn::text FROM mooncdc.backfill_chunks WHERE request = $1 AND lsn IS NOT NULL ORDER BY chunk",
+                    &[&r.id],
+                )
+                .await
+                .map_err(pg_err("cannot read backfill chunks"))?;
+            let mut reached = Reached::Nothing;
+            for ch in &chunks {
+                if held(ch.get::<_, &str>(1), start)? {
+                    reached = Reached::UpTo(key_values(&sh.schema, &classes, ch.get(0))?);
+                }
+            }
+            b.reached.insert(r.table, (reached, sh.schema.key.clone()));
+        }
+        Ok(b)
+    }
+
+    /// Again after a reconnect, at the position written so far; the chunk
+    /// in flight, the work to do and the progress stay.
+    pub(crate) async fn reload(&mut self, c: &Client, start: Sequence) -> Result<()> {
+        let fresh = Backfills::load(c, start).await?;
+        self.reached = fresh.reached;
+        self.seen.clear();
+        self.work |= fresh.work;
+        Ok(())
+    }
+
+    /// A message of ours in the transaction at `commit` (`ordinal` its
+    /// events so far): the events it stands for, with their table's schema
+    /// at that point (for the batch to describe, where it has not yet, or
+    /// differently).
+    pub(crate) fn message(
+        &mut self,
+        content: &[u8],
+        commit: u64,
+        ordinal: &mut u64,
+    ) -> Result<(Option<Described>, Vec<Event>)> {
+        let note: Note = serde_json::from_slice(content).map_err(|e| {
+            Error::data(format!(
+                "a backfill message at {} is unreadable: {e}",
+                lsn_text(commit)
+            ))
+        })?;
+        let table = note.table.clone();
+        let (schema, classes) = match &note.table_is {
+            Some(t) => {
+                t.schema.check().map_err(Error::data)?;
+                let classes = t
+                    .classes
+                    .iter()
+                    .map(|c| class_from_name(c))
+                    .collect::<Result<Vec<_>>>()?;
+                if classes.len() != t.schema.columns.len() || t.schema.table != table {
+                    return Err(Error::data(format!(
+                        "a backfill message at {} describes its table inconsistently",
+                        lsn_text(commit)
+                    )));
+                }
+                (Some(t.schema.clone()), classes)
+            }
+            None if note.kind == "done" || note.kind == "failed" => (None, Vec::new()),
+            None => {
+                return Err(Error::data(format!(
+                    "a backfill message at {} does not describe its table",
+                    lsn_text(commit)
+                )))
+            }
+        };
+        let described = schema.clone().map(|s| (s, classes.clone()));
+        let mut events = Vec::new();
+        match note.kind.as_str() {
+            "request" => {
+                *ordinal += 1;
+                events.push(Event::truncate(
+                    sequence(commit, *ordinal),
+                    table.clone(),
+                    Operation::TRUNCATE,
+                ));
+                let schema = schema.as_ref().expect("described");
+                self.reached
+                    .insert(table, (Reached::Nothing, schema.key.clone()));
+                self.seen.push(Seen::Request(note.request));
+                self.work = true;
+            }
+            "chunk" => {
+                let Some((reached, key)) = self.reached.get_mut(&table) else {
+                    return Err(Error::data(format!(
+                        "a backfill chunk of table {table:?} at {} belongs to no request this read has seen",
+                        lsn_text(commit)
+                    )));
+                };
+                let schema = schema.as_ref().expect("described");
+                if &schema.key != key {
+                    return Err(Error::data(format!(
+                        "backfill chunk {} of table {table:?} at {} has another key than its request",
+                        note.chunk,
+                        lsn_text(commit)
+                    )));
+                }
+                let positions = key_positions(schema);
+                let lower = match &note.lower {
+                    None => Reached::Nothing,
+                    Some(k) => Reached::UpTo(key_values(schema, &classes, k)?),
+                };
+                if &lower != reached {
+                    return Err(Error::data(format!(
+                        "backfill chunk {} of table {table:?} at {} does not start where the one before it ended",
+                        note.chunk,
+                        lsn_text(commit)
+                    )));
+                }
+                for r in &note.rows {
+                    if r.len() != classes.len() {
+                        return Err(Error::data(format!(
+                            "a backfill row of table {table:?} has {} values, the table {}",
+                            r.len(),
+                            classes.len()
+                        )));
+                    }
+                    let row: Row = r
+                        .iter()
+                        .zip(&classes)
+                        .map(|(v, cls)| from_text(*cls, v.as_deref().map(str::as_bytes)))
+                        .collect::<std::result::Result<_, _>>()
+                        .map_err(|e| Error::data(format!("table {table:?}, backfill row: {e}")))?;
+                    let key = key_of(&row, &positions);
+                    if reached.covers(&key) {
+                        return Err(Error::data(format!(
+                            "a backfill row of table {table:?} at {} is not beyond the rows before it",
+                            lsn_text(commit)
+                        )));
+                    }
+                    *reached = Reached::UpTo(key);
+                    *ordinal += 1;
+                    events.push(Event {
+                        sequence: sequence(commit, *ordinal),
+                        table: table.clone(),
+                        operation: Operation::Insert,
+                        before: None,
+                        after: Some(row),
+                    });
+                }
+                self.seen.push(Seen::Chunk(note.request, note.chunk));
+                if self.in_flight == Some((note.request, note.chunk)) {
+                    self.in_flight = None;
+                }
+            }
+            "failed" => {
+                // The table stays where its chunks reached: its rows beyond
+                // are left out until a new request for it.
+                self.seen.push(Seen::Done(note.request));
+                if self.in_flight.is_some_and(|(r, _)| r == note.request) {
+                    self.in_flight = None;
+                }
+            }
+            "done" => {
+                self.reached.remove(&table);
+                self.seen.push(Seen::Done(note.request));
+                if self.in_flight.is_some_and(|(r, _)| r == note.request) {
+                    self.in_flight = None;
+                }
+            }
+            other => {
+                return Err(Error::data(format!(
+                "a backfill message of kind {other:?} (a newer MoonCDC wrote it; upgrade this one)"
+            )))
+            }
+        }
+        Ok((described, events))
+    }
+
+    /// An ordinary change of a table being backfilled, as the stream
+    /// carries it (`None`: left out).
+    /// `schema`: the table's, as the change was decoded with it.
+    pub(crate) fn pass(&self, e: Event, schema: &Schema) -> Result<Option<Event>> {
+        match self.reached.get(&e.table) {
+            None => Ok(Some(e)),
+            Some((r, key)) => {
+                if &schema.key != key {
+                    return Err(Error::data(format!(
+                        "the key of table {:?} changed during its backfill (change {}): resync it (mooncdc-capture backfill --table {} --resync)",
+                        e.table, e.sequence, e.table
+                    )));
+                }
+                Ok(crate::source::backfill::pass(e, &key_positions(schema), r))
+            }
+        }
+    }
+
+    /// Note where the messages of the transaction committed at `commit` are,
+    /// before its batch is written (a target holding it implies the note).
+    pub(crate) async fn commit(&mut self, c: &Client, commit: u64) -> Result<()> {
+        if self.seen.is_empty() {
+            return Ok(());
+        }
+        let at = lsn_text(commit);
+        // Durable before the batch is written, whatever the server's or the
+        // role's synchronous_commit.
+        c.batch_execute("BEGIN; SET LOCAL synchronous_commit = on")
+            .await
+            .map_err(pg_err("cannot note where a backfill message is"))?;
+        for s in std::mem::take(&mut self.seen) {
+            let (sql, id, chunk) = match s {
+                Seen::Request(id) => (
+                    "UPDATE mooncdc.backfill SET requested_lsn = $1::text::pg_lsn WHERE id = $2 AND requested_lsn IS NULL AND $3::int4 = 0",
+                    id,
+                    0,
+                ),
+                Seen::Chunk(id, n) => (
+                    "UPDATE mooncdc.backfill_chunks SET lsn = $1::text::pg_lsn WHERE request = $2 AND chunk = $3 AND lsn IS NULL",
+                    id,
+                    n,
+                ),
+                Seen::Done(id) => (
+                    "UPDATE mooncdc.backfill SET done_lsn = $1::text::pg_lsn WHERE id = $2 AND done_lsn IS NULL AND $3::int4 = 0",
+                    id,
+                    0,
+                ),
+            };
+            c.execute(sql, &[&at, &id, &chunk])
+                .await
+                .map_err(pg_err("cannot note where a backfill message is (a backfill needs capture against the primary)"))?;
+        }
+        c.batch_execute("COMMIT")
+            .await
+            .map_err(pg_err("cannot note where a backfill message is"))?;
+        Ok(())
+    }
+}
+
+/// The table as a message found it, unless the stream says so already: a
+/// schema record before the message's events (not the header: a target may
+/// hold the table as it was before a change no row change has described
+/// yet, and a record says the change). Columns gone or of another type come
+/// first, as drops, so no record is ambiguous (a drop and an add that could
+/// be a rename). The catalog takes the table too, so a Relation message
+/// later finds it the same.
+pub(crate) fn describe(
+    w: &mut BatchOut<'_>,
+    catalog: &mut Catalog,
+    s: Schema,
+    classes: Vec<Class>,
+) -> Result<()> {
+    let in_force = w.in_force(&s.table).cloned();
+    if let Some(entry) = catalog
+        .by_oid
+        .values_mut()
+        .find(|(k, _)| k.table == s.table)
+    {
+        *entry = (s.clone(), classes);
+    }
+    if let Some(x) = &in_force {
+        let kept = kept_columns(x, &s)?;
+        if &kept != x && kept != s {
+            w.pending.push(SchemaChange {
+                schema: kept,
+                renamed: Vec::new(),
+            });
+        }
+    }
+    if in_force.as_ref() != Some(&s) {
+        w.pending.push(SchemaChange {
+            schema: s,
+            renamed: Vec::new(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,193 @@
+//! `capture backfill`: the requests, recorded in one transaction.
+
+use super::*;
+
+impl PgSource {
+    /// `capture backfill`: one transaction records each request (a row of
+    /// `mooncdc.backfill` and its message) and puts a table not yet
+    /// published into the publication, with FULL identity, so none of its
+    /// changes comes before its request.
+    pub fn backfill(&self, tables: &[String], all: bool, resync: bool) -> Result<Vec<String>> {
+        runtime()?.block_on(async {
+            let c = self.client("backfill").await?;
+            if server_version(&c).await? < 140000 {
+                return Err(Error::usage("backfill needs PostgreSQL 14 or later"));
+            }
+            let standby: bool = c
+                .query_one("SELECT pg_is_in_recovery()", &[])
+                .await
+                .map_err(pg_err("cannot ask whether the server is a standby"))?
+                .get(0);
+            if standby {
+                return Err(Error::usage(
+                    "backfill writes its requests into the WAL: run it against the primary",
+                ));
+            }
+            let names: Vec<String> = if all {
+                publication_tables(&c, &self.publication).await?
+            } else if tables.is_empty() {
+                return Err(Error::usage(
+                    "backfill needs --table NAME (repeatable) or --all",
+                ));
+            } else {
+                tables.iter().map(|t| table_arg(t)).collect::<Result<_>>()?
+            };
+            // A table named twice (or as `t` and `public.t`) is one request.
+            let mut names = names;
+            names.sort();
+            names.dedup();
+            let published = publication_tables(&c, &self.publication).await?;
+            let all_tables: bool = c
+                .query_opt(
+                    "SELECT puballtables FROM pg_publication WHERE pubname = $1",
+                    &[&self.publication],
+                )
+                .await
+                .map_err(pg_err("cannot read publications"))?
+                .ok_or_else(|| {
+                    Error::state(format!(
+                        "publication {:?} does not exist (run mooncdc-capture init)",
+                        self.publication
+                    ))
+                })?
+                .get(0);
+            // A publication of every table would publish the backfill's own
+            // tables too.
+            if all_tables {
+                return Err(Error::usage(format!(
+                    "publication {:?} is FOR ALL TABLES, which would publish the backfill's own tables (mooncdc.backfill): backfill needs a publication that names its tables (mooncdc-capture init makes one)",
+                    self.publication
+                )));
+            }
+            c.batch_execute(SETUP)
+                .await
+                .map_err(pg_err("cannot create the backfill tables"))?;
+            c.batch_execute("BEGIN")
+                .await
+                .map_err(pg_err("cannot begin a transaction"))?;
+            let done = self
+                .record(&c, &names, &published, resync)
+                .await;
+            let end = if done.is_ok() { "COMMIT" } else { "ROLLBACK" };
+            c.batch_execute(end)
+                .await
+                .map_err(pg_err("cannot commit"))?;
+            done?;
+            Ok(names)
+        })
+    }
+
+    /// The requests of [`backfill`](Self::backfill), inside its transaction.
+    async fn record(
+        &self,
+        tx: &Client,
+        names: &[String],
+        published: &[String],
+        resync: bool,
+    ) -> Result<()> {
+        {
+            let known = requests(tx).await?;
+            for n in names {
+                let (s, t) = split_table(n)?;
+                let exists: bool = tx
+                    .query_one(
+                        "SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL",
+                        &[&s, &t],
+                    )
+                    .await
+                    .map_err(pg_err("cannot look for the table"))?
+                    .get(0);
+                if !exists {
+                    return Err(Error::usage(format!("table {n:?} does not exist")));
+                }
+                table_schema(tx, &s, &t).await?;
+                let added = !published.contains(n);
+                if added {
+                    tx.batch_execute(&format!(
+                        "ALTER PUBLICATION {} ADD TABLE {}.{}",
+                        quote_ident(&self.publication),
+                        quote_ident(&s),
+                        quote_ident(&t)
+                    ))
+                    .await
+                    .map_err(pg_err("cannot add a table to the publication"))?;
+                }
+                let p = publication_detail(tx, &self.publication)
+                    .await?
+                    .into_iter()
+                    .find(|p| &p.name == n)
+                    .ok_or_else(|| Error::state(format!("table {n:?} is not published")))?;
+                for (s, t, ident) in identity_of(tx, &p).await? {
+                    if ident != "f" {
+                        tx.batch_execute(&format!(
+                            "ALTER TABLE {}.{} REPLICA IDENTITY FULL",
+                            quote_ident(&s),
+                            quote_ident(&t)
+                        ))
+                        .await
+                        .map_err(pg_err("cannot set REPLICA IDENTITY FULL"))?;
+                    }
+                }
+                let sh = shape(tx, &self.publication, n).await?;
+                if let Some(r) = known.iter().find(|r| &r.table == n && !r.done) {
+                    return Err(Error::state(format!(
+                        "table {n:?} is being backfilled already (request {}); nothing was recorded",
+                        r.id
+                    )));
+                }
+                if !resync {
+                    if let Some(r) = known.iter().rev().find(|r| &r.table == n) {
+                        return Err(Error::state(format!(
+                            "table {n:?} was backfilled already (request {}); to empty it in the targets and read it again, pass --resync; nothing was recorded",
+                            r.id
+                        )));
+                    }
+                }
+                // The planner's estimate; a count where there is none yet
+                // (a table never analyzed).
+                let mut estimate: i64 = tx
+                    .query_one(
+                        "SELECT reltuples::bigint FROM pg_class WHERE oid = format('%I.%I', $1::text, $2::text)::regclass",
+                        &[&s, &t],
+                    )
+                    .await
+                    .map_err(pg_err("cannot read the table's size"))?
+                    .get(0);
+                if estimate <= 0 {
+                    estimate = tx
+                        .query_one(
+                            &format!(
+                                "SELECT count(*) FROM ONLY {}.{}",
+                                quote_ident(&s),
+                                quote_ident(&t)
+                            ),
+                            &[],
+                        )
+                        .await
+                        .map_err(pg_err("cannot count the table's rows"))?
+                        .get(0);
+                }
+                let desc = described(&sh).to_string();
+                let id: i64 = tx
+                    .query_one(
+                        "INSERT INTO mooncdc.backfill(table_name, resync, estimate, described) VALUES ($1, $2, $3, $4) RETURNING id",
+                        &[n, &resync, &estimate, &desc],
+                    )
+                    .await
+                    .map_err(pg_err("cannot record the backfill request"))?
+                    .get(0);
+                if added {
+                    crate::log::info(&format!("capturing table {n:?}"));
+                }
+                let content = json!({"kind": "request", "request": id, "table": n, "table_is": described(&sh)}).to_string();
+                tx.execute(
+                    "SELECT pg_logical_emit_message(true, $1, $2)",
+                    &[&PREFIX, &content],
+                )
+                .await
+                .map_err(pg_err("cannot write the backfill request"))?;
+            }
+            Ok(())
+        }
+    }
+}
