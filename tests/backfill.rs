@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::sqlite::{bin, exec, expect, Dbs, APPLY, CAPTURE};
+use common::sqlite::{bin, exec, expect, Dbs, Rng, APPLY, CAPTURE};
 use rusqlite::params;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -105,21 +105,6 @@ fn wait_synced(db: &Dbs, p: &mut Pipeline, secs: u64) {
     }
 }
 
-/// A deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Writers on the source until stopped: inserts, updates, deletes and key
 /// moves in `a` (integer keys) and `b` (text keys), in small transactions.
 fn writers(
@@ -131,7 +116,7 @@ fn writers(
     let path = db.src.clone();
     std::thread::spawn(move || {
         let mut c = common::sqlite::open(&path);
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let tx = c.transaction().unwrap();

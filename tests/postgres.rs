@@ -5828,6 +5828,15 @@ fn backfill_source(name: &str, b_rows: u64) -> (Src, Session) {
     (src, s)
 }
 
+/// `--source … --follow --after <the target's cursor>` and `extra`.
+fn follow_args(src: &Src, extra: &[&str]) -> Vec<String> {
+    let after = src.target_cursor().unwrap().to_json();
+    let mut args = src.source_args();
+    args.extend(["--follow", "--after", &after].map(String::from));
+    args.extend(extra.iter().map(|a| a.to_string()));
+    args
+}
+
 /// Writers on `a` and `b` until stopped: inserts, updates, deletes and
 /// key moves (across the whole key range, both ways), in small transactions.
 fn pg_writers(src: &Src, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
@@ -5861,9 +5870,7 @@ fn pg_writers(src: &Src, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> 
 #[test]
 fn backfill_adds_a_table_to_a_following_pipeline_with_only_short_transactions() {
     let (src, s) = backfill_source("bf_add", 200_000);
-    let after = src.target_cursor().unwrap().to_json();
-    let mut args = src.source_args();
-    args.extend(["--follow", "--after", &after].map(String::from));
+    let args = follow_args(&src, &[]);
     let (cap, app) = follow_pipeline_logged(&args, &src.proj_url(), &src.dir.path().join("err"));
     let stop = Arc::new(AtomicBool::new(false));
     let w = pg_writers(&src, stop.clone());
@@ -5939,18 +5946,7 @@ fn a_killed_backfill_resumes_from_the_targets_cursor_and_resync_repairs() {
     let mut logged = Vec::new();
     // Kills until the backfill is done (at most 12).
     for i in 0..12u64 {
-        let after = src.target_cursor().unwrap().to_json();
-        let mut args = src.source_args();
-        args.extend(
-            [
-                "--follow",
-                "--after",
-                &after,
-                "--backfill-chunk-rows",
-                "200",
-            ]
-            .map(String::from),
-        );
+        let args = follow_args(&src, &["--backfill-chunk-rows", "200"]);
         let (cap, app) = follow_pipeline(&args, &src.proj_url());
         std::thread::sleep(Duration::from_millis(300 + 70 * (i % 4)));
         finish(cap, true);
@@ -5964,9 +5960,7 @@ fn a_killed_backfill_resumes_from_the_targets_cursor_and_resync_repairs() {
     }
     stop.store(true, Ordering::Relaxed);
     w.join().unwrap();
-    let after = src.target_cursor().unwrap().to_json();
-    let mut args = src.source_args();
-    args.extend(["--follow", "--after", &after].map(String::from));
+    let args = follow_args(&src, &[]);
     let (cap, app) = follow_pipeline(&args, &src.proj_url());
     wait_backfills_done_and_synced(&src, 120);
     src.audit_equal();
@@ -6026,18 +6020,7 @@ fn a_rename_during_a_backfill_fails_it_clearly_and_a_resync_repairs() {
     src.init(&["public.a"]);
     let snap = src.tool(SNAPSHOT, &[], &[]);
     src.apply_ok(&snap.stdout);
-    let after = src.target_cursor().unwrap().to_json();
-    let mut args = src.source_args();
-    args.extend(
-        [
-            "--follow",
-            "--after",
-            &after,
-            "--backfill-chunk-rows",
-            "200",
-        ]
-        .map(String::from),
-    );
+    let args = follow_args(&src, &["--backfill-chunk-rows", "200"]);
     let log = src.dir.path().join("err");
     let (cap, app) = follow_pipeline_logged(&args, &src.proj_url(), &log);
     let r = src.cmd("backfill", &["--table", "public.b"]);
