@@ -409,19 +409,7 @@ impl PgSource {
                                 };
                                 // Tables being backfilled: their changes pass
                                 // as far as their chunks have reached.
-                                let mut passed = Vec::with_capacity(events.len());
-                                for e in events {
-                                    let schema = catalog
-                                        .by_oid
-                                        .values()
-                                        .map(|(s, _)| s)
-                                        .find(|s| s.table == e.table)
-                                        .ok_or_else(|| Error::data(format!("change {} of a table the stream has not described", e.sequence)))?;
-                                    if let Some(e) = bf.pass(e, schema)? {
-                                        passed.push(e);
-                                    }
-                                }
-                                let events = passed;
+                                let events = bf.pass_all(events, &catalog)?;
                                 write_events!(events);
                             }
                             Message::Type { .. } | Message::Origin { .. } | Message::Message { .. } => {}

@@ -267,22 +267,42 @@ impl Backfills {
         Ok((described, events))
     }
 
-    /// An ordinary change of a table being backfilled, as the stream
-    /// carries it (`None`: left out).
-    /// `schema`: the table's, as the change was decoded with it.
-    pub(crate) fn pass(&self, e: Event, schema: &Schema) -> Result<Option<Event>> {
-        match self.reached.get(&e.table) {
-            None => Ok(Some(e)),
-            Some((r, key)) => {
-                if &schema.key != key {
-                    return Err(Error::data(format!(
-                        "the key of table {:?} changed during its backfill (change {}): resync it (mooncdc-capture backfill --table {} --resync)",
-                        e.table, e.sequence, e.table
-                    )));
-                }
-                Ok(crate::source::backfill::pass(e, &key_positions(schema), r))
-            }
+    /// The ordinary changes of one source change (a TRUNCATE has several)
+    /// as the stream carries them: those of a table being backfilled pass
+    /// as far as its chunks reached, judged by the key of the schema they
+    /// were decoded with.
+    pub(crate) fn pass_all(&self, events: Vec<Event>, catalog: &Catalog) -> Result<Vec<Event>> {
+        // Nothing backfilled (the usual case): every change passes, and no
+        // schema is looked up.
+        if self.reached.is_empty() {
+            return Ok(events);
         }
+        let mut out = Vec::with_capacity(events.len());
+        for e in events {
+            let Some((r, key)) = self.reached.get(&e.table) else {
+                out.push(e);
+                continue;
+            };
+            let schema = catalog
+                .by_oid
+                .values()
+                .map(|(s, _)| s)
+                .find(|s| s.table == e.table)
+                .ok_or_else(|| {
+                    Error::data(format!(
+                        "change {} of a table the stream has not described",
+                        e.sequence
+                    ))
+                })?;
+            if &schema.key != key {
+                return Err(Error::data(format!(
+                    "the key of table {:?} changed during its backfill (change {}): resync it (mooncdc-capture backfill --table {} --resync)",
+                    e.table, e.sequence, e.table
+                )));
+            }
+            out.extend(crate::source::backfill::pass(e, &key_positions(schema), r));
+        }
+        Ok(out)
     }
 
     /// Note where the messages of the transaction committed at `commit` are,
