@@ -257,16 +257,19 @@ pub(super) fn reached_at(
         .map_err(db_err("cannot read backfill requests"))?
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(db_err("cannot read backfill requests"))?;
+    if active.is_empty() {
+        return Ok(out);
+    }
+    // A position inside a chunk (a read cut by a limit): the row there.
+    let here: Option<(i64, i64)> = conn
+        .query_row(
+            &format!("SELECT tid, op FROM {LOG} WHERE seq = ?1"),
+            [start],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()
+        .map_err(db_err("cannot read the change log"))?;
     for r in active {
-        // A position inside a chunk (a read cut by a limit): the row there.
-        let here: Option<(i64, i64)> = conn
-            .query_row(
-                &format!("SELECT tid, op FROM {LOG} WHERE seq = ?1"),
-                [start],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()
-            .map_err(db_err("cannot read the change log"))?;
         let inside = here.and_then(|(tid, op)| {
             versions
                 .get(&tid)
@@ -319,7 +322,19 @@ pub struct ChunkDone {
 /// Log the next chunk of the oldest request not done, in one write
 /// transaction (`None`: no request is waiting).
 pub fn write_chunk(conn: &mut Connection, max_rows: u64) -> Result<Option<ChunkDone>> {
-    if !has_tables(conn)? {
+    // A plain read first: with no request waiting (the usual case, every
+    // poll) the follower takes no write lock.
+    let waiting = has_tables(conn)?
+        && conn
+            .query_row(
+                &format!("SELECT 1 FROM {REQUESTS} WHERE done IS NULL LIMIT 1"),
+                [],
+                |_| Ok(()),
+            )
+            .optional()
+            .map_err(db_err("cannot read backfill requests"))?
+            .is_some();
+    if !waiting {
         return Ok(None);
     }
     let tx = conn
