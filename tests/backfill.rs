@@ -156,16 +156,6 @@ fn writers(
     })
 }
 
-/// The body of an HTTP GET on `addr`.
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
 fn fill(db: &Dbs, a_rows: i64, b_rows: i64) {
     db.src_sql(&format!(
         "CREATE TABLE a(id INTEGER PRIMARY KEY, v TEXT);
@@ -190,12 +180,7 @@ fn a_pipeline_bootstrapped_by_backfill_takes_a_new_table_while_writers_run() {
     let db = Dbs::new();
     fill(&db, 5000, 200_000);
     db.init(&["a"]);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let listen = format!("127.0.0.1:{port}");
+    let listen = format!("127.0.0.1:{}", common::ch::free_port());
     let mut p = Pipeline::start(&db, &["--metrics-listen", &listen]);
     backfill(&db, &["--all"]);
     let stop = Arc::new(AtomicBool::new(false));
@@ -217,7 +202,7 @@ fn a_pipeline_bootstrapped_by_backfill_takes_a_new_table_while_writers_run() {
     assert!(txs > 0);
     wait_synced(&db, &mut p, 60);
     // The follower's metrics name the tables it backfilled.
-    let metrics = http_get(&listen, "/metrics");
+    let metrics = common::http_get(&listen, "/metrics");
     let rows = status(&db)["backfills"][1]["rows"].as_u64().unwrap();
     assert!(
         metrics.contains(&format!(

@@ -21,7 +21,7 @@ use common::sqlite::{
     shell_quote, vb, vi, vr, vt, wait_for_every, Cell, Rng, Summary, APPLY, AUDIT, CAPTURE,
     COMPACT, SNAPSHOT, SPLIT, VN,
 };
-use common::{batches, Run};
+use common::{batches, http_get, Run};
 use mooncdc::wire::{Batch, Cursor, Event, Limits, Operation, SnapItem, SnapshotReader, Value};
 use serde_json::Value as J;
 use std::collections::BTreeMap;
@@ -4820,15 +4820,6 @@ fn a_stalled_walsender_is_noticed_and_the_follower_reconnects() {
     assert_eq!(code, Some(0), "{err}");
     let _ = finish(apply, false);
     src.audit_equal();
-}
-
-fn http_get(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(addr).expect("connect to the metrics listener");
-    write!(c, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
-    let mut s = String::new();
-    c.read_to_string(&mut s).unwrap();
-    s
 }
 
 fn metric_value(text: &str, name: &str) -> f64 {

@@ -837,3 +837,14 @@ pub fn archive_files(dir: &Path) -> Vec<(u128, u128, PathBuf)> {
     out.sort();
     out
 }
+
+/// The response (status line, headers and body) of an HTTP/1.0 GET of
+/// `path` on `addr`.
+pub fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect to the metrics listener");
+    write!(c, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut s = String::new();
+    c.read_to_string(&mut s).unwrap();
+    s
+}
