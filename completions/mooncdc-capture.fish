@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_mooncdc_capture_global_optspecs
-    string join \n q/quiet v/verbose source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= receive-timeout-ms= log-format= metrics-listen= stall-timeout-ms= backfill-chunk-rows= ack-from-target= slot= publication= h/help V/version
+    string join \n q/quiet v/verbose source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= receive-timeout-ms= log-format= metrics-listen= stall-timeout-ms= backfill-chunk-rows= ack-from-target= pgoutput-protocol= spool-memory= max-spool-bytes= spool-dir= slot= publication= h/help V/version
 end
 
 function __fish_mooncdc_capture_needs_command
@@ -42,6 +42,11 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l metrics
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l stall-timeout-ms -d 'With --metrics-listen: /readyz says 503 after this long without progress' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l backfill-chunk-rows -d 'With --follow: rows each backfill chunk reads (mooncdc-capture backfill)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l pgoutput-protocol -d 'PostgreSQL: the pgoutput protocol: auto, the highest the server has with large transactions sent as they happen (2 on 14 and 15, 4 on 16+), or 1, where the server holds each transaction until it commits' -r -f -a "auto\t'The highest the server has, with streaming of large transactions'
+1\t'Protocol 1: the server holds each transaction until it commits'"
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l spool-memory -d 'PostgreSQL: bytes that large transactions in progress hold in memory, all together, until they commit; the rest waits in spool files' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-spool-bytes -d 'PostgreSQL: fail when large transactions in progress hold more than B bytes in all (memory and spool files); default: as much as the spool folder has room for' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l spool-dir -d 'PostgreSQL: the folder for the spool files of large transactions in progress (default: TMPDIR, else /tmp)' -r -F
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
@@ -131,6 +136,11 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l stall-timeout-ms -d 'With --metrics-listen: /readyz says 503 after this long without progress' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l backfill-chunk-rows -d 'With --follow: rows each backfill chunk reads (mooncdc-capture backfill)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l ack-from-target -d 'With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l pgoutput-protocol -d 'PostgreSQL: the pgoutput protocol: auto, the highest the server has with large transactions sent as they happen (2 on 14 and 15, 4 on 16+), or 1, where the server holds each transaction until it commits' -r -f -a "auto\t'The highest the server has, with streaming of large transactions'
+1\t'Protocol 1: the server holds each transaction until it commits'"
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l spool-memory -d 'PostgreSQL: bytes that large transactions in progress hold in memory, all together, until they commit; the rest waits in spool files' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-spool-bytes -d 'PostgreSQL: fail when large transactions in progress hold more than B bytes in all (memory and spool files); default: as much as the spool folder has room for' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l spool-dir -d 'PostgreSQL: the folder for the spool files of large transactions in progress (default: TMPDIR, else /tmp)' -r -F
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l follow -d 'Keep writing batches as changes commit'

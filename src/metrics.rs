@@ -48,6 +48,9 @@ static LAST_PROGRESS_MS: AtomicU64 = AtomicU64::new(0);
 static SLOT_RETAINED: AtomicI64 = AtomicI64::new(-1);
 static SLOT_STATUS: AtomicUsize = AtomicUsize::new(0);
 const SLOT_STATUSES: [&str; 5] = ["unknown", "reserved", "extended", "unreserved", "lost"];
+/// Streamed transactions in progress (PostgreSQL) and the bytes they hold.
+static STREAMED_OPEN: AtomicU64 = AtomicU64::new(0);
+static STREAMED_BYTES: AtomicU64 = AtomicU64::new(0);
 static STARTED: AtomicBool = AtomicBool::new(false);
 /// Backfills seen by this process: table → (rows logged, rows left by the
 /// estimate).
@@ -120,6 +123,12 @@ pub fn slot(retained: i64, status: &str) {
     SLOT_RETAINED.store(retained, Ordering::Relaxed);
     let i = SLOT_STATUSES.iter().position(|s| *s == status).unwrap_or(0);
     SLOT_STATUS.store(i, Ordering::Relaxed);
+}
+
+/// Streamed transactions in progress and the bytes they hold now.
+pub fn streamed(open: usize, bytes: u64) {
+    STREAMED_OPEN.store(open as u64, Ordering::Relaxed);
+    STREAMED_BYTES.store(bytes, Ordering::Relaxed);
 }
 
 pub fn retry() {
@@ -230,6 +239,18 @@ pub fn render(tool: &str) -> String {
         "counter",
         "Reconnects that succeeded.",
         get(&RECONNECTS).to_string(),
+    );
+    metric(
+        "mooncdc_streamed_transactions_open",
+        "gauge",
+        "Large transactions in progress that the server streams and capture holds until their commit (PostgreSQL).",
+        get(&STREAMED_OPEN).to_string(),
+    );
+    metric(
+        "mooncdc_streamed_spool_bytes",
+        "gauge",
+        "Bytes those transactions hold, in memory and spool files (PostgreSQL).",
+        get(&STREAMED_BYTES).to_string(),
     );
     let since = now_ms().saturating_sub(get(&LAST_PROGRESS_MS)) as f64 / 1000.0;
     metric(

@@ -6068,3 +6068,340 @@ fn a_rename_during_a_backfill_fails_it_clearly_and_a_resync_repairs() {
     assert_eq!(status_json(&src)["backfills"][1]["state"], "done");
     src.audit_equal();
 }
+
+// ---------------------------------------------------------------- large transactions
+
+/// A database whose walsenders stream any transaction past 64 kB of decoded
+/// changes (`logical_decoding_work_mem` at its minimum), with `big` and
+/// `side` captured on the test's slot.
+fn streaming_source(name: &str) -> Src {
+    let src = Src::new(name);
+    let s = src.session();
+    s.exec(&format!(
+        "ALTER DATABASE {} SET logical_decoding_work_mem = '64kB'",
+        src.db.dbname
+    ));
+    s.exec("CREATE TABLE big (id int8 PRIMARY KEY, v text NOT NULL, n int8)");
+    s.exec("CREATE TABLE side (id int8 PRIMARY KEY, v text)");
+    src.init(&["public.big", "public.side"]);
+    src
+}
+
+/// The slot's decoding figures: (spill_bytes, stream_txns, stream_bytes),
+/// once the walsender has reported them (`want` says when they are in).
+fn slot_stats(src: &Src, slot: &str, want: impl Fn((i64, i64, i64)) -> bool) -> (i64, i64, i64) {
+    let s = src.session();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = s.query(&format!(
+            "SELECT spill_bytes, stream_txns, stream_bytes FROM pg_stat_replication_slots WHERE slot_name = {}",
+            lit(slot)
+        ));
+        let get = |i: usize| -> i64 {
+            r.first()
+                .and_then(|row| row[i].as_deref())
+                .unwrap_or("0")
+                .parse()
+                .unwrap()
+        };
+        let v = (get(0), get(1), get(2));
+        if want(v) || Instant::now() > deadline {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Two large transactions interleaved (one rolled back, one with a
+/// subtransaction rolled back), a small one committed while both are open,
+/// then a 500,000-change transaction: streamed by the server, held by
+/// capture in spool files past a 1 MB memory budget, written whole at each
+/// commit in commit order; the same events as protocol 1 reads, which the
+/// server spills instead of streaming.
+#[test]
+fn large_transactions_are_streamed_held_in_spool_files_and_written_whole() {
+    let src = streaming_source("streamed");
+    // A second slot, read later with protocol 1.
+    let r = run(
+        CAPTURE,
+        &[
+            "init",
+            "--source",
+            &src.url(),
+            "--slot",
+            "s_streamed_v1",
+            "--table",
+            "public.big",
+            "--table",
+            "public.side",
+        ],
+        None,
+    );
+    expect(&r, 0, "init of a second slot");
+    src.session().exec("INSERT INTO side VALUES (0, 'start')");
+    let snap = src.tool(SNAPSHOT, &[], &[]);
+    expect(&snap, 0, "snapshot");
+    src.apply_ok(&snap.stdout);
+    let proj = src.proj_url();
+    let log = src.dir.path().join("follow.log");
+    let spool = tempfile::tempdir().unwrap();
+    let mut args = follow_args(&src, &["--ack-from-target", &proj]);
+    args.extend(
+        [
+            "--spool-memory",
+            "1000000",
+            "--spool-dir",
+            spool.path().to_str().unwrap(),
+        ]
+        .map(String::from),
+    );
+    let (cap, app) = follow_pipeline_logged(&args, &proj, &log);
+
+    let a = src.session();
+    let b = src.session();
+    let s = src.session();
+    a.exec("BEGIN");
+    b.exec("BEGIN");
+    for i in 0..5i64 {
+        a.exec(&format!(
+            "INSERT INTO big SELECT g, md5(g::text), NULL FROM generate_series({}, {}) g",
+            1_000_000 + i * 20_000,
+            1_000_000 + i * 20_000 + 19_999
+        ));
+        b.exec(&format!(
+            "INSERT INTO big SELECT g, 'aborted ' || g, NULL FROM generate_series({}, {}) g",
+            2_000_000 + i * 20_000,
+            2_000_000 + i * 20_000 + 19_999
+        ));
+        if i == 2 {
+            s.exec("INSERT INTO side VALUES (1, 'committed while two large ones are open')");
+        }
+    }
+    a.exec("SAVEPOINT sp");
+    a.exec("UPDATE big SET v = 'rolled back' WHERE id BETWEEN 1000000 AND 1039999");
+    a.exec("INSERT INTO side VALUES (2, 'rolled back')");
+    a.exec("ROLLBACK TO sp");
+    a.exec("UPDATE big SET n = id WHERE id % 3 = 0");
+    b.exec("ROLLBACK");
+    a.exec("COMMIT");
+    // 500,000 changes in one transaction.
+    s.exec(
+        "BEGIN;
+         INSERT INTO big SELECT g, repeat(md5(g::text), 2), g FROM generate_series(1, 250000) g;
+         UPDATE big SET n = -n WHERE id <= 250000;
+         COMMIT",
+    );
+    let last = s.insert_lsn();
+    src.wait_target_at(last, 300, "the pipeline never caught up");
+    let rss = std::fs::read_to_string(format!("/proc/{}/status", cap.id()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .map(|v| v.trim().trim_end_matches(" kB").parse::<u64>().unwrap() * 1024)
+        .unwrap();
+    let (_, cerr) = finish(cap, true);
+    finish(app, true);
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !cerr.contains("panicked") && !logged.contains("panicked"),
+        "{cerr}\n{logged}"
+    );
+    src.audit_equal();
+    assert_eq!(src.proj_count("public.big"), 350_000);
+    let p = open(&src.proj());
+    let count = |sql: &str| -> i64 { p.query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(
+        count("SELECT count(*) FROM \"public.big\" WHERE id >= 2000000"),
+        0
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM \"public.big\" WHERE v = 'rolled back'"),
+        0
+    );
+    assert_eq!(count("SELECT count(*) FROM \"public.side\""), 2);
+    // The spool files are unnamed: nothing is left in the folder.
+    assert_eq!(std::fs::read_dir(spool.path()).unwrap().count(), 0);
+
+    // The server streamed (and spilled nothing) for this slot.
+    let (spill, txns, streamed) = slot_stats(&src, src.slot_name(), |(_, t, _)| t >= 2);
+    assert!(
+        txns >= 2 && streamed > 0 && spill == 0,
+        "streamed slot: spill_bytes {spill}, stream_txns {txns}, stream_bytes {streamed}"
+    );
+    // Memory stays within the budget, not the transaction: the transaction
+    // held more than twice what the capture process ever had resident.
+    assert!(
+        rss < 96 << 20 && (streamed as u64) > 2 * rss,
+        "capture's peak RSS {rss} bytes against {streamed} bytes streamed"
+    );
+
+    // Protocol 1 on the other slot: the server spills the same transactions
+    // and sends them at their commit; the events are the same.
+    let v1_args = ["--slot", "s_streamed_v1", "--pgoutput-protocol", "1"];
+    let r = run(
+        CAPTURE,
+        &[&["--source", &src.url()][..], &v1_args[..]].concat(),
+        None,
+    );
+    expect(&r, 0, "capture read with protocol 1");
+    let (spill1, txns1, streamed1) = slot_stats(&src, "s_streamed_v1", |(sp, _, _)| sp > 0);
+    assert!(
+        spill1 > 0 && txns1 == 0 && streamed1 == 0,
+        "protocol 1 slot: spill_bytes {spill1}, stream_txns {txns1}, stream_bytes {streamed1}"
+    );
+    let streamed_read = run(
+        CAPTURE,
+        &["--source", &src.url(), "--slot", "s_streamed_v1"],
+        None,
+    );
+    expect(&streamed_read, 0, "capture read with streaming");
+    let v1 = checked_events(&batches(&r.stdout));
+    let v2 = checked_events(&batches(&streamed_read.stdout));
+    let thirds: usize = src
+        .session()
+        .value("SELECT count(*) FROM big WHERE id BETWEEN 1000000 AND 1099999 AND id % 3 = 0")
+        .parse()
+        .unwrap();
+    // The two rows of side, a's inserts and updates, the large one.
+    assert_eq!(v1.len(), 2 + 100_000 + thirds + 500_000);
+    assert!(v1 == v2, "protocol 1 and streaming read different events");
+}
+
+/// Wait until the follower serving metrics at `addr` holds a streamed
+/// transaction in progress (some of its blocks came, its commit not yet).
+#[track_caller]
+fn wait_holding_a_streamed_transaction(addr: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let held = std::net::TcpStream::connect(addr)
+            .ok()
+            .map(|_| metric_value(&http_get(addr, "/metrics"), "mooncdc_streamed_spool_bytes"))
+            .unwrap_or(0.0);
+        if held > 0.0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: never held a streamed transaction"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A follower killed (SIGKILL) while it holds part of a streamed
+/// transaction, then one whose server restarts (immediate) mid-stream: the
+/// transaction comes again whole, nothing of it twice. The stream written
+/// across the restart equals a plain read of the same range.
+#[test]
+fn a_follower_killed_or_a_server_restarted_mid_stream_loses_and_repeats_nothing() {
+    let cluster: &'static pg::Cluster = Box::leak(Box::new(pg::Cluster::start()));
+    let src = Src {
+        db: cluster.create_db("streamkill"),
+        slot: Some("s_streamkill".into()),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let s = src.session();
+    s.exec(&format!(
+        "ALTER DATABASE {} SET logical_decoding_work_mem = '64kB'",
+        src.db.dbname
+    ));
+    s.exec("CREATE TABLE big (id int8 PRIMARY KEY, v text NOT NULL, n int8)");
+    s.exec("CREATE TABLE side (id int8 PRIMARY KEY, v text)");
+    src.init(&["public.big", "public.side"]);
+    let snap = src.tool(SNAPSHOT, &[], &[]);
+    expect(&snap, 0, "snapshot");
+    src.apply_ok(&snap.stdout);
+    // Large transactions committed while nothing reads.
+    s.exec(
+        "BEGIN;
+         INSERT INTO big SELECT g, md5(g::text), g FROM generate_series(1, 200000) g;
+         UPDATE big SET n = n + 1;
+         COMMIT",
+    );
+    s.exec("INSERT INTO side VALUES (1, 'small')");
+    s.exec(
+        "BEGIN;
+         INSERT INTO big SELECT g, md5(g::text), g FROM generate_series(500001, 650000) g;
+         DELETE FROM big WHERE id % 5 = 0;
+         COMMIT",
+    );
+    let last = s.insert_lsn();
+    drop(s);
+    let proj = src.proj_url();
+    let addr = |port: u16| format!("127.0.0.1:{port}");
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    // 1. SIGKILL while holding a streamed transaction.
+    let port = common::ch::free_port();
+    let args = follow_args(
+        &src,
+        &["--ack-from-target", &proj, "--metrics-listen", &addr(port)],
+    );
+    let (cap, app) = follow_pipeline(&args, &proj);
+    wait_holding_a_streamed_transaction(&addr(port), "the first follower");
+    let (_, cerr) = finish(cap, true);
+    let (_, aerr) = finish(app, false);
+    assert!(
+        !cerr.contains("panicked") && !aerr.contains("panicked"),
+        "{cerr}\n{aerr}"
+    );
+    src.wait_slot_inactive();
+    let cut = src.target_cursor().unwrap();
+
+    // 2. The server restarts while the next follower holds one.
+    let port = common::ch::free_port();
+    let stream_file = src.dir.path().join("stream.jsonl");
+    let mut args = follow_args(&src, &["--metrics-listen", &addr(port)]);
+    args.extend(["--retry-delay-ms", "200", "--max-retries", "30"].map(String::from));
+    let mut capture = Command::new(bin(CAPTURE))
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start capture --follow");
+    let mut tee = Command::new("tee")
+        .arg(&stream_file)
+        .stdin(Stdio::from(capture.stdout.take().unwrap()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start tee");
+    let apply = Command::new(bin(APPLY))
+        .args(["--target", &proj, "-q"])
+        .stdin(Stdio::from(tee.stdout.take().unwrap()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start apply");
+    wait_holding_a_streamed_transaction(&addr(port), "the second follower");
+    cluster.restart("immediate");
+    src.wait_target_at(last, 180, "the pipeline never caught up after the restart");
+    let (_, cerr) = finish(capture, true);
+    let _ = tee.wait();
+    let (_, aerr) = finish(apply, true);
+    assert!(
+        cerr.contains("reconnected") && !cerr.contains("panicked") && !aerr.contains("panicked"),
+        "capture should say it reconnected:\n{cerr}\n{aerr}"
+    );
+    src.audit_equal();
+
+    // What was written across the restart is exactly a plain read of the
+    // same range: each change once, none lost.
+    let written = std::fs::read(&stream_file).unwrap();
+    let text = String::from_utf8_lossy(&written);
+    let upto = text.rfind("{\"kind\":\"commit\"").unwrap();
+    let upto = upto + text[upto..].find('\n').unwrap() + 1;
+    let followed = checked_events(&batches(text[..upto].as_bytes()));
+    let (_, plain) = src.capture_ok(&["--after", &cut.to_json()]);
+    let plain = checked_events(&plain);
+    assert!(
+        !plain.is_empty(),
+        "the first follower applied everything before its kill"
+    );
+    assert_eq!(followed.len(), plain.len());
+    assert!(
+        followed == plain,
+        "the followed stream differs from a plain read"
+    );
+}

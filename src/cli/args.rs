@@ -235,6 +235,18 @@ pub struct ReadArgs {
     /// With --follow: acknowledge up to the cursor this target (sqlite: or clickhouse:) durably holds
     #[arg(long, value_name = "URL", requires = "follow")]
     pub ack_from_target: Option<String>,
+    /// PostgreSQL: the pgoutput protocol: auto, the highest the server has with large transactions sent as they happen (2 on 14 and 15, 4 on 16+), or 1, where the server holds each transaction until it commits
+    #[arg(long, value_enum, value_name = "V", default_value_t = PgoutputProtocol::Auto)]
+    pub pgoutput_protocol: PgoutputProtocol,
+    /// PostgreSQL: bytes that large transactions in progress hold in memory, all together, until they commit; the rest waits in spool files
+    #[arg(long, value_name = "B", default_value_t = crate::source::postgres::DEFAULT_STREAM_MEMORY)]
+    pub spool_memory: usize,
+    /// PostgreSQL: fail when large transactions in progress hold more than B bytes in all (memory and spool files); default: as much as the spool folder has room for
+    #[arg(long, value_name = "B")]
+    pub max_spool_bytes: Option<u64>,
+    /// PostgreSQL: the folder for the spool files of large transactions in progress (default: TMPDIR, else /tmp)
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
     #[command(flatten)]
     pub pg: PgArgs,
 }
@@ -419,6 +431,17 @@ pub enum OnConflictArg {
     Error,
     /// Make the row what the event says
     Overwrite,
+}
+
+/// Which pgoutput protocol a PostgreSQL read speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum PgoutputProtocol {
+    /// The highest the server has, with streaming of large transactions
+    #[default]
+    Auto,
+    /// Protocol 1: the server holds each transaction until it commits
+    #[value(name = "1")]
+    V1,
 }
 
 /// How messages on standard error are written.

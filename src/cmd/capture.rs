@@ -196,10 +196,21 @@ fn read(r: ReadArgs, verbose: bool, quiet: bool) -> crate::error::Result<ExitCod
             "--max-events, --max-bytes, --max-line-bytes and --backfill-chunk-rows must be positive",
         ));
     }
+    if r.spool_memory == 0 || r.max_spool_bytes == Some(0) {
+        return Err(Error::usage(
+            "--spool-memory and --max-spool-bytes must be positive",
+        ));
+    }
+    crate::ops::spool::set_dir(r.spool_dir.as_deref())?;
     let limits = ReadLimits {
         max_events: r.max_events,
         max_bytes: r.max_bytes,
         max_line_bytes: r.max_line_bytes,
+        pgoutput_v1: r.pgoutput_protocol == crate::cli::args::PgoutputProtocol::V1,
+        stream_budget: crate::source::postgres::StreamBudget {
+            memory: r.spool_memory,
+            max_bytes: r.max_spool_bytes,
+        },
     };
     // The target whose durable cursor --follow acknowledges up to.
     let held = match &r.ack_from_target {

@@ -113,6 +113,49 @@ impl Spool {
         spool_error(what, self.len, self, e)
     }
 
+    /// Bytes held in memory (the rest is in the file).
+    pub fn in_memory(&self) -> usize {
+        self.mem.len()
+    }
+
+    /// Move what is held in memory to the file now (a budget shared by
+    /// several spools decides when, not each spool's own limit); later
+    /// pushes go to the file too.
+    pub fn spill(&mut self) -> Result<()> {
+        if self.file.is_some() {
+            return Ok(());
+        }
+        let f = tempfile::tempfile_in(dir().0).map_err(|e| self.error("create", e))?;
+        let mut w = BufWriter::with_capacity(1 << 16, f);
+        w.write_all(&self.mem).map_err(|e| self.error("write", e))?;
+        self.mem = Vec::new();
+        self.file = Some(w);
+        Ok(())
+    }
+
+    /// Forget everything after the first `len` bytes (a rolled-back part
+    /// of what was held); later pushes follow them.
+    pub fn truncate(&mut self, len: u64) -> Result<()> {
+        if len >= self.len {
+            return Ok(());
+        }
+        match &mut self.file {
+            None => self.mem.truncate(len as usize),
+            Some(w) => {
+                let r = w.flush().and_then(|_| {
+                    let f = w.get_mut();
+                    f.set_len(len)?;
+                    f.seek(SeekFrom::Start(len)).map(|_| ())
+                });
+                if let Err(e) = r {
+                    return Err(self.error("write", e));
+                }
+            }
+        }
+        self.len = len;
+        Ok(())
+    }
+
     pub fn push(&mut self, bytes: &[u8]) -> Result<()> {
         self.len += bytes.len() as u64;
         if let Some(f) = &mut self.file {
@@ -125,14 +168,12 @@ impl Spool {
             self.mem.extend_from_slice(bytes);
             return Ok(());
         }
-        let f = tempfile::tempfile_in(dir().0).map_err(|e| self.error("create", e))?;
-        let mut w = BufWriter::with_capacity(1 << 16, f);
-        w.write_all(&self.mem)
-            .and_then(|_| w.write_all(bytes))
-            .map_err(|e| self.error("write", e))?;
-        self.mem = Vec::new();
-        self.file = Some(w);
-        Ok(())
+        self.spill()?;
+        let w = self.file.as_mut().expect("spilled to a file");
+        match w.write_all(bytes) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.error("write", e)),
+        }
     }
 
     /// Everything pushed so far, from the start; the spool is left empty.
@@ -229,5 +270,40 @@ impl Read for Part {
         }
         self.pos += n as u64;
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(s: &mut Spool) -> Vec<u8> {
+        let mut v = Vec::new();
+        s.drain().unwrap().read_to_end(&mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn truncate_and_spill_keep_exactly_the_bytes_before_the_cut() {
+        // In memory, in a file after a spill, and across the spill.
+        for spill_at in [None, Some(0usize), Some(2), Some(3)] {
+            let mut s = Spool::new(1 << 20);
+            let mut want = Vec::new();
+            for (i, piece) in [&b"abc"[..], b"defg", b"hij", b"klmno"].iter().enumerate() {
+                if spill_at == Some(i) {
+                    s.spill().unwrap();
+                    assert_eq!(s.in_memory(), 0);
+                }
+                s.push(piece).unwrap();
+                want.extend_from_slice(piece);
+                if i == 2 {
+                    s.truncate(5).unwrap();
+                    want.truncate(5);
+                    s.truncate(9).unwrap(); // beyond the end: nothing
+                }
+            }
+            assert_eq!(s.len(), want.len() as u64);
+            assert_eq!(read_all(&mut s), want, "spill at {spill_at:?}");
+        }
     }
 }

@@ -264,6 +264,13 @@ pub struct ReadLimits {
     /// The longest event line a read writes; default: the line cap every
     /// reading tool applies by default, so what capture writes, apply reads.
     pub max_line_bytes: Option<u64>,
+    /// PostgreSQL: read with pgoutput protocol 1 (the server holds a large
+    /// transaction until it commits) instead of the highest the server has
+    /// with streaming (`--pgoutput-protocol 1`).
+    pub pgoutput_v1: bool,
+    /// PostgreSQL: what streamed transactions in progress may hold
+    /// (`--spool-memory`, `--max-spool-bytes`).
+    pub stream_budget: postgres::StreamBudget,
 }
 
 impl ReadLimits {

@@ -32,6 +32,8 @@ mod replication;
 mod session;
 mod snapshot;
 mod stream;
+mod streamed;
+pub use streamed::{Budget as StreamBudget, DEFAULT_MEMORY as DEFAULT_STREAM_MEMORY};
 
 use crate::pg::{bin_of, first_suitable, server_version, tls, within_connect_timeout, Bin};
 pub use crate::pg::{conn, types};
@@ -62,7 +64,7 @@ use crate::wire::{
 };
 use conn::{PgConn, SessionAttrs};
 use pgoutput::{Cell, Message, Relation};
-use replication::{IdentifySystem, ReplClient, ReplError, ReplEvent};
+use replication::{IdentifySystem, ReplClient, ReplError, ReplEvent, StartOptions};
 use std::collections::HashMap;
 use std::io::Write;
 use std::time::Duration;
@@ -258,12 +260,12 @@ impl Source for PgSource {
     fn follow(
         &self,
         after: Option<&Cursor>,
-        _limits: ReadLimits,
+        limits: ReadLimits,
         timing: FollowTiming,
         held: Option<&HeldCursor>,
         out: &mut dyn Write,
     ) -> Result<()> {
-        PgSource::follow(self, after, timing, held, out).map(|_| ())
+        PgSource::follow(self, after, limits, timing, held, out).map(|_| ())
     }
     fn snapshot(
         &self,
@@ -331,7 +333,16 @@ mod tests {
             ),
             (
                 "replication_stream",
-                rt.block_on(src.replication_stream(1, 1, false)).map(drop),
+                rt.block_on(src.replication_stream(
+                    1,
+                    1,
+                    StartOptions {
+                        version: 1,
+                        streaming: false,
+                        messages: false,
+                    },
+                ))
+                .map(drop),
             ),
         ]
     }

@@ -1,7 +1,13 @@
 //! A decoder for the `pgoutput` logical replication messages (protocol
-//! version 1), as PostgreSQL documents them under "Logical Replication
-//! Message Formats". Every read is checked: a short, oversized or unknown
-//! message is an error, never a panic.
+//! versions 1, 2 and 4, without two-phase), as PostgreSQL documents them
+//! under "Logical Replication Message Formats". Every read is checked: a
+//! short, oversized or unknown message is an error, never a panic.
+//!
+//! With streaming (protocol 2 and later), a transaction in progress comes
+//! in blocks between Stream Start and Stream Stop, and each of its row,
+//! relation, type and logical messages carries the (sub)transaction's xid
+//! right after its tag; [`in_stream`] takes that xid off, leaving the
+//! message as protocol 1 has it, so one decoder reads both.
 
 use std::fmt;
 
@@ -85,6 +91,49 @@ pub enum Message {
         prefix: String,
         content: Vec<u8>,
     },
+    /// A block of a streamed transaction in progress begins.
+    StreamStart {
+        xid: u32,
+        first_segment: bool,
+    },
+    /// The block ends.
+    StreamStop,
+    /// A streamed transaction committed.
+    StreamCommit {
+        xid: u32,
+        flags: u8,
+        commit_lsn: u64,
+        end_lsn: u64,
+        timestamp: i64,
+    },
+    /// A streamed transaction (`subxid == xid`) or one of its
+    /// subtransactions rolled back. With `streaming = parallel` (protocol 4)
+    /// the abort's position and time follow; they are not needed here.
+    StreamAbort {
+        xid: u32,
+        subxid: u32,
+    },
+}
+
+/// A message inside a stream block: the xid of the (sub)transaction it
+/// belongs to, and the message without it (as protocol 1 has it). Stream
+/// control messages and anything else carry no xid: `None`.
+pub fn in_stream(buf: &[u8]) -> Result<Option<(u32, Vec<u8>)>, DecodeError> {
+    match buf.first() {
+        Some(b'I' | b'U' | b'D' | b'T' | b'R' | b'Y' | b'M') => {}
+        _ => return Ok(None),
+    }
+    if buf.len() < 5 {
+        return Err(DecodeError(format!(
+            "a streamed message needs a transaction id after its tag, but has {} bytes",
+            buf.len()
+        )));
+    }
+    let xid = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]);
+    let mut plain = Vec::with_capacity(buf.len() - 4);
+    plain.push(buf[0]);
+    plain.extend_from_slice(&buf[5..]);
+    Ok(Some((xid, plain)))
 }
 
 /// Why a message could not be decoded.
@@ -329,6 +378,30 @@ pub fn decode(buf: &[u8]) -> Result<Message, DecodeError> {
                 content,
             }
         }
+        b'S' => Message::StreamStart {
+            xid: r.u32("Stream Start xid")?,
+            first_segment: r.u8("Stream Start first segment")? == 1,
+        },
+        b'E' => Message::StreamStop,
+        b'c' => Message::StreamCommit {
+            xid: r.u32("Stream Commit xid")?,
+            flags: r.u8("Stream Commit flags")?,
+            commit_lsn: r.u64("Stream Commit LSN")?,
+            end_lsn: r.u64("Stream Commit end LSN")?,
+            timestamp: r.u64("Stream Commit timestamp")? as i64,
+        },
+        b'A' => {
+            let m = Message::StreamAbort {
+                xid: r.u32("Stream Abort xid")?,
+                subxid: r.u32("Stream Abort subtransaction xid")?,
+            };
+            // streaming = parallel adds the abort LSN and time.
+            if buf.len() == 25 {
+                r.u64("Stream Abort LSN")?;
+                r.u64("Stream Abort timestamp")?;
+            }
+            m
+        }
         other => return Err(DecodeError(format!("unknown message tag 0x{other:02x}"))),
     };
     r.done("message")?;
@@ -439,14 +512,80 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let len = (x % 40) as usize;
-            let tags = b"BCORYIUDTM";
-            let mut b = vec![tags[(x % 10) as usize]];
+            let tags = b"BCORYIUDTMSEcA";
+            let mut b = vec![tags[(x % 14) as usize]];
             let mut y = x;
             for _ in 0..len {
                 y = y.wrapping_mul(6364136223846793005).wrapping_add(1);
                 b.push((y >> 56) as u8);
             }
             let _ = decode(&b);
+            if let Ok(Some((_, plain))) = in_stream(&b) {
+                let _ = decode(&plain);
+            }
         }
+    }
+
+    #[test]
+    fn decodes_stream_control_and_streamed_changes() {
+        let mut start = vec![b'S'];
+        start.extend(77u32.to_be_bytes());
+        start.push(1);
+        assert_eq!(
+            decode(&start).unwrap(),
+            Message::StreamStart {
+                xid: 77,
+                first_segment: true
+            }
+        );
+        assert_eq!(decode(b"E").unwrap(), Message::StreamStop);
+        let mut commit = vec![b'c'];
+        commit.extend(77u32.to_be_bytes());
+        commit.push(0);
+        commit.extend(0x10u64.to_be_bytes());
+        commit.extend(0x18u64.to_be_bytes());
+        commit.extend(5u64.to_be_bytes());
+        assert_eq!(
+            decode(&commit).unwrap(),
+            Message::StreamCommit {
+                xid: 77,
+                flags: 0,
+                commit_lsn: 0x10,
+                end_lsn: 0x18,
+                timestamp: 5
+            }
+        );
+        let mut abort = vec![b'A'];
+        abort.extend(77u32.to_be_bytes());
+        abort.extend(78u32.to_be_bytes());
+        let want = Message::StreamAbort {
+            xid: 77,
+            subxid: 78,
+        };
+        assert_eq!(decode(&abort).unwrap(), want);
+        // streaming = parallel: the abort's LSN and time follow.
+        abort.extend(1u64.to_be_bytes());
+        abort.extend(2u64.to_be_bytes());
+        assert_eq!(decode(&abort).unwrap(), want);
+        abort.push(0);
+        assert!(decode(&abort).is_err(), "trailing byte");
+
+        // A streamed insert: the xid after the tag is taken off.
+        let mut i = vec![b'I'];
+        i.extend(78u32.to_be_bytes());
+        i.extend(7u32.to_be_bytes());
+        i.push(b'N');
+        i.extend(tuple(&[Some(b"42")]));
+        let (xid, plain) = in_stream(&i).unwrap().unwrap();
+        assert_eq!(xid, 78);
+        assert_eq!(
+            decode(&plain).unwrap(),
+            Message::Insert {
+                relation: 7,
+                new: vec![Cell::Text(b"42".to_vec())]
+            }
+        );
+        assert_eq!(in_stream(b"E").unwrap(), None);
+        assert!(in_stream(b"I\0\0").is_err(), "a short xid");
     }
 }

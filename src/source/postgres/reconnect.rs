@@ -92,7 +92,7 @@ impl PgSource {
         timeline: &str,
         lsn: u64,
         acked: u64,
-        messages: bool,
+        opts: StartOptions,
     ) -> Result<(Client, ReplClient, String)> {
         let (now, now_timeline) = self.identity_and_timeline().await?;
         if now != id {
@@ -142,7 +142,7 @@ impl PgSource {
             return Err(before_confirmed(lsn, slot.confirmed));
         }
         let repl = self
-            .replication_stream(lsn, acked.max(slot.confirmed), messages)
+            .replication_stream(lsn, acked.max(slot.confirmed), opts)
             .await?;
         Ok((c, repl, now_timeline))
     }

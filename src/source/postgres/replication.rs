@@ -85,6 +85,17 @@ pub enum ReplEvent {
 }
 
 /// `IDENTIFY_SYSTEM`'s answer.
+/// What a replication stream asks of pgoutput.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartOptions {
+    /// `proto_version`: 1, or 2 (PostgreSQL 14+) and 4 (16+) with streaming.
+    pub version: u8,
+    /// Large transactions in progress sent in blocks (version 2 and later).
+    pub streaming: bool,
+    /// Logical messages.
+    pub messages: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct IdentifySystem {
     pub system_id: String,
@@ -344,23 +355,25 @@ impl ReplClient {
         })
     }
 
-    /// `START_REPLICATION SLOT … LOGICAL start` with pgoutput (protocol 1)
-    /// for the publication; `confirmed` is what the status updates report.
+    /// `START_REPLICATION SLOT … LOGICAL start` with pgoutput for the
+    /// publication; `confirmed` is what the status updates report.
     pub async fn start(
         &mut self,
         slot: &str,
         publication: &str,
         start: u64,
         confirmed: u64,
-        messages: bool,
+        opts: StartOptions,
     ) -> R<()> {
         let sql = format!(
-            "START_REPLICATION SLOT {} LOGICAL {:X}/{:X} (proto_version '1', publication_names '{}'{})",
+            "START_REPLICATION SLOT {} LOGICAL {:X}/{:X} (proto_version '{}', publication_names '{}'{}{})",
             crate::util::quote_ident(slot),
             start >> 32,
             start & 0xffff_ffff,
+            opts.version,
             crate::util::quote_ident(publication).replace('\'', "''"),
-            if messages { ", messages 'true'" } else { "" }
+            if opts.messages { ", messages 'true'" } else { "" },
+            if opts.streaming { ", streaming 'on'" } else { "" }
         );
         let mut buf = BytesMut::new();
         frontend::query(&sql, &mut buf)?;

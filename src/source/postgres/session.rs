@@ -94,7 +94,7 @@ impl PgSource {
         &self,
         start: u64,
         confirmed: u64,
-        messages: bool,
+        opts: StartOptions,
     ) -> Result<ReplClient> {
         self.connecting(async {
             let app = format!("{} stream", self.conn.application_name);
@@ -102,7 +102,7 @@ impl PgSource {
                 .await
                 .map_err(repl_err("cannot open the replication stream"))?;
             client
-                .start(&self.slot, &self.publication, start, confirmed, messages)
+                .start(&self.slot, &self.publication, start, confirmed, opts)
                 .await
                 .map_err(repl_err("cannot start replication"))?;
             Ok(client)

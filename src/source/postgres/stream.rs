@@ -20,11 +20,18 @@ impl PgSource {
     pub fn follow(
         &self,
         after: Option<&Cursor>,
+        limits: crate::source::ReadLimits,
         timing: crate::source::FollowTiming,
         ack_target: Option<&dyn Fn() -> Result<Option<Cursor>>>,
         out: &mut dyn Write,
     ) -> Result<u64> {
-        let limits = crate::source::ReadLimits::default();
+        // A follower never stops at a count: only the line cap and what
+        // streamed transactions may hold apply.
+        let limits = crate::source::ReadLimits {
+            max_events: None,
+            max_bytes: None,
+            ..limits
+        };
         runtime()?.block_on(self.stream(after, limits, Some(timing), ack_target, out))
     }
 
@@ -131,12 +138,26 @@ impl PgSource {
         // columns a change renamed.
         // Logical messages (PostgreSQL 14+, which capture needs): the DDL
         // trigger's and the backfills' (docs/BACKFILL.md).
-        let messages = true;
+        // Large transactions: the highest protocol the server has, with
+        // streaming (docs/POSTGRES.md, "Large transactions"), unless asked
+        // for protocol 1.
+        let server = server_version(&c).await?;
+        let opts = match (limits.pgoutput_v1, server) {
+            (true, _) | (false, ..140_000) => (1, false),
+            (false, 140_000..160_000) => (2, true),
+            (false, _) => (4, true),
+        };
+        let opts = StartOptions {
+            version: opts.0,
+            streaming: opts.1,
+            messages: true,
+        };
+        let mut streams = super::streamed::Streams::new(limits.stream_budget);
         let mut ddl = DdlState::default();
         let mut bf = super::backfill::Backfills::load(&c, start).await?;
         let chunk_rows = timing.map(|t| t.backfill_chunk_rows).unwrap_or(4096);
         let mut client = Some(
-            self.replication_stream(start_lsn, slot.confirmed, messages)
+            self.replication_stream(start_lsn, slot.confirmed, opts)
                 .await?,
         );
 
@@ -186,7 +207,7 @@ impl PgSource {
         let result: Result<()> = loop {
             let session: Result<()> = async {
             let client = client.as_mut().expect("a session is open");
-            loop {
+            'recv: loop {
                 // SIGTERM/SIGINT: end the batch being written at the last
                 // event written (a cursor may stop inside a transaction;
                 // reading after it continues there), then stop.
@@ -324,14 +345,15 @@ impl PgSource {
                         }
                     }
                     ReplEvent::XLogData { data, .. } => {
-                        let msg = pgoutput::decode(&data).map_err(|e| {
-                            Error::data("the replication stream sent a message this version cannot read")
-                                .with_source(e)
-                        })?;
+                        // A message as it came, or a streamed transaction
+                        // that committed, read back whole.
+                        let mut feed = streams.take(&data)?;
+                        crate::metrics::streamed(streams.open_count(), streams.held());
+                        while let Some(msg) = feed.next()? {
                         match msg {
                             Message::Begin { final_lsn, .. } => {
                                 if !follow && final_lsn >= wal_end {
-                                    break;
+                                    break 'recv;
                                 }
                                 txn = Some((final_lsn, 0));
                                 if follow {
@@ -413,6 +435,13 @@ impl PgSource {
                                 write_events!(events);
                             }
                             Message::Type { .. } | Message::Origin { .. } | Message::Message { .. } => {}
+                            Message::StreamStart { .. }
+                            | Message::StreamStop
+                            | Message::StreamCommit { .. }
+                            | Message::StreamAbort { .. } => {
+                                return Err(Error::data("a streaming control message inside a transaction read back"));
+                            }
+                        }
                         }
                     }
                 }
@@ -483,7 +512,7 @@ impl PgSource {
                     break;
                 }
                 match self
-                    .resume(&id, &timeline, (w.position >> 64) as u64, acked, messages)
+                    .resume(&id, &timeline, (w.position >> 64) as u64, acked, opts)
                     .await
                 {
                     Ok((sql, repl, now_timeline)) => {
@@ -527,6 +556,8 @@ impl PgSource {
             last_received = std::time::Instant::now();
             start = w.position;
             txn = None;
+            // Streamed transactions in progress come again from their start.
+            streams.clear();
             // What backfills have reached there (a transaction cut off is
             // sent again, its messages with it).
             if let Err(e) = bf.reload(&c, start).await {
