@@ -20,6 +20,8 @@ python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
 command -v zsh >/dev/null 2>&1 || need+=(zsh)
 command -v fish >/dev/null 2>&1 || need+=(fish)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+# GNU time reports apply's peak RSS in the memory tests (tests/common/memory.rs).
+[ -x /usr/bin/time ] || need+=(time)
 # A durability test watches the tools' fsync calls.
 command -v strace >/dev/null 2>&1 || need+=(strace)
 # PostgreSQL 15 with wal2json: the server tests start throwaway clusters.

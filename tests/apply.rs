@@ -1426,3 +1426,41 @@ fn sigterm_while_a_header_makes_thousands_of_tables_stops_between_tables() {
     assert_eq!(cursor(), common::cursor(common::SRC, 2));
     eprintln!("stopped {took:?} after SIGTERM, with {n} tables in the header");
 }
+
+/// Apply holds a batch in bounded memory (docs/OPERATIONS.md, "Apply's
+/// memory"): a SQLite projection takes a batch's rows in its transaction
+/// as they come (its page cache spills to the `-wal` file), so a batch ten
+/// times as large takes no more memory. Measured on the debug binary the
+/// tests run, through GNU time (tests/common/memory.rs).
+#[test]
+fn a_large_batch_is_applied_in_bounded_memory() {
+    use common::memory::{self, Shape};
+    let dbs = Dbs::new();
+    let mut peaks = Vec::new();
+    for n in [memory::SMALL, memory::LARGE] {
+        let path = dbs.path(&format!("mem{n}.db"));
+        let url = format!("sqlite:{}", path.display());
+        let (mib, _) = memory::apply_peak_mib(&url, &[], common::SRC, n);
+        peaks.push(mib);
+        // The batch is all there, through one commit with its cursor.
+        let c = open(&path);
+        let s = Shape::of(n);
+        let (rows, sum): (u64, u64) = c
+            .query_row("SELECT count(*), sum(c) FROM t", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!((rows, sum), (s.rows(), s.sum_c()), "{n} changes");
+        let r = exec(APPLY, &["cursor", "--target", &url], None);
+        expect(&r, 0, "cursor");
+        assert_eq!(r.stdout_str().trim(), cursor_json(common::SRC, n.into()));
+    }
+    memory::assert_bounded(
+        "SQLite",
+        peaks[0],
+        peaks[1],
+        memory::LARGE / memory::SMALL,
+        memory::SQLITE_BOUND_MIB,
+        memory::SLACK_MIB,
+    );
+}

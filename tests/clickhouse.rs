@@ -1339,6 +1339,40 @@ fn sigkill_during_a_large_apply_then_rerun_is_equal() {
 // ---------------------------------------------------------------- errors
 
 /// A first batch that gives the target a cursor at 2 (table `t`, rows 1 and 2).
+/// Apply holds a batch in bounded memory (docs/CLICKHOUSE.md, "Cursor and
+/// crash safety"; docs/OPERATIONS.md, "Apply's memory"): a ClickHouse
+/// target holds a batch's rows until its commit, 8 MiB of each table in
+/// memory and the rest in a spool file, and streams each insert's body
+/// from there, so a batch ten times as large takes no more memory.
+/// Measured on the debug binary the tests run, through GNU time
+/// (tests/common/memory.rs).
+#[test]
+fn a_large_batch_is_applied_in_bounded_memory() {
+    use common::memory::{self, Shape};
+    let mut peaks = Vec::new();
+    for n in [memory::SMALL, memory::LARGE] {
+        let db = ch::db(&format!("memory_{n}"));
+        let url = db.url();
+        let (mib, _) = memory::apply_peak_mib(&url, &[], SRC, n);
+        peaks.push(mib);
+        let s = Shape::of(n);
+        assert_eq!(
+            db.rows("SELECT count(), sum(c) FROM t FINAL WHERE _etl_deleted = 0"),
+            strs(&[&[&s.rows().to_string(), &s.sum_c().to_string()]]),
+            "{n} changes"
+        );
+        assert_eq!(cursor_seq(&url), Some(n.into()));
+    }
+    memory::assert_bounded(
+        "ClickHouse",
+        peaks[0],
+        peaks[1],
+        memory::LARGE / memory::SMALL,
+        memory::CH_BOUND_MIB,
+        memory::SLACK_MIB,
+    );
+}
+
 fn seed_kv(url: &str) {
     let b = Spec::new(0, 2).schemas(vec![kv_schema("t")]).events(vec![
         ins(1, "t", vec![int(1), text("a")]),

@@ -346,6 +346,43 @@ fn sigkill_during_a_large_apply_then_rerun_loses_and_duplicates_nothing() {
     audit_equal(&db.src_url(), &url, &[]);
 }
 
+/// Apply holds a batch in bounded memory (docs/OPERATIONS.md, "Apply's
+/// memory"): the PostgreSQL target sends a batch's statements as they
+/// come, at most 512 or 16 MiB of values in flight, in the batch's one
+/// transaction, so a batch ten times as large takes no more memory.
+/// Measured on the debug binary the tests run, through GNU time
+/// (tests/common/memory.rs).
+#[test]
+fn a_large_batch_is_applied_in_bounded_memory() {
+    use common::memory::{self, Shape};
+    let mut peaks = Vec::new();
+    for n in [memory::SMALL, memory::LARGE] {
+        let tgt = target(&format!("memory_{n}"));
+        let url = tgt.url();
+        let (mib, _) = memory::apply_peak_mib(&url, &[], common::SRC, n);
+        peaks.push(mib);
+        let s = Shape::of(n);
+        assert_eq!(
+            tgt.session()
+                .value("SELECT count(*) || ' ' || sum(c) FROM t"),
+            format!("{} {}", s.rows(), s.sum_c()),
+            "{n} changes"
+        );
+        assert_eq!(
+            cursor_of(&url),
+            format!(r#"{{"source":"{}","sequence":"{n}"}}"#, common::SRC)
+        );
+    }
+    memory::assert_bounded(
+        "PostgreSQL",
+        peaks[0],
+        peaks[1],
+        memory::LARGE / memory::SMALL,
+        memory::PG_BOUND_MIB,
+        memory::SLACK_MIB,
+    );
+}
+
 #[test]
 fn wrong_password_and_unreachable_server_are_clear_errors() {
     let tgt = target("conn_errors");

@@ -7,6 +7,7 @@
 
 pub mod ch;
 pub mod cluster;
+pub mod memory;
 pub mod pg;
 pub mod sqlite;
 
