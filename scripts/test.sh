@@ -112,7 +112,9 @@ if [ $# -eq 0 ]; then
     an_invalidated_slot_is_named_with_its_reason_and_the_way_back
     a_failover_slot_survives_the_primary_loss_and_the_standby_promotion
     capture_from_a_standby_snapshot_then_follow
-    backfill_adds_a_table_to_a_following_pipeline_with_only_short_transactions)
+    backfill_adds_a_table_to_a_following_pipeline_with_only_short_transactions
+    large_transactions_are_streamed_held_in_spool_files_and_written_whole
+    a_follower_killed_or_a_server_restarted_mid_stream_loses_and_repeats_nothing)
   for v in 14 15 16 17 18; do
     [ "$v" = "$main_pg" ] && continue
     if [ "$v" = 15 ]; then bin=/usr/lib/postgresql/15/bin; else bin="$pg_root/$v/bin"; fi

@@ -8,6 +8,9 @@
 //!   boundary ends at `(commit_lsn + 1) × 2^64`, i.e. "everything committed
 //!   before commit_lsn + 1"; a read that catches up ends at the WAL flush
 //!   position it saw at its start. The slot is restarted from `sequence >> 64`.
+//! - Large transactions: pgoutput 2 (14–15) or 4 (16+) with streaming; a
+//!   transaction in progress waits in a spool until its commit
+//!   (`streamed.rs`, docs/POSTGRES.md "Large transactions").
 //! - `read` streams from the slot through a replication connection, never
 //!   acknowledging: its standby status reports only the slot's own confirmed
 //!   position. `ack` advances the slot (never backwards, never past what is given).
