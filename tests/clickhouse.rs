@@ -3647,3 +3647,62 @@ fn a_backfill_lands_in_a_clickhouse_target() {
     catch_up(&dbs, &url);
     audit_equal(&dbs.src_url(), &url);
 }
+
+/// Large transactions streamed by the server (docs/POSTGRES.md, "Large
+/// transactions") followed into ClickHouse, under both engines: two
+/// interleaved (one rolled back, one with a subtransaction rolled back)
+/// and one of 200,000 changes; the rolled-back rows nowhere.
+#[test]
+fn large_streamed_transactions_from_postgres_arrive_whole() {
+    let pgdb = common::pg::db("streamed_to_ch");
+    common::pg::streaming_tables(&pgdb);
+    let slot = "s_streamed_ch";
+    let src = pgdb.url();
+    common::pg::init_capture(&src, slot, &["public.big", "public.side"]);
+    let replacing = ch::db("streamed_replacing");
+    let history = ch::db("streamed_history");
+    let targets = [replacing.url(), history.url_with("engine=history")];
+    for url in &targets {
+        expect(
+            &common::pg::snapshot_into(&src, slot, url),
+            0,
+            "snapshot | apply",
+        );
+    }
+    let last = common::pg::large_transactions(&pgdb, 10_000, 100_000);
+    for url in &targets {
+        common::pg::follow_into_until(&src, slot, url, &["--spool-memory", "1000000"], last);
+    }
+    let r = exec(
+        AUDIT,
+        &["--source", &src, "--slot", slot, "--target", &targets[0]],
+        None,
+    );
+    no_secret(&r);
+    expect(&r, 0, "audit");
+    let live = |db: &ChDb| {
+        db.query(
+            "SELECT count(), countIf(id >= 2000000 OR v = 'rolled back'), sum(cityHash64(id, v, n)) \
+             FROM public_big__current",
+        )
+        .trim()
+        .to_string()
+    };
+    let want = pgdb.session().value("SELECT count(*) FROM big");
+    assert_eq!(want, "150000");
+    let got = live(&replacing);
+    assert!(got.starts_with("150000\t0\t"), "{got}");
+    // The history engine records every change once: a's inserts and
+    // updates and the large one's, none of the rolled-back ones.
+    let thirds: u64 = pgdb
+        .session()
+        .value("SELECT count(*) FROM big WHERE id BETWEEN 1000000 AND 1049999 AND id % 3 = 0")
+        .parse()
+        .unwrap();
+    assert_eq!(
+        history
+            .query("SELECT count(), countIf(id >= 2000000 OR v = 'rolled back') FROM public_big")
+            .trim(),
+        format!("{}\t0", 50_000 + thirds + 200_000)
+    );
+}

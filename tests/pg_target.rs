@@ -897,3 +897,40 @@ fn a_backfill_lands_in_a_postgres_target() {
     common::sqlite::follow_until_backfilled(&db, &url, 120);
     audit_equal(&db.src_url(), &url, &[]);
 }
+
+/// Large transactions streamed by the server (docs/POSTGRES.md, "Large
+/// transactions"), followed into the PostgreSQL target: two interleaved
+/// (one rolled back, one with a subtransaction rolled back) and one of
+/// 200,000 changes, each one target transaction; the rolled-back rows
+/// nowhere, every value as the source's.
+#[test]
+fn large_streamed_transactions_from_postgres_arrive_whole() {
+    let src = pg::db("streamed_src");
+    pg::streaming_tables(&src);
+    let slot = "s_streamed_pg";
+    pg::init_capture(&src.url(), slot, &["public.big", "public.side"]);
+    let tgt = target("streamed_tgt");
+    expect(
+        &pg::snapshot_into(&src.url(), slot, &tgt.url()),
+        0,
+        "snapshot | apply",
+    );
+    let last = pg::large_transactions(&src, 10_000, 100_000);
+    pg::follow_into_until(
+        &src.url(),
+        slot,
+        &tgt.url(),
+        &["--spool-memory", "1000000"],
+        last,
+    );
+    audit_equal(&src.url(), &tgt.url(), &["--slot", slot]);
+    let t = tgt.session();
+    assert_eq!(
+        t.value("SELECT count(*) FROM big WHERE id >= 2000000 OR v = 'rolled back'"),
+        "0"
+    );
+    assert_eq!(t.value("SELECT count(*) FROM side"), "1");
+    let q = "SELECT md5(string_agg(id || ':' || v || ':' || coalesce(n::text, '-'), ',' ORDER BY id)) FROM big";
+    assert_eq!(src.session().value(q), t.value(q));
+    assert_eq!(t.value("SELECT count(*) FROM big"), "150000");
+}

@@ -6072,17 +6072,10 @@ fn a_rename_during_a_backfill_fails_it_clearly_and_a_resync_repairs() {
 // ---------------------------------------------------------------- large transactions
 
 /// A database whose walsenders stream any transaction past 64 kB of decoded
-/// changes (`logical_decoding_work_mem` at its minimum), with `big` and
-/// `side` captured on the test's slot.
+/// changes, with `big` and `side` captured on the test's slot.
 fn streaming_source(name: &str) -> Src {
     let src = Src::new(name);
-    let s = src.session();
-    s.exec(&format!(
-        "ALTER DATABASE {} SET logical_decoding_work_mem = '64kB'",
-        src.db.dbname
-    ));
-    s.exec("CREATE TABLE big (id int8 PRIMARY KEY, v text NOT NULL, n int8)");
-    s.exec("CREATE TABLE side (id int8 PRIMARY KEY, v text)");
+    pg::streaming_tables(&src.db);
     src.init(&["public.big", "public.side"]);
     src
 }
@@ -6157,41 +6150,7 @@ fn large_transactions_are_streamed_held_in_spool_files_and_written_whole() {
     );
     let (cap, app) = follow_pipeline_logged(&args, &proj, &log);
 
-    let a = src.session();
-    let b = src.session();
-    let s = src.session();
-    a.exec("BEGIN");
-    b.exec("BEGIN");
-    for i in 0..5i64 {
-        a.exec(&format!(
-            "INSERT INTO big SELECT g, md5(g::text), NULL FROM generate_series({}, {}) g",
-            1_000_000 + i * 20_000,
-            1_000_000 + i * 20_000 + 19_999
-        ));
-        b.exec(&format!(
-            "INSERT INTO big SELECT g, 'aborted ' || g, NULL FROM generate_series({}, {}) g",
-            2_000_000 + i * 20_000,
-            2_000_000 + i * 20_000 + 19_999
-        ));
-        if i == 2 {
-            s.exec("INSERT INTO side VALUES (1, 'committed while two large ones are open')");
-        }
-    }
-    a.exec("SAVEPOINT sp");
-    a.exec("UPDATE big SET v = 'rolled back' WHERE id BETWEEN 1000000 AND 1039999");
-    a.exec("INSERT INTO side VALUES (2, 'rolled back')");
-    a.exec("ROLLBACK TO sp");
-    a.exec("UPDATE big SET n = id WHERE id % 3 = 0");
-    b.exec("ROLLBACK");
-    a.exec("COMMIT");
-    // 500,000 changes in one transaction.
-    s.exec(
-        "BEGIN;
-         INSERT INTO big SELECT g, repeat(md5(g::text), 2), g FROM generate_series(1, 250000) g;
-         UPDATE big SET n = -n WHERE id <= 250000;
-         COMMIT",
-    );
-    let last = s.insert_lsn();
+    let last = pg::large_transactions(&src.db, 20_000, 250_000);
     src.wait_target_at(last, 300, "the pipeline never caught up");
     let rss = std::fs::read_to_string(format!("/proc/{}/status", cap.id()))
         .unwrap()
@@ -6300,14 +6259,9 @@ fn a_follower_killed_or_a_server_restarted_mid_stream_loses_and_repeats_nothing(
         slot: Some("s_streamkill".into()),
         dir: tempfile::tempdir().unwrap(),
     };
-    let s = src.session();
-    s.exec(&format!(
-        "ALTER DATABASE {} SET logical_decoding_work_mem = '64kB'",
-        src.db.dbname
-    ));
-    s.exec("CREATE TABLE big (id int8 PRIMARY KEY, v text NOT NULL, n int8)");
-    s.exec("CREATE TABLE side (id int8 PRIMARY KEY, v text)");
+    pg::streaming_tables(&src.db);
     src.init(&["public.big", "public.side"]);
+    let s = src.session();
     let snap = src.tool(SNAPSHOT, &[], &[]);
     expect(&snap, 0, "snapshot");
     src.apply_ok(&snap.stdout);

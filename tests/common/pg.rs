@@ -727,3 +727,114 @@ pub fn snapshot_into(src_url: &str, slot: &str, target_url: &str) -> super::Run 
         shell_quote(target_url)
     ))
 }
+
+/// Large transactions (docs/POSTGRES.md, "Large transactions"): the
+/// database's walsenders stream any transaction past 64 kB of decoded
+/// changes, and tables `big` and `side` exist.
+pub fn streaming_tables(db: &PgDb) {
+    let s = db.session();
+    s.exec(&format!(
+        "ALTER DATABASE {} SET logical_decoding_work_mem = '64kB'",
+        db.dbname
+    ));
+    s.exec("CREATE TABLE big (id int8 PRIMARY KEY, v text NOT NULL, n int8)");
+    s.exec("CREATE TABLE side (id int8 PRIMARY KEY, v text)");
+}
+
+/// On [`streaming_tables`]: two large transactions interleaved (`a`: 5 ×
+/// `chunk` inserts from id 1,000,000, a subtransaction rolled back, updates
+/// of every third row, committed; `b`: 5 × `chunk` inserts from id
+/// 2,000,000, rolled back), a small one on `side` committed while both are
+/// open, then one of `big_rows` inserts and as many updates (ids from 1).
+/// Nothing of `b` nor of the subtransaction (`v = 'rolled back'`, side row
+/// 2) may arrive anywhere. Returns the WAL insert position after it all.
+pub fn large_transactions(db: &PgDb, chunk: i64, big_rows: i64) -> u64 {
+    let (a, b, s) = (db.session(), db.session(), db.session());
+    a.exec("BEGIN");
+    b.exec("BEGIN");
+    for i in 0..5i64 {
+        let lo = |base: i64| base + i * chunk;
+        a.exec(&format!(
+            "INSERT INTO big SELECT g, md5(g::text), NULL FROM generate_series({}, {}) g",
+            lo(1_000_000),
+            lo(1_000_000) + chunk - 1
+        ));
+        b.exec(&format!(
+            "INSERT INTO big SELECT g, 'aborted ' || g, NULL FROM generate_series({}, {}) g",
+            lo(2_000_000),
+            lo(2_000_000) + chunk - 1
+        ));
+        if i == 2 {
+            s.exec("INSERT INTO side VALUES (1, 'committed while two large ones are open')");
+        }
+    }
+    a.exec("SAVEPOINT sp");
+    a.exec(&format!(
+        "UPDATE big SET v = 'rolled back' WHERE id BETWEEN 1000000 AND {}",
+        1_000_000 + 2 * chunk - 1
+    ));
+    a.exec("INSERT INTO side VALUES (2, 'rolled back')");
+    a.exec("ROLLBACK TO sp");
+    a.exec("UPDATE big SET n = id WHERE id % 3 = 0");
+    b.exec("ROLLBACK");
+    a.exec("COMMIT");
+    s.exec(&format!(
+        "BEGIN;
+         INSERT INTO big SELECT g, repeat(md5(g::text), 2), g FROM generate_series(1, {big_rows}) g;
+         UPDATE big SET n = -n WHERE id <= {big_rows};
+         COMMIT"
+    ));
+    s.insert_lsn()
+}
+
+/// `mooncdc-capture --follow` from `slot` into the target at `target_url`
+/// (after its cursor), until the target's cursor reaches `lsn`; then both
+/// are stopped. `extra`: more capture options.
+#[track_caller]
+pub fn follow_into_until(src_url: &str, slot: &str, target_url: &str, extra: &[&str], lsn: u64) {
+    use super::sqlite::{bin, exec, APPLY, CAPTURE};
+    let cursor = || {
+        let r = exec(APPLY, &["cursor", "--target", target_url], None);
+        mooncdc::wire::Cursor::parse_json(r.stdout_str().trim()).ok()
+    };
+    let after = cursor().expect("the target holds a cursor").to_json();
+    let mut capture = Command::new(bin(CAPTURE))
+        .args([
+            "--source", src_url, "--slot", slot, "--follow", "--after", &after,
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start capture --follow");
+    let mut apply = Command::new(bin(APPLY))
+        .args(["--target", target_url, "-q"])
+        .stdin(Stdio::from(capture.stdout.take().unwrap()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start apply");
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    let reached = loop {
+        if cursor().is_some_and(|c| (c.sequence() >> 64) as u64 >= lsn) {
+            break true;
+        }
+        let gone = apply.try_wait().unwrap().is_some() || capture.try_wait().unwrap().is_some();
+        if gone || std::time::Instant::now() > deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = capture.kill();
+    let cerr = capture.wait_with_output().unwrap().stderr;
+    let _ = apply.kill();
+    let aerr = apply.wait_with_output().unwrap().stderr;
+    assert!(
+        reached,
+        "the target never reached {}:\ncapture: {}\napply: {}",
+        lsn_text(lsn),
+        String::from_utf8_lossy(&cerr),
+        String::from_utf8_lossy(&aerr)
+    );
+}
