@@ -3,8 +3,9 @@
 # same machine in the same run, and prints markdown tables (results recorded
 # in docs/BENCHMARKS.md). Benchmarks are a separate command, never a test.
 #
-#   bash bench/run.sh [stream|sqlite|backfill|postgres|clickhouse|all]   # default: all
-#   (backfill: the SQLite and the PostgreSQL backfill against the snapshot)
+#   bash bench/run.sh [stream|sqlite|backfill|postgres|largetxn|clickhouse|cluster|all]   # default: all
+#   (backfill: the SQLite and the PostgreSQL backfill against the snapshot;
+#   largetxn: one large PostgreSQL transaction, protocol 1 against streaming)
 #
 # Scratch data goes to bench/work/ (git-ignored; under 1 GB at the default
 # sizes). Progress goes to standard error, the tables to standard output.
@@ -16,6 +17,7 @@
 #   BENCH_APPLY_ROWS=500000                  rows applied into the projection
 #   BENCH_AUDIT_ROWS=1000000                 rows audited
 #   BENCH_BACKFILL_ROWS=1000000              rows loaded by backfill and by snapshot
+#   BENCH_LARGE_ROWS=2000000                 largetxn: rows of the one UPDATE
 #   BENCH_PG_ROWS=100000 BENCH_PG_CHANGES=300000   postgres: rows updated, changes decoded
 #   BENCH_PG_SNAPSHOT_ROWS=1000000           postgres: rows of the snapshot table
 #   BENCH_CH_ROWS=1000000                    clickhouse: rows of the applied snapshot
@@ -34,9 +36,9 @@ cd "$(dirname "$0")/.."
 
 section=${1:-all}
 case $section in
-  stream | sqlite | backfill | postgres | clickhouse | cluster | all) ;;
+  stream | sqlite | backfill | postgres | largetxn | clickhouse | cluster | all) ;;
   *)
-    echo "usage: bench/run.sh [stream|sqlite|backfill|postgres|clickhouse|cluster|all]" >&2
+    echo "usage: bench/run.sh [stream|sqlite|backfill|postgres|largetxn|clickhouse|cluster|all]" >&2
     exit 2
     ;;
 esac
@@ -846,19 +848,15 @@ PY
   echo
 }
 
-# The PostgreSQL backfill against the snapshot: one table of
-# BENCH_BACKFILL_ROWS rows into a new SQLite projection, by
-# `mooncdc-snapshot | mooncdc-apply` and by `capture backfill` through a
-# following pipeline, with the oldest transaction of capture's sessions
-# sampled every 100 ms during each (pg_stat_activity).
-pg_backfill_section() {
-  local rows=${BENCH_BACKFILL_ROWS:-1000000}
+# A throwaway server in bench/work/pg with database `bench` (trust, loopback,
+# a free port): sets PG_URL (postgres://…) and PG_DB (a libpq conninfo).
+pg_bench_server() {
   [ -x "$PG_BIN/initdb" ] || install_missing postgresql-15
   PG_DIR=$PWD/$W/pg
   rm -rf "$PG_DIR"
   mkdir -p "$PG_DIR"
   [ "$(id -u)" = 0 ] && chown postgres:postgres "$PG_DIR"
-  log "pgbackfill: initdb"
+  log "$1: initdb"
   as_pg "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres -A trust -E UTF8 --locale=C -N >>"$ERR" 2>&1
   local port
   port=$(free_port)
@@ -871,7 +869,100 @@ pg_backfill_section() {
   as_pg "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 start >>"$ERR" 2>&1
   local conn="host=127.0.0.1 port=$port user=postgres"
   psql -X -q -v ON_ERROR_STOP=1 -d "$conn dbname=postgres" -c "CREATE DATABASE bench" >>"$ERR"
-  local url="postgres://postgres@127.0.0.1:$port/bench" db="$conn dbname=bench"
+  PG_URL="postgres://postgres@127.0.0.1:$port/bench"
+  PG_DB="$conn dbname=bench"
+}
+
+# One large transaction (an UPDATE of BENCH_LARGE_ROWS rows) followed into a
+# SQLite projection, with pgoutput protocol 1 (the server holds the
+# transaction until its commit, spilling past logical_decoding_work_mem, 64 MB)
+# against streaming (the server sends it as it runs; capture holds it in
+# spool files): the time from the source's commit to the batch applied, the
+# peak RSS of capture and apply, and the server's spill and stream bytes.
+pg_large_txn_section() {
+  local rows=${BENCH_LARGE_ROWS:-2000000}
+  pg_bench_server largetxn
+  local url=$PG_URL db=$PG_DB
+  q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" -c "$1"; }
+  log "largetxn: a $rows-row table"
+  q "CREATE TABLE u (id bigint PRIMARY KEY, v text NOT NULL, n bigint NOT NULL)" >/dev/null
+  q "INSERT INTO u SELECT g, md5(g::text), g FROM generate_series(1, $rows) g" >/dev/null
+  q "VACUUM ANALYZE u" >/dev/null
+  $B/mooncdc-capture init --source "$url" --table public.u >>"$ERR" 2>&1
+  rm -f "$W"/large-*.db*
+  $B/mooncdc-snapshot --quiet --source "$url" | $B/mooncdc-apply --quiet --target "sqlite:$W/large-base.db" 2>>"$ERR"
+  local lines=() mode
+  for mode in 1 auto; do
+    rm -f "$W"/large-proj.db* "$W/large.pipe"
+    cp "$W/large-base.db" "$W/large-proj.db"
+    local after
+    after=$($B/mooncdc-apply cursor --target "sqlite:$W/large-proj.db")
+    q "SELECT pg_stat_reset_replication_slot(NULL)" >/dev/null
+    mkfifo "$W/large.pipe"
+    /usr/bin/time -f %M -o "$W/large-cap.rss" $B/mooncdc-capture --quiet --source "$url" --follow \
+      --after "$after" --ack-from-target "sqlite:$W/large-proj.db" --pgoutput-protocol "$mode" \
+      --spool-dir "$W" >"$W/large.pipe" 2>>"$ERR" &
+    local cap=$!
+    /usr/bin/time -f %M -o "$W/large-app.rss" $B/mooncdc-apply --quiet --target "sqlite:$W/large-proj.db" \
+      <"$W/large.pipe" 2>>"$ERR" &
+    local app=$!
+    sleep 1
+    log "largetxn: protocol $mode: UPDATE of $rows rows"
+    q "UPDATE u SET n = n + 1, v = v || 'x'" >/dev/null
+    local t0 want held
+    t0=$(date +%s.%N)
+    want=$(q "SELECT pg_current_wal_insert_lsn()")
+    want=$(python3 -c "import sys; h, l = sys.argv[1].split('/'); print((int(h, 16) << 32 | int(l, 16)) << 64)" "$want")
+    while :; do
+      held=$($B/mooncdc-apply cursor --target "sqlite:$W/large-proj.db" 2>/dev/null | jq -r .sequence || echo 0)
+      python3 -c "import sys; sys.exit(0 if int(sys.argv[1]) >= int(sys.argv[2]) else 1)" "$held" "$want" && break
+      sleep 0.05
+    done
+    local t
+    t=$(calc '%.2f' "$(date +%s.%N) - $t0")
+    # The server reports its figures when the transaction is done decoding.
+    sleep 1
+    local stats
+    stats=$(q "SELECT spill_bytes, stream_bytes FROM pg_stat_replication_slots WHERE slot_name = 'mooncdc_main'")
+    # $cap is GNU time: the stop goes to capture, its child.
+    pkill -TERM -P "$cap"
+    wait "$cap" "$app" || true
+    if [ "$($B/mooncdc-audit --quiet --source "$url" --target "sqlite:$W/large-proj.db" | tail -n 1)" != equal ]; then
+      log "the projection is not equal to the source after protocol $mode"
+      exit 1
+    fi
+    local label="protocol 1 (the server holds it)"
+    [ "$mode" = auto ] && label="streaming (protocol $( [ "$("$PG_BIN/postgres" -V | grep -o '[0-9]*' | head -1)" -ge 16 ] && echo 4 || echo 2))"
+    lines+=("| $label | $t | $(calc '%.1f' "$(tail -n 1 "$W/large-cap.rss") / 1024") | $(calc '%.1f' "$(tail -n 1 "$W/large-app.rss") / 1024") | $(calc '%.1f' "${stats%%|*} / 1e6") | $(calc '%.1f' "${stats##*|} / 1e6") |")
+  done
+  echo "## PostgreSQL large transaction: protocol 1 against streaming"
+  echo
+  echo "One \`UPDATE\` of all $rows rows of a three-column table (bigint key, text,"
+  echo "bigint) in one transaction, followed by \`capture --follow --ack-from-target |"
+  echo "apply\` into a SQLite projection that holds the rows; the server's default"
+  echo "\`logical_decoding_work_mem\` (64 MB). Time from the \`UPDATE\`'s commit until"
+  echo "the target's cursor is past it; peak RSS of the two processes (GNU time);"
+  echo "the slot's \`spill_bytes\` and \`stream_bytes\` (\`pg_stat_replication_slots\`)."
+  echo "One run each. Goal: the server spills nothing when it can stream, and"
+  echo "capture's memory does not grow with the transaction."
+  echo
+  echo "| read | commit to applied, s | capture peak RSS MB | apply peak RSS MB | server spill MB | server stream MB |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+  printf '%s\n' "${lines[@]}"
+  echo
+  rm -f "$W"/large-*.db* "$W/large.pipe" "$W"/large-*.rss
+  pg_stop
+}
+
+# The PostgreSQL backfill against the snapshot: one table of
+# BENCH_BACKFILL_ROWS rows into a new SQLite projection, by
+# `mooncdc-snapshot | mooncdc-apply` and by `capture backfill` through a
+# following pipeline, with the oldest transaction of capture's sessions
+# sampled every 100 ms during each (pg_stat_activity).
+pg_backfill_section() {
+  local rows=${BENCH_BACKFILL_ROWS:-1000000}
+  pg_bench_server pgbackfill
+  local url=$PG_URL db=$PG_DB
   q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" -c "$1"; }
   log "pgbackfill: a $rows-row table"
   q "CREATE TABLE bf (id bigint PRIMARY KEY, name text NOT NULL, price double precision,
@@ -1262,6 +1353,10 @@ if [ "$section" = all ] || [ "$section" = postgres ]; then
 fi
 if [ "$section" = all ] || [ "$section" = postgres ] || [ "$section" = backfill ]; then
   pg_backfill_section
+  check_idle
+fi
+if [ "$section" = all ] || [ "$section" = postgres ] || [ "$section" = largetxn ]; then
+  pg_large_txn_section
   check_idle
 fi
 if [ "$section" = all ] || [ "$section" = clickhouse ]; then
