@@ -376,6 +376,7 @@ fn build_batch(spec: BatchSpec, empty_schemas: bool) -> Batch {
         compacted: false,
         events,
         changes: Vec::new(),
+        messages: Vec::new(),
     }
 }
 
@@ -787,6 +788,7 @@ proptest! {
                 events,
                 end: Cursor::new(src.to_string(), hw),
                 changes: Vec::new(),
+                messages: Vec::new(),
             };
             seq = hw;
             text.extend(batch.to_jsonl());
@@ -809,6 +811,7 @@ proptest! {
                     events,
                     end: Cursor::new(src.to_string(), hw),
                     changes: Vec::new(),
+                    messages: Vec::new(),
                 };
                 seq = hw;
                 text.extend(batch.to_jsonl());
@@ -929,6 +932,7 @@ fn max_bytes_for(b: &Batch, choice: BytesChoice) -> Option<u64> {
                 end: Cursor::new(b.start.source.clone(), b.events[k - 1].sequence),
                 events: b.events[..k].to_vec(),
                 changes: Vec::new(),
+                messages: Vec::new(),
                 ..b.clone()
             };
             (prefix.to_jsonl().len() as i64 + d).max(1) as u64
@@ -1106,6 +1110,7 @@ fn split_last_piece_over_max_bytes_example() {
         compacted: false,
         events: vec![ev(1), ev(2)],
         changes: Vec::new(),
+        messages: Vec::new(),
     };
     let at_2 = Batch {
         end: Cursor::new("s", 2),
@@ -1139,6 +1144,7 @@ fn merge_keeps_empty_schemas_example() {
         compacted: false,
         events: vec![],
         changes: Vec::new(),
+        messages: Vec::new(),
     };
     let input = b.to_jsonl();
     let merged = run_merge(vec![input.clone()]).unwrap();
@@ -1407,6 +1413,7 @@ fn history_batch(h: &History, events: Vec<Event>, start: u128, end: u128) -> Bat
         compacted: false,
         events,
         changes: Vec::new(),
+        messages: Vec::new(),
     }
 }
 
@@ -1809,6 +1816,7 @@ proptest! {
                 events: events[w[0]..w[1]].to_vec(),
                 end: Cursor::new("sqlite:props".to_string(), w[1] as u128),
                 changes: Vec::new(),
+                messages: Vec::new(),
             };
             text.extend(b.to_jsonl());
         }

@@ -13,7 +13,7 @@ pub mod spool;
 use crate::error::{Error, Result};
 use crate::wire::batch::{
     write_commit_line, write_header_line, write_json_open, EVENT_LINE_PREFIX, EVENT_LINE_SUFFIX,
-    SCHEMA_LINE_PREFIX,
+    MESSAGE_LINE_PREFIX, SCHEMA_LINE_PREFIX,
 };
 use crate::wire::{Commit, Header};
 use std::io::{BufRead, Write};
@@ -33,7 +33,7 @@ pub trait BatchSink {
     /// One batch: its header, its event records (JSONL event lines), its commit.
     fn batch(&mut self, header: &Header, events: &mut dyn BufRead, commit: &Commit) -> Result<()>;
 
-    /// Whether it can write `schema` records (JSONL can; a
+    /// Whether it can write `schema` and `message` records (JSONL can; a
     /// `mooncdc.batch.v1` document has no place for them).
     fn takes_schema_records(&self) -> bool {
         true
@@ -44,6 +44,13 @@ pub trait BatchSink {
 pub fn no_json_for_schema_records() -> Error {
     Error::data(
         "this batch changes a table's schema (a schema record), which the JSON form mooncdc.batch.v1 cannot hold; write JSONL (--output-format jsonl)",
+    )
+}
+
+/// The error for a message record bound for JSON output.
+pub fn no_json_for_message_records() -> Error {
+    Error::data(
+        "this batch holds a logical message (a message record), which the JSON form mooncdc.batch.v1 cannot hold; write JSONL (--output-format jsonl)",
     )
 }
 
@@ -96,6 +103,11 @@ pub fn write_batch(
                 if line.starts_with(SCHEMA_LINE_PREFIX) {
                     return Err(std::io::Error::other(
                         no_json_for_schema_records().message(),
+                    ));
+                }
+                if line.starts_with(MESSAGE_LINE_PREFIX) {
+                    return Err(std::io::Error::other(
+                        no_json_for_message_records().message(),
                     ));
                 }
                 let body = line

@@ -570,5 +570,75 @@ impl SourceKind {
 }
 
 pub use super::lines::{
-    write_cursor, write_event, write_schema, write_schema_change_line, write_schemas, write_seq,
+    write_cursor, write_event, write_message_line, write_schema, write_schema_change_line,
+    write_schemas, write_seq,
 };
+
+/// A logical message inside a batch (a `message` record,
+/// docs/FORMAT.md "Message records"): PostgreSQL's
+/// `pg_logical_emit_message(transactional, prefix, content)`. It has a
+/// sequence of its own among the batch's events (never one an event has),
+/// is not an event (the commit's `count` leaves it out) and changes no
+/// table: a target skips it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogicalMessage {
+    pub sequence: Sequence,
+    pub prefix: String,
+    /// `Value::Text` when the bytes were valid UTF-8, else `Value::Blob`.
+    pub content: Value,
+    pub transactional: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMessage {
+    sequence: Seq,
+    prefix: String,
+    content: Value,
+    transactional: bool,
+}
+
+impl<'de> Deserialize<'de> for LogicalMessage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let Obj(r) = Obj::<RawMessage>::deserialize(d)?;
+        let m = LogicalMessage {
+            sequence: r.sequence.0,
+            prefix: r.prefix,
+            content: r.content,
+            transactional: r.transactional,
+        };
+        m.check().map_err(de::Error::custom)?;
+        Ok(m)
+    }
+}
+
+impl LogicalMessage {
+    /// A message of these bytes: TEXT when they are valid UTF-8, else a BLOB.
+    pub fn new(sequence: Sequence, prefix: String, content: Vec<u8>, transactional: bool) -> Self {
+        let content = match String::from_utf8(content) {
+            Ok(s) => Value::Text(s),
+            Err(e) => Value::Blob(e.into_bytes()),
+        };
+        LogicalMessage {
+            sequence,
+            prefix,
+            content,
+            transactional,
+        }
+    }
+
+    /// A positive sequence; content TEXT or BLOB.
+    pub fn check(&self) -> Result<(), String> {
+        if self.sequence == 0 {
+            return Err("message sequence must be positive".into());
+        }
+        match self.content {
+            Value::Text(_) | Value::Blob(_) => Ok(()),
+            ref v => Err(format!(
+                "message {} content must be text or blob (has {})",
+                self.sequence,
+                v.class_name()
+            )),
+        }
+    }
+}

@@ -283,12 +283,17 @@ pub fn parse_stream(bytes: &[u8]) -> Result<Vec<Batch>, String> {
                     compacted: h.compacted,
                     events: Vec::new(),
                     changes: Vec::new(),
+                    messages: Vec::new(),
                 })
             }
             Ok(Some(Item::Event(e))) => open.as_mut().expect("header first").events.push(e),
             Ok(Some(Item::Schema(c))) => {
                 let b = open.as_mut().expect("header first");
                 b.changes.push((b.events.len(), c));
+            }
+            Ok(Some(Item::Message(m))) => {
+                let b = open.as_mut().expect("header first");
+                b.messages.push((b.changes.len(), m));
             }
             Ok(Some(Item::Commit(c))) => {
                 let mut b = open.take().expect("header first");
