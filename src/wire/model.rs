@@ -589,26 +589,56 @@ pub struct LogicalMessage {
     pub transactional: bool,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawMessage {
-    sequence: Seq,
-    prefix: String,
-    content: Value,
-    transactional: bool,
-}
-
+/// Its members are checked here, so that a missing, unknown or doubled one
+/// is named with the record's kind, as the other records' members are.
 impl<'de> Deserialize<'de> for LogicalMessage {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let Obj(r) = Obj::<RawMessage>::deserialize(d)?;
-        let m = LogicalMessage {
-            sequence: r.sequence.0,
-            prefix: r.prefix,
-            content: r.content,
-            transactional: r.transactional,
-        };
-        m.check().map_err(de::Error::custom)?;
-        Ok(m)
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = LogicalMessage;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a message as a JSON object")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut sequence: Option<Seq> = None;
+                let mut prefix: Option<String> = None;
+                let mut content: Option<Value> = None;
+                let mut transactional: Option<bool> = None;
+                fn twice<E: de::Error>(k: &str) -> E {
+                    E::custom(format!("message record has member {k:?} twice"))
+                }
+                while let Some(k) = map.next_key::<String>()? {
+                    match k.as_str() {
+                        "sequence" if sequence.is_none() => sequence = Some(map.next_value()?),
+                        "prefix" if prefix.is_none() => prefix = Some(map.next_value()?),
+                        "content" if content.is_none() => content = Some(map.next_value()?),
+                        "transactional" if transactional.is_none() => {
+                            transactional = Some(map.next_value()?)
+                        }
+                        "sequence" | "prefix" | "content" | "transactional" => {
+                            return Err(twice(&k))
+                        }
+                        _ => {
+                            return Err(de::Error::custom(format!(
+                                "message record has unexpected member {:?}",
+                                k.chars().take(40).collect::<String>()
+                            )))
+                        }
+                    }
+                }
+                let lacks =
+                    |m: &str| de::Error::custom(format!("message record lacks member {m:?}"));
+                let m = LogicalMessage {
+                    sequence: sequence.ok_or_else(|| lacks("sequence"))?.0,
+                    prefix: prefix.ok_or_else(|| lacks("prefix"))?,
+                    content: content.ok_or_else(|| lacks("content"))?,
+                    transactional: transactional.ok_or_else(|| lacks("transactional"))?,
+                };
+                m.check().map_err(de::Error::custom)?;
+                Ok(m)
+            }
+        }
+        d.deserialize_map(V)
     }
 }
 

@@ -89,8 +89,17 @@ pub fn schema_rec(schema: J, renamed: &[(&str, &str)]) -> J {
     r
 }
 
+/// A message record (for [`Spec::events`]): a logical message.
+pub fn msg_rec(seq: u128, prefix: &str, content: J, transactional: bool) -> J {
+    json!({"kind": "message", "message": {"sequence": seq.to_string(), "prefix": prefix, "content": content, "transactional": transactional}})
+}
+
+/// A record that is not an event (made by [`schema_rec`] or [`msg_rec`]).
 fn is_schema_rec(e: &J) -> bool {
-    e.get("kind").and_then(J::as_str) == Some("schema")
+    matches!(
+        e.get("kind").and_then(J::as_str),
+        Some("schema") | Some("message")
+    )
 }
 
 /// A truncate of `table` (neither CASCADE nor RESTART IDENTITY).
