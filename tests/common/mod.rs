@@ -470,6 +470,7 @@ pub fn tool_path(name: &str) -> PathBuf {
         "mooncdc-split" => env!("CARGO_BIN_EXE_mooncdc-split"),
         "mooncdc-merge" => env!("CARGO_BIN_EXE_mooncdc-merge"),
         "mooncdc-compact" => env!("CARGO_BIN_EXE_mooncdc-compact"),
+        "mooncdc-apply" => env!("CARGO_BIN_EXE_mooncdc-apply"),
         other => panic!("unknown tool {other}"),
     })
 }
