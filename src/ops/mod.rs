@@ -62,7 +62,10 @@ pub struct WriteSink<W: Write> {
 
 impl<W: Write> BatchSink for WriteSink<W> {
     fn batch(&mut self, header: &Header, events: &mut dyn BufRead, commit: &Commit) -> Result<()> {
+        // Flushed at each batch: a follower's batches reach the next
+        // process as they come (`capture --follow | split … | jq`).
         write_batch(&mut self.out, self.format, header, events, commit)
+            .and_then(|()| self.out.flush())
             .map_err(|e| Error::io("cannot write output", e))
     }
 
