@@ -279,6 +279,8 @@ pub struct CaptureArgs {
     pub read: ReadArgs,
 }
 
+// `Read` holds every read option: parsed once per run, its size is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, clap::Subcommand)]
 pub enum CaptureCommand {
     /// Install capture: change log, metadata and triggers (default: every user table)
