@@ -6599,3 +6599,84 @@ fn messages_of_streamed_transactions_read_as_protocol_1_reads_them() {
         "the server streamed the transaction: {stats:?}"
     );
 }
+
+/// A follower with --messages: each transaction its batch with its
+/// messages in place, each non-transactional message a batch of its own
+/// (also one whose transaction rolled back); the stream is valid, and
+/// applied it moves the cursor past every message.
+#[test]
+fn a_follower_writes_messages_in_their_batches() {
+    let src = Src::new("follow_messages");
+    let s = src.session();
+    s.exec("CREATE TABLE f (id int PRIMARY KEY, v text)");
+    src.init(&["public.f"]);
+    let out_path = src.dir.path().join("follow.jsonl");
+    let mut args = src.source_args();
+    args.extend(["--follow", "--messages", "outbox", "-q"].map(String::from));
+    let capture = Command::new(bin(CAPTURE))
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(std::fs::File::create(&out_path).unwrap()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start capture --follow");
+    s.exec(
+        "BEGIN; INSERT INTO f VALUES (1, 'a'); \
+         SELECT pg_logical_emit_message(true, 'outbox', 'with 1'); COMMIT",
+    );
+    s.exec("SELECT pg_logical_emit_message(false, 'outbox', 'alone')");
+    s.exec(
+        "BEGIN; INSERT INTO f VALUES (2, 'gone'); \
+         SELECT pg_logical_emit_message(false, 'outbox', 'outlives its transaction'); ROLLBACK",
+    );
+    s.exec("SELECT pg_logical_emit_message(true, 'other', 'not asked for')");
+    s.exec("INSERT INTO f VALUES (3, 'c')");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(&out_path).unwrap();
+        if text.contains("[\"integer\",\"3\"]") && text.ends_with("}\n") {
+            let last = text.lines().last().unwrap();
+            if last.starts_with("{\"kind\":\"commit\"") {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the follower never wrote id 3");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, stderr) = sigterm_and_wait(capture);
+    assert_eq!(code, Some(0), "{stderr}");
+    let bytes = std::fs::read(&out_path).unwrap();
+    let stream = batches(&bytes);
+    let got: Vec<(String, bool)> = messages_of(&stream)
+        .into_iter()
+        .map(|(_, c, t, _)| match c {
+            Value::Text(s) => (s, t),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("with 1".to_string(), true),
+            ("alone".to_string(), false),
+            ("outlives its transaction".to_string(), false),
+        ]
+    );
+    for b in stream
+        .iter()
+        .filter(|b| b.messages.iter().any(|(_, m)| !m.transactional))
+    {
+        assert!(b.events.is_empty() && b.messages.len() == 1, "{b:?}");
+        let at = b.messages[0].1.sequence;
+        assert_eq!(b.end.sequence(), ((at >> 64) + 1) << 64);
+    }
+    let t = src.proj_url();
+    let r = run(APPLY, &["--target", &t], Some(&bytes));
+    expect(&r, 0, "apply");
+    assert!(r.stderr.contains("3 messages skipped"), "{}", r.stderr);
+    assert_eq!(
+        src.target_cursor().unwrap().sequence(),
+        stream.last().unwrap().end.sequence()
+    );
+    src.audit_equal();
+}
