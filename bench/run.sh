@@ -888,18 +888,23 @@ pg_large_txn_section() {
   q "CREATE TABLE u (id bigint PRIMARY KEY, v text NOT NULL, n bigint NOT NULL)" >/dev/null
   q "INSERT INTO u SELECT g, md5(g::text), g FROM generate_series(1, $rows) g" >/dev/null
   q "VACUUM ANALYZE u" >/dev/null
-  $B/mooncdc-capture init --source "$url" --table public.u >>"$ERR" 2>&1
+  # A slot and a snapshot for each read (a follower acknowledges its own).
   rm -f "$W"/large-*.db*
-  $B/mooncdc-snapshot --quiet --source "$url" | $B/mooncdc-apply --quiet --target "sqlite:$W/large-base.db" 2>>"$ERR"
-  local lines=() mode
+  local mode
+  for mode in 1 auto; do
+    $B/mooncdc-capture init --source "$url" --slot "large_$mode" --table public.u >>"$ERR" 2>&1
+    $B/mooncdc-snapshot --quiet --source "$url" --slot "large_$mode" |
+      $B/mooncdc-apply --quiet --target "sqlite:$W/large-base-$mode.db" 2>>"$ERR"
+  done
+  local lines=()
   for mode in 1 auto; do
     rm -f "$W"/large-proj.db* "$W/large.pipe"
-    cp "$W/large-base.db" "$W/large-proj.db"
+    cp "$W/large-base-$mode.db" "$W/large-proj.db"
     local after
     after=$($B/mooncdc-apply cursor --target "sqlite:$W/large-proj.db")
     q "SELECT pg_stat_reset_replication_slot(NULL)" >/dev/null
     mkfifo "$W/large.pipe"
-    /usr/bin/time -f %M -o "$W/large-cap.rss" $B/mooncdc-capture --quiet --source "$url" --follow \
+    /usr/bin/time -f %M -o "$W/large-cap.rss" $B/mooncdc-capture --quiet --source "$url" --slot "large_$mode" --follow \
       --after "$after" --ack-from-target "sqlite:$W/large-proj.db" --pgoutput-protocol "$mode" \
       --spool-dir "$W" >"$W/large.pipe" 2>>"$ERR" &
     local cap=$!
@@ -916,6 +921,10 @@ pg_large_txn_section() {
     while :; do
       held=$($B/mooncdc-apply cursor --target "sqlite:$W/large-proj.db" 2>/dev/null | jq -r .sequence || echo 0)
       python3 -c "import sys; sys.exit(0 if int(sys.argv[1]) >= int(sys.argv[2]) else 1)" "$held" "$want" && break
+      if ! kill -0 "$cap" 2>/dev/null; then
+        log "largetxn: capture ended before the target caught up (see $ERR)"
+        exit 1
+      fi
       sleep 0.05
     done
     local t
@@ -923,7 +932,7 @@ pg_large_txn_section() {
     # The server reports its figures when the transaction is done decoding.
     sleep 1
     local stats
-    stats=$(q "SELECT spill_bytes, stream_bytes FROM pg_stat_replication_slots WHERE slot_name = 'mooncdc_main'")
+    stats=$(q "SELECT spill_bytes, stream_bytes FROM pg_stat_replication_slots WHERE slot_name = 'large_$mode'")
     # $cap is GNU time: the stop goes to capture, its child.
     pkill -TERM -P "$cap"
     wait "$cap" "$app" || true

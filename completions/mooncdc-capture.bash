@@ -77,7 +77,7 @@ _mooncdc__capture() {
 
     case "${cmd}" in
         mooncdc__capture)
-            opts="-q -v -h -V --quiet --verbose --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --receive-timeout-ms --log-format --metrics-listen --stall-timeout-ms --backfill-chunk-rows --ack-from-target --pgoutput-protocol --spool-memory --max-spool-bytes --spool-dir --slot --publication --help --version init verify upgrade migrate backfill status ack read help"
+            opts="-q -v -h -V --quiet --verbose --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --receive-timeout-ms --log-format --metrics-listen --stall-timeout-ms --backfill-chunk-rows --ack-from-target --pgoutput-protocol --spool-memory --max-spool-bytes --spool-dir --messages --slot --publication --help --version init verify upgrade migrate backfill status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -164,6 +164,10 @@ _mooncdc__capture() {
                     return 0
                     ;;
                 --spool-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --messages)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -443,7 +447,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__read)
-            opts="-q -v -h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --receive-timeout-ms --log-format --metrics-listen --stall-timeout-ms --backfill-chunk-rows --ack-from-target --pgoutput-protocol --spool-memory --max-spool-bytes --spool-dir --slot --publication --quiet --verbose --help"
+            opts="-q -v -h --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --receive-timeout-ms --log-format --metrics-listen --stall-timeout-ms --backfill-chunk-rows --ack-from-target --pgoutput-protocol --spool-memory --max-spool-bytes --spool-dir --messages --slot --publication --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -530,6 +534,10 @@ _mooncdc__capture() {
                     return 0
                     ;;
                 --spool-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --messages)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

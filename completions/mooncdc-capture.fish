@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_mooncdc_capture_global_optspecs
-    string join \n q/quiet v/verbose source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= receive-timeout-ms= log-format= metrics-listen= stall-timeout-ms= backfill-chunk-rows= ack-from-target= pgoutput-protocol= spool-memory= max-spool-bytes= spool-dir= slot= publication= h/help V/version
+    string join \n q/quiet v/verbose source= after= after-file= max-events= max-bytes= max-line-bytes= follow poll-ms= idle-batch-ms= heartbeat-ms= max-retries= retry-delay-ms= receive-timeout-ms= log-format= metrics-listen= stall-timeout-ms= backfill-chunk-rows= ack-from-target= pgoutput-protocol= spool-memory= max-spool-bytes= spool-dir= messages= slot= publication= h/help V/version
 end
 
 function __fish_mooncdc_capture_needs_command
@@ -47,6 +47,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l pgoutpu
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l spool-memory -d 'PostgreSQL: bytes that large transactions in progress hold in memory, all together, until they commit; the rest waits in spool files' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l max-spool-bytes -d 'PostgreSQL: fail when large transactions in progress hold more than B bytes in all (memory and spool files); default: as much as the spool folder has room for' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l spool-dir -d 'PostgreSQL: the folder for the spool files of large transactions in progress (default: TMPDIR, else /tmp)' -r -F
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l messages -d 'PostgreSQL: write the logical messages (pg_logical_emit_message) of this prefix as message records; repeatable (prefixes starting with mooncdc are the capture\'s own)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -s q -l quiet -d 'No messages but errors and warnings on standard error (every subcommand)'
@@ -141,6 +142,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l spool-memory -d 'PostgreSQL: bytes that large transactions in progress hold in memory, all together, until they commit; the rest waits in spool files' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l max-spool-bytes -d 'PostgreSQL: fail when large transactions in progress hold more than B bytes in all (memory and spool files); default: as much as the spool folder has room for' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l spool-dir -d 'PostgreSQL: the folder for the spool files of large transactions in progress (default: TMPDIR, else /tmp)' -r -F
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l messages -d 'PostgreSQL: write the logical messages (pg_logical_emit_message) of this prefix as message records; repeatable (prefixes starting with mooncdc are the capture\'s own)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand read" -l follow -d 'Keep writing batches as changes commit'

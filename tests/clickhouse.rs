@@ -3706,3 +3706,29 @@ fn large_streamed_transactions_from_postgres_arrive_whole() {
         format!("{}\t0", 50_000 + thirds + 200_000)
     );
 }
+
+/// Logical messages (`message` records) change nothing in ClickHouse, are
+/// counted in the summary, and move the cursor with their batch, also a
+/// batch that holds only a message.
+#[test]
+fn messages_are_skipped_and_move_the_cursor() {
+    use common::{kv_schema, msg_rec, text, Spec};
+    let db = ch::db("messages");
+    let url = db.url();
+    let row = |id: i64, v: &str| vec![json!(["integer", id.to_string()]), json!(["text", v])];
+    let b1 = Spec::new(0, 4).schemas(vec![kv_schema("t")]).events(vec![
+        ins(1, "t", row(1, "a")),
+        msg_rec(2, "outbox", text("x"), true),
+        ins(3, "t", row(2, "b")),
+    ]);
+    let b2 = Spec::new(4, 6)
+        .schemas(vec![kv_schema("t")])
+        .events(vec![msg_rec(5, "outbox", text("alone"), false)]);
+    let input = format!("{}{}", b1.jsonl(), b2.jsonl());
+    let r = apply(&url, input.as_bytes(), &[]);
+    expect(&r, 0, "apply");
+    assert!(r.stderr.contains("2 events applied"), "{}", r.stderr);
+    assert!(r.stderr.contains("2 messages skipped"), "{}", r.stderr);
+    assert_eq!(cursor_seq(&url), Some(6));
+    assert_eq!(kv_view(&db, "t"), strs(&[&["1", "a"], &["2", "b"]]));
+}

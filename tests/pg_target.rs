@@ -934,3 +934,32 @@ fn large_streamed_transactions_from_postgres_arrive_whole() {
     assert_eq!(src.session().value(q), t.value(q));
     assert_eq!(t.value("SELECT count(*) FROM big"), "150000");
 }
+
+/// Logical messages (`message` records) change nothing in a PostgreSQL
+/// target, are counted in the summary, and move the cursor with their
+/// batch, also a batch that holds only a message; replayed, nothing
+/// changes.
+#[test]
+fn messages_are_skipped_and_move_the_cursor() {
+    use common::{ins, kv_schema, msg_rec, row, text, Spec};
+    let tgt = target("messages");
+    let url = tgt.url();
+    let b1 = Spec::new(0, 4).schemas(vec![kv_schema("t")]).events(vec![
+        ins(1, "t", row(1, "a")),
+        msg_rec(2, "outbox", text("x"), true),
+        ins(3, "t", row(2, "b")),
+    ]);
+    let b2 = Spec::new(4, 6)
+        .schemas(vec![kv_schema("t")])
+        .events(vec![msg_rec(5, "outbox", text("alone"), false)]);
+    let input = format!("{}{}", b1.jsonl(), b2.jsonl());
+    let r = exec(APPLY, &["--target", &url], Some(input.as_bytes()));
+    expect(&r, 0, "apply");
+    assert!(r.stderr.contains("2 events applied"), "{}", r.stderr);
+    assert!(r.stderr.contains("2 messages skipped"), "{}", r.stderr);
+    assert!(cursor_of(&url).contains("\"sequence\":\"6\""));
+    assert_eq!(tgt.session().value("SELECT count(*) FROM t"), "2");
+    let again = apply_ok(&url, input.as_bytes());
+    assert_eq!((again.applied, again.skipped), (0, 2));
+    assert_eq!(tgt.session().value("SELECT count(*) FROM t"), "2");
+}

@@ -100,6 +100,7 @@ fn check_split(
             compacted: input.compacted,
             events,
             changes: Vec::new(),
+            messages: Vec::new(),
         };
         assert_batches(std::slice::from_ref(input), &[rebuilt]);
         assert!(i > first);

@@ -98,6 +98,7 @@ fn encode_batch_stream(items: &[Item]) -> Vec<u8> {
             Item::Event(e) => write_event_line(&mut out, e),
             Item::Commit(c) => write_commit_line(&mut out, c),
             Item::Schema(c) => mooncdc::wire::batch::write_schema_line(&mut out, c),
+            Item::Message(m) => mooncdc::wire::batch::write_message_line(&mut out, m),
         }
     }
     out
@@ -266,12 +267,14 @@ pub fn batch_jsonl(data: &[u8]) {
                 encode_batch_stream(items),
                 "BatchDecoder and BatchStreamReader decode the same batch differently"
             );
-            // The JSON form carries the same batch (one without schema
-            // records: the JSON form cannot hold them, and says so).
+            // The JSON form carries the same batch (one without schema or
+            // message records: the JSON form cannot hold them, and says so).
             let Some(json) = batch.to_json() else {
                 assert!(
-                    items.iter().any(|i| matches!(i, Item::Schema(_))),
-                    "a batch without schema records has no JSON form"
+                    items
+                        .iter()
+                        .any(|i| matches!(i, Item::Schema(_) | Item::Message(_))),
+                    "a batch without schema or message records has no JSON form"
                 );
                 return;
             };

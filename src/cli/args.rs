@@ -247,6 +247,9 @@ pub struct ReadArgs {
     /// PostgreSQL: the folder for the spool files of large transactions in progress (default: TMPDIR, else /tmp)
     #[arg(long, value_name = "DIR")]
     pub spool_dir: Option<PathBuf>,
+    /// PostgreSQL: write the logical messages (pg_logical_emit_message) of this prefix as message records; repeatable (prefixes starting with mooncdc are the capture's own)
+    #[arg(long = "messages", value_name = "PREFIX")]
+    pub messages: Vec<String>,
     #[command(flatten)]
     pub pg: PgArgs,
 }
@@ -276,6 +279,8 @@ pub struct CaptureArgs {
     pub read: ReadArgs,
 }
 
+// `Read` holds every read option: parsed once per run, its size is no cost.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, clap::Subcommand)]
 pub enum CaptureCommand {
     /// Install capture: change log, metadata and triggers (default: every user table)

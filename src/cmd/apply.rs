@@ -140,6 +140,7 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
                 total.batches += s.batches;
                 total.applied += s.applied;
                 total.skipped += s.skipped;
+                total.messages += s.messages;
             }
             if s.cursor.is_some() {
                 total.cursor = s.cursor;
@@ -174,10 +175,18 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
     crate::log::write(
         "info",
         &format!(
-            "{loaded}{}, {} applied, {} skipped as already held, in {}, cursor {}",
+            "{loaded}{}, {} applied, {} skipped as already held{}, in {}, cursor {}",
             count(total.batches, "batch", "batches"),
             count(total.applied, "event", "events"),
             total.skipped,
+            if total.messages > 0 {
+                format!(
+                    ", {} skipped (targets apply none)",
+                    count(total.messages, "message", "messages")
+                )
+            } else {
+                String::new()
+            },
             crate::log::elapsed(began.elapsed()),
             cursor
         ),
@@ -188,6 +197,7 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
             ("batches", total.batches.into()),
             ("events_applied", total.applied.into()),
             ("events_skipped", total.skipped.into()),
+            ("messages_skipped", total.messages.into()),
             ("elapsed_s", began.elapsed().as_secs_f64().into()),
             (
                 "cursor",

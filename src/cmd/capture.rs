@@ -185,6 +185,16 @@ fn read(r: ReadArgs, verbose: bool, quiet: bool) -> crate::error::Result<ExitCod
         .source
         .clone()
         .ok_or_else(|| Error::usage("--source is required (e.g. --source sqlite:app.db)"))?;
+    if let Some(p) = r.messages.iter().find(|p| p.starts_with("mooncdc")) {
+        return Err(Error::usage(format!(
+            "--messages {p:?}: prefixes starting with \"mooncdc\" are reserved for the capture's own messages"
+        )));
+    }
+    if !r.messages.is_empty() && matches!(endpoint::parse(&url)?, endpoint::Endpoint::Sqlite(_)) {
+        return Err(Error::usage(
+            "--messages: SQLite has no logical messages (they are PostgreSQL's pg_logical_emit_message)",
+        ));
+    }
     let src = open(&url, &r.pg)?;
     let after = cli::cursor_arg(r.after.after.as_deref(), r.after.after_file.as_deref())?;
     if r.max_events == Some(0)
@@ -211,6 +221,8 @@ fn read(r: ReadArgs, verbose: bool, quiet: bool) -> crate::error::Result<ExitCod
             memory: r.spool_memory,
             max_bytes: r.max_spool_bytes,
         },
+        // Read once for the whole run.
+        messages: Vec::leak(r.messages.clone()),
     };
     // The target whose durable cursor --follow acknowledges up to.
     let held = match &r.ack_from_target {

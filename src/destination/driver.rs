@@ -10,7 +10,10 @@
 //! the batch's start, which the target may have moved past; the schema
 //! records of the events it holds are put in force first). A schema record
 //! is made before the event it belongs to; those at the batch's end are
-//! made at the commit when the batch moves the cursor. Each event not held
+//! made at the commit when the batch moves the cursor. A logical message
+//! (a `message` record) changes no table: a target skips it, counted, and
+//! it moves the cursor with its batch; the archive, which keeps batches,
+//! writes those it does not hold. Each event not held
 //! goes to the target; errors of its tables and schema changes carry the
 //! input's file and line (the targets locate their events' own). At the commit the gate refuses a compacted
 //! batch across the cursor and says whether the cursor moves; the target
@@ -26,8 +29,8 @@
 use super::{ApplyStats, BatchGate};
 use crate::error::{Error, Result};
 use crate::wire::{
-    BatchStreamReader, Cursor, Event, Header, Item, Row, Schema, SchemaChange, SnapItem,
-    SnapshotReader, SourceKind,
+    BatchStreamReader, Cursor, Event, Header, Item, LogicalMessage, Row, Schema, SchemaChange,
+    SnapItem, SnapshotReader, SourceKind,
 };
 use std::io::BufRead;
 
@@ -65,6 +68,20 @@ pub(crate) trait BatchHooks {
     /// An event the target does not hold yet (written now or with the
     /// next ones, always before anything later in the stream).
     fn event<R: BufRead>(&mut self, e: Event, input: &mut BatchStreamReader<R>) -> Result<()>;
+    /// Whether the target keeps logical messages (the archive); the others
+    /// skip them.
+    fn keeps_messages(&self) -> bool {
+        false
+    }
+    /// A logical message the target does not hold yet, when it keeps them
+    /// (its tables were made first).
+    fn message<R: BufRead>(
+        &mut self,
+        _m: LogicalMessage,
+        _input: &mut BatchStreamReader<R>,
+    ) -> Result<()> {
+        Ok(())
+    }
     /// Write what waits (before a schema change, and at the commit).
     fn flush<R: BufRead>(&mut self, input: &mut BatchStreamReader<R>) -> Result<()>;
     /// Commit the batch, with `end` as the cursor when it moves it.
@@ -119,6 +136,27 @@ pub(crate) fn apply_batches<T: BatchHooks, R: BufRead>(
                     }
                 }
                 Item::Schema(c) => pending.push(c),
+                Item::Message(m) => {
+                    // Not an event: skipped (it moves the cursor with its
+                    // batch), unless the target keeps batches whole.
+                    stats.messages += 1;
+                    if !t.keeps_messages()
+                        || gate.as_ref().expect("validated stream").holds(m.sequence)
+                    {
+                        continue;
+                    }
+                    if !ensured {
+                        if !t
+                            .tables(&mut in_force, kind, true)
+                            .map_err(|err| input.locate(err))?
+                        {
+                            stopped = true;
+                            return Ok(());
+                        }
+                        ensured = true;
+                    }
+                    t.message(m, input)?;
+                }
                 Item::Event(e) => {
                     if gate.as_ref().expect("validated stream").holds(e.sequence) {
                         // Held, with the schema changes before it.

@@ -236,6 +236,8 @@ impl BatchHooks for Staged<'_> {
             compacted: h.compacted,
             events: Vec::new(),
             changes: Vec::new(),
+            // A target skips messages (docs/FORMAT.md "Message records").
+            messages: Vec::new(),
         });
         Ok(())
     }

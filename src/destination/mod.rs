@@ -20,6 +20,9 @@ pub struct ApplyStats {
     pub batches: u64,
     pub applied: u64,
     pub skipped: u64,
+    /// Logical messages read (docs/FORMAT.md "Message records"): no target
+    /// applies one; each moves the cursor with its batch.
+    pub messages: u64,
     pub cursor: Option<Cursor>,
 }
 

@@ -36,7 +36,8 @@ use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
 use super::BatchSink;
 use crate::error::{Error, Result};
 use crate::wire::batch::{
-    shapes, write_event_line, write_schema_line, Lean, TableShape, EVENT_LINE_PREFIX,
+    shapes, write_event_line, write_message_line, write_schema_line, Lean, TableShape,
+    EVENT_LINE_PREFIX,
 };
 use crate::wire::fast::{event_spans, value_spans, EventMeta};
 use crate::wire::model::write_seq;
@@ -382,6 +383,18 @@ pub fn compact<R: BufRead>(
                 own.insert(c.schema.table.clone(), shape_of(&c.schema));
                 continue;
             }
+            Lean::Item(Item::Message(m)) => {
+                if !sink.takes_schema_records() {
+                    return Err(input.locate(super::no_json_for_message_records()));
+                }
+                // A barrier like a schema change: nothing folds across a
+                // message, which stays in place.
+                compactor.finish_run(&mut write)?;
+                line.clear();
+                write_message_line(&mut line, &m);
+                spool.push(&line)?;
+                continue;
+            }
             Lean::Item(Item::Commit(c)) => {
                 let mut folded = compactor.finish(&mut write)?;
                 if !truncated.is_empty() {
@@ -485,9 +498,9 @@ fn drop_truncated(
 ) -> Result<u64> {
     let mut own = shapes(schemas)?;
     let mut again = Compactor::new(HOLD_LIMIT_BYTES);
-    // Lines written, schema records included (taken off at the end).
+    // Lines written, schema and message records included (taken off at the end).
     let mut written = 0u64;
-    let mut schema_records = 0u64;
+    let mut other_records = 0u64;
     let mut write = |l: &[u8]| {
         written += 1;
         to.push(l)
@@ -535,18 +548,24 @@ fn drop_truncated(
                 again.finish_run(&mut write)?;
                 own.insert(c.schema.table.clone(), shape_of(&c.schema));
                 write(&buf)?;
-                schema_records += 1;
+                other_records += 1;
+            }
+            Item::Message(_) => {
+                // A barrier, kept in place; not an event.
+                again.finish_run(&mut write)?;
+                write(&buf)?;
+                other_records += 1;
             }
             // Every other event line was written by the compactor, canonical.
             _ => {
                 return Err(unreadable(Error::data(
-                    "not a canonical event, a truncate or a schema record",
+                    "not a canonical event, a truncate, a schema record or a message",
                 )))
             }
         }
     }
     again.finish(&mut write)?;
-    Ok(written - schema_records)
+    Ok(written - other_records)
 }
 
 #[cfg(test)]

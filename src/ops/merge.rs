@@ -5,7 +5,7 @@
 //! the previous one ended, in the same source: a gap, an overlap or a second
 //! source is an error naming the input. The merged batch starts at the first
 //! start, ends at the last end, has the greatest high water, and the union of
-//! the schemas; `schema` records pass through, and a later header must agree
+//! the schemas; `schema` and `message` records pass through in order, and a later header must agree
 //! with the schemas in force where it starts (a table whose schema changes
 //! between batches without a schema record cannot be merged).
 //! Events are held in a spool until the last input has been checked.
@@ -13,7 +13,7 @@
 use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
 use super::BatchSink;
 use crate::error::{Error, Result};
-use crate::wire::batch::{write_schema_line, Lean};
+use crate::wire::batch::{write_message_line, write_schema_line, Lean};
 use crate::wire::{BatchStreamReader, Commit, Header, Item, Schema};
 use std::collections::{BTreeSet, HashMap};
 use std::io::BufRead;
@@ -158,6 +158,14 @@ pub fn merge<R: BufRead + Send + 'static>(
                     write_schema_line(&mut line, &c);
                     spool.push(&line)?;
                     current.insert(c.schema.table.clone(), c.schema);
+                }
+                Item::Message(m) => {
+                    if !sink.takes_schema_records() {
+                        return Err(r.locate(super::no_json_for_message_records()));
+                    }
+                    line.clear();
+                    write_message_line(&mut line, &m);
+                    spool.push(&line)?;
                 }
                 Item::Commit(c) => end = Some(c),
             }

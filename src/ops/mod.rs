@@ -13,7 +13,7 @@ pub mod spool;
 use crate::error::{Error, Result};
 use crate::wire::batch::{
     write_commit_line, write_header_line, write_json_open, EVENT_LINE_PREFIX, EVENT_LINE_SUFFIX,
-    SCHEMA_LINE_PREFIX,
+    MESSAGE_LINE_PREFIX, SCHEMA_LINE_PREFIX,
 };
 use crate::wire::{Commit, Header};
 use std::io::{BufRead, Write};
@@ -33,7 +33,7 @@ pub trait BatchSink {
     /// One batch: its header, its event records (JSONL event lines), its commit.
     fn batch(&mut self, header: &Header, events: &mut dyn BufRead, commit: &Commit) -> Result<()>;
 
-    /// Whether it can write `schema` records (JSONL can; a
+    /// Whether it can write `schema` and `message` records (JSONL can; a
     /// `mooncdc.batch.v1` document has no place for them).
     fn takes_schema_records(&self) -> bool {
         true
@@ -47,6 +47,13 @@ pub fn no_json_for_schema_records() -> Error {
     )
 }
 
+/// The error for a message record bound for JSON output.
+pub fn no_json_for_message_records() -> Error {
+    Error::data(
+        "this batch holds a logical message (a message record), which the JSON form mooncdc.batch.v1 cannot hold; write JSONL (--output-format jsonl)",
+    )
+}
+
 /// Writes batches to a stream (standard output or a file) in one format.
 pub struct WriteSink<W: Write> {
     pub out: W,
@@ -55,7 +62,10 @@ pub struct WriteSink<W: Write> {
 
 impl<W: Write> BatchSink for WriteSink<W> {
     fn batch(&mut self, header: &Header, events: &mut dyn BufRead, commit: &Commit) -> Result<()> {
+        // Flushed at each batch: a follower's batches reach the next
+        // process as they come (`capture --follow | split … | jq`).
         write_batch(&mut self.out, self.format, header, events, commit)
+            .and_then(|()| self.out.flush())
             .map_err(|e| Error::io("cannot write output", e))
     }
 
@@ -96,6 +106,11 @@ pub fn write_batch(
                 if line.starts_with(SCHEMA_LINE_PREFIX) {
                     return Err(std::io::Error::other(
                         no_json_for_schema_records().message(),
+                    ));
+                }
+                if line.starts_with(MESSAGE_LINE_PREFIX) {
+                    return Err(std::io::Error::other(
+                        no_json_for_message_records().message(),
                     ));
                 }
                 let body = line

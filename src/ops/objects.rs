@@ -9,7 +9,9 @@
 //! natural JSON values: INTEGER a number when it is exact as one (|n| ≤
 //! 2^53), else a string; REAL a number (the shortest decimal that reads back
 //! as the same bits); TEXT a string; BLOB a string of hex; NULL null. A
-//! schema change is a line `{"schema":{…}}`. Without schemas, the values
+//! schema change is a line `{"schema":{…}}`, a logical message one
+//! `{"kind":"message","sequence":"44","prefix":"outbox","content":"…","transactional":true}`
+//! (its content TEXT a string, a BLOB hex, as values are). Without schemas, the values
 //! are keyed by position ("0", "1", …).
 
 use crate::wire::jsonl::parse_record;
@@ -90,6 +92,13 @@ pub fn write(
                 let schema: J = serde_json::from_slice(&s).map_err(std::io::Error::other)?;
                 json!({"schema": schema})
             }
+            Item::Message(m) => json!({
+                "kind": "message",
+                "sequence": m.sequence.to_string(),
+                "prefix": m.prefix,
+                "content": value(&m.content),
+                "transactional": m.transactional,
+            }),
             _ => continue,
         };
         serde_json::to_writer(&mut *out, &obj).map_err(std::io::Error::other)?;

@@ -15,7 +15,9 @@
 use super::spool::{Spool, DEFAULT_SPOOL_MEMORY};
 use super::BatchSink;
 use crate::error::{Error, Result};
-use crate::wire::batch::{write_commit_line, write_header_line, write_schema_line, Lean};
+use crate::wire::batch::{
+    write_commit_line, write_header_line, write_message_line, write_schema_line, Lean,
+};
 use crate::wire::{
     BatchStreamReader, Commit, Cursor, Header, Item, Schema, SchemaChange, Sequence,
 };
@@ -154,6 +156,15 @@ pub fn split<R: BufRead>(
                 }
                 write_schema_line(&mut pending_lines, &c);
                 pending.push(c);
+            }
+            Item::Message(m) => {
+                if !sink.takes_schema_records() {
+                    return Err(input.locate(super::no_json_for_message_records()));
+                }
+                // Like a schema record, it goes into the piece of the event
+                // after it (a cut falls only before an event, so that
+                // piece's interval holds its sequence), or the last piece.
+                write_message_line(&mut pending_lines, &m);
             }
             Item::Event(_) => unreachable!("events are handled above"),
             Item::Commit(c) => {

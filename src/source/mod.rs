@@ -271,6 +271,10 @@ pub struct ReadLimits {
     /// PostgreSQL: what streamed transactions in progress may hold
     /// (`--spool-memory`, `--max-spool-bytes`).
     pub stream_budget: postgres::StreamBudget,
+    /// PostgreSQL: the prefixes of the logical messages written as
+    /// `message` records (`--messages`, docs/FORMAT.md "Message records");
+    /// none by default.
+    pub messages: &'static [String],
 }
 
 impl ReadLimits {

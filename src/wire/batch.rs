@@ -22,7 +22,8 @@
 
 use super::jsonl::{json_error, Limits, RawRecord, RecordKind};
 use super::model::{
-    write_event, write_schema_change_line, Cursor, Event, Schema, SchemaChange, Seq, Sequence,
+    write_event, write_schema_change_line, Cursor, Event, LogicalMessage, Schema, SchemaChange,
+    Seq, Sequence,
 };
 use super::strict::{present, Obj};
 use crate::error::{Error, Result};
@@ -58,6 +59,8 @@ pub enum Item {
     Event(Event),
     /// A `schema` record: the table's schema from here on.
     Schema(SchemaChange),
+    /// A `message` record: a logical message, which no target applies.
+    Message(LogicalMessage),
     Commit(Commit),
 }
 
@@ -74,6 +77,18 @@ pub struct Batch {
     /// Schema records, each with the index of the event it comes before
     /// (in order; several may share an index).
     pub changes: Vec<(usize, SchemaChange)>,
+    /// Message records, in sequence order, each with the number of schema
+    /// records before it: its place among the events is its sequence's,
+    /// and that number places it among the schema records there.
+    pub messages: Vec<(usize, LogicalMessage)>,
+}
+
+/// One record of a [`Batch`] between its header and commit, in order.
+#[derive(Debug, Clone, Copy)]
+pub enum Record<'a> {
+    Event(&'a Event),
+    Schema(&'a SchemaChange),
+    Message(&'a LogicalMessage),
 }
 
 /// Width and key positions of a table, from its schema.
@@ -121,7 +136,55 @@ struct Open {
     /// Without schemas: each table's width as its first image gave it.
     widths: HashMap<String, usize>,
     last: Sequence,
+    /// What had the sequence `last`: nothing yet (the start), an event or
+    /// a message.
+    last_kind: Last,
     count: u64,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Last {
+    Start,
+    Event,
+    Message,
+}
+
+impl Last {
+    fn name(self) -> &'static str {
+        match self {
+            Last::Message => "message",
+            _ => "event",
+        }
+    }
+}
+
+impl Open {
+    /// Check the sequence of the next event or message (`what`) against
+    /// the one before it and `high_water`.
+    fn place(&self, what: &str, sequence: Sequence) -> Result<()> {
+        if sequence <= self.last {
+            return Err(Error::data(if self.last_kind == Last::Start {
+                format!(
+                    "{what} sequence {} is not after the batch start {}",
+                    sequence, self.last
+                )
+            } else {
+                format!(
+                    "{what} sequence {} does not increase (previous {} {})",
+                    sequence,
+                    self.last_kind.name(),
+                    self.last
+                )
+            }));
+        }
+        if sequence > self.high_water {
+            return Err(Error::data(format!(
+                "{what} sequence {} is beyond high_water {}",
+                sequence, self.high_water
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Validator {
@@ -195,6 +258,7 @@ impl Validator {
             schemas,
             widths: HashMap::new(),
             last: h.start.sequence(),
+            last_kind: Last::Start,
             count: 0,
         }));
         Ok(())
@@ -225,25 +289,7 @@ impl Validator {
                 "event after the commit (a batch ends at its commit; a new batch needs a header)"
             }));
         };
-        if sequence <= open.last {
-            return Err(Error::data(if open.count == 0 {
-                format!(
-                    "event sequence {} is not after the batch start {}",
-                    sequence, open.last
-                )
-            } else {
-                format!(
-                    "event sequence {} does not increase (previous event {})",
-                    sequence, open.last
-                )
-            }));
-        }
-        if sequence > open.high_water {
-            return Err(Error::data(format!(
-                "event sequence {} is beyond high_water {}",
-                sequence, open.high_water
-            )));
-        }
+        open.place("event", sequence)?;
         if let Some(shapes) = &open.shapes {
             let Some(shape) = shapes.get(table) else {
                 return Err(Error::data(format!(
@@ -286,7 +332,26 @@ impl Validator {
             }
         }
         open.last = sequence;
+        open.last_kind = Last::Event;
         open.count += 1;
+        Ok(())
+    }
+
+    /// A `message` record: inside a batch, its sequence inside the batch's
+    /// interval and after the event or message before it (it is not an
+    /// event: the commit's count leaves it out).
+    pub fn message(&mut self, m: &LogicalMessage) -> Result<()> {
+        let Some(open) = self.open.as_mut() else {
+            return Err(Error::data(if self.batches == 0 {
+                "message record before the header (the header must come first)"
+            } else {
+                "message record after the commit (a message belongs inside a batch; a new batch needs a header)"
+            }));
+        };
+        m.check().map_err(Error::data)?;
+        open.place("message", m.sequence)?;
+        open.last = m.sequence;
+        open.last_kind = Last::Message;
         Ok(())
     }
 
@@ -349,7 +414,8 @@ impl Validator {
         }
         if open.last > c.end.sequence() {
             return Err(Error::data(format!(
-                "event sequence {} is beyond the batch end {}",
+                "{} sequence {} is beyond the batch end {}",
+                open.last_kind.name(),
                 open.last,
                 c.end.sequence()
             )));
@@ -426,6 +492,10 @@ pub fn batch_item(rec: RawRecord) -> Result<Item> {
                 renamed: rec.renamed.unwrap_or_default(),
             }))
         }
+        RecordKind::Message => {
+            rec.check_members("message", &["message"], &[])?;
+            Ok(Item::Message(rec.message.expect("checked")))
+        }
         RecordKind::Row => Err(Error::data(
             "row records belong to snapshots, not batch streams",
         )),
@@ -463,6 +533,7 @@ impl RawBatchDoc {
             compacted: self.compacted.unwrap_or(false),
             events: self.events,
             changes: Vec::new(),
+            messages: Vec::new(),
         })
     }
 }
@@ -472,18 +543,60 @@ impl Batch {
     pub fn validate(&self) -> Result<()> {
         let mut v = Validator::single_batch();
         v.header(&self.header())?;
-        let mut changes = self.changes.iter().peekable();
-        for (i, e) in self.events.iter().enumerate() {
-            while let Some((_, c)) = changes.next_if(|(at, _)| *at == i) {
-                v.schema_change(c)?;
+        let mut i = 0;
+        for r in self.records() {
+            match r {
+                Record::Event(e) => {
+                    i += 1;
+                    v.event(e)
+                        .map_err(|err| Error::data(format!("event #{}: {}", i, err.message())))?;
+                }
+                Record::Schema(c) => v.schema_change(c)?,
+                Record::Message(m) => v.message(m)?,
             }
-            v.event(e)
-                .map_err(|err| Error::data(format!("event #{}: {}", i + 1, err.message())))?;
-        }
-        for (_, c) in changes {
-            v.schema_change(c)?;
         }
         v.commit(&self.commit())
+    }
+
+    /// The records between the header and the commit, in order: each schema
+    /// record before the event of its index, each message before the first
+    /// event after its sequence, after the schema records it follows.
+    pub fn records(&self) -> impl Iterator<Item = Record<'_>> {
+        let (mut ei, mut ci, mut mi) = (0, 0, 0);
+        std::iter::from_fn(move || {
+            let event = self.events.get(ei);
+            let change = self.changes.get(ci).filter(|(at, _)| *at <= ei);
+            let message = self
+                .messages
+                .get(mi)
+                .filter(|(_, m)| event.is_none_or(|e| m.sequence < e.sequence));
+            match (message, change, event) {
+                (Some((after, m)), _, _) if *after <= ci => {
+                    mi += 1;
+                    Some(Record::Message(m))
+                }
+                (_, Some((_, c)), _) => {
+                    ci += 1;
+                    Some(Record::Schema(c))
+                }
+                (Some((_, m)), None, _) => {
+                    mi += 1;
+                    Some(Record::Message(m))
+                }
+                (None, None, Some(e)) => {
+                    ei += 1;
+                    Some(Record::Event(e))
+                }
+                (None, None, None) => {
+                    // Left over: schema records placed past the last event.
+                    if let Some((_, c)) = self.changes.get(ci) {
+                        ci += 1;
+                        return Some(Record::Schema(c));
+                    }
+                    None
+                }
+            }
+        })
     }
 
     pub fn header(&self) -> Header {
@@ -517,10 +630,10 @@ impl Batch {
         d.finish()
     }
 
-    /// The JSON document; `None` for a batch with schema records, which
-    /// `mooncdc.batch.v1` cannot hold.
+    /// The JSON document; `None` for a batch with schema or message
+    /// records, which `mooncdc.batch.v1` cannot hold.
     pub fn to_json(&self) -> Option<Vec<u8>> {
-        if !self.changes.is_empty() {
+        if !self.changes.is_empty() || !self.messages.is_empty() {
             return None;
         }
         let mut out = Vec::new();
@@ -538,15 +651,12 @@ impl Batch {
     pub fn to_jsonl(&self) -> Vec<u8> {
         let mut out = Vec::new();
         write_header_line(&mut out, &self.header());
-        let mut changes = self.changes.iter().peekable();
-        for (i, e) in self.events.iter().enumerate() {
-            while let Some((_, c)) = changes.next_if(|(at, _)| *at == i) {
-                write_schema_change_line(&mut out, c);
+        for r in self.records() {
+            match r {
+                Record::Event(e) => write_event_line(&mut out, e),
+                Record::Schema(c) => write_schema_change_line(&mut out, c),
+                Record::Message(m) => write_message_line(&mut out, m),
             }
-            write_event_line(&mut out, e);
-        }
-        for (_, c) in changes {
-            write_schema_change_line(&mut out, c);
         }
         write_commit_line(&mut out, &self.commit());
         out
@@ -557,7 +667,7 @@ pub use super::decoder::BatchDecoder;
 pub use super::jsonl::read_document;
 pub use super::lines::write_schema_change_line as write_schema_line;
 pub use super::lines::{
-    write_commit_line, write_event_line, write_header_line, write_json_open, EVENT_LINE_PREFIX,
-    EVENT_LINE_SUFFIX, SCHEMA_LINE_PREFIX,
+    write_commit_line, write_event_line, write_header_line, write_json_open, write_message_line,
+    EVENT_LINE_PREFIX, EVENT_LINE_SUFFIX, MESSAGE_LINE_PREFIX, SCHEMA_LINE_PREFIX,
 };
 pub use super::stream::{BatchStreamReader, Lean};

@@ -18,6 +18,7 @@ pub struct BatchDecoder {
     header: Option<Header>,
     events: Vec<Event>,
     changes: Vec<(usize, super::model::SchemaChange)>,
+    messages: Vec<(usize, super::model::LogicalMessage)>,
     commit: Option<Commit>,
     state: DecoderState,
 }
@@ -50,6 +51,7 @@ impl BatchDecoder {
             header: None,
             events: Vec::new(),
             changes: Vec::new(),
+            messages: Vec::new(),
             commit: None,
             state: DecoderState::Open,
         })
@@ -130,6 +132,10 @@ impl BatchDecoder {
                     .map_err(|e| e.at_line(at))?;
                 self.changes.push((self.events.len(), c));
             }
+            Item::Message(m) => {
+                self.validator.message(&m).map_err(|e| e.at_line(at))?;
+                self.messages.push((self.changes.len(), m));
+            }
             Item::Commit(c) => {
                 self.validator.commit(&c).map_err(|e| e.at_line(at))?;
                 self.commit = Some(c);
@@ -166,6 +172,7 @@ impl BatchDecoder {
             compacted: h.compacted,
             events: std::mem::take(&mut self.events),
             changes: std::mem::take(&mut self.changes),
+            messages: std::mem::take(&mut self.messages),
         })
     }
 }

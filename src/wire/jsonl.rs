@@ -8,7 +8,7 @@
 //! refused as soon as the cap is passed, so memory never holds more than the
 //! cap, whatever the input.
 
-use super::model::{Count, Cursor, Event, Rename, Row, Schema, Seq};
+use super::model::{Count, Cursor, Event, LogicalMessage, Rename, Row, Schema, Seq};
 use super::strict::{one_of, present, Obj};
 use crate::error::{Error, Result};
 use serde::Deserialize;
@@ -180,6 +180,7 @@ pub enum RecordKind {
     Commit,
     Row,
     Schema,
+    Message,
 }
 
 impl<'de> Deserialize<'de> for RecordKind {
@@ -187,13 +188,14 @@ impl<'de> Deserialize<'de> for RecordKind {
         one_of(
             d,
             "record kind",
-            &["header", "event", "commit", "row", "schema"],
+            &["header", "event", "commit", "row", "schema", "message"],
             &[
                 RecordKind::Header,
                 RecordKind::Event,
                 RecordKind::Commit,
                 RecordKind::Row,
                 RecordKind::Schema,
+                RecordKind::Message,
             ],
         )
     }
@@ -230,6 +232,8 @@ pub struct RawRecord {
     pub schema: Option<Schema>,
     #[serde(default, deserialize_with = "present")]
     pub renamed: Option<Vec<Rename>>,
+    #[serde(default, deserialize_with = "present")]
+    pub message: Option<LogicalMessage>,
 }
 
 impl RawRecord {
@@ -256,6 +260,7 @@ impl RawRecord {
         p!(row);
         p!(schema);
         p!(renamed);
+        p!(message);
         v
     }
 

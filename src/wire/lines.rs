@@ -104,6 +104,25 @@ pub fn write_schema_change_line(out: &mut Vec<u8>, c: &SchemaChange) {
     out.extend_from_slice(b"}\n");
 }
 
+/// A `message` record's line (with its newline).
+pub fn write_message_line(out: &mut Vec<u8>, m: &LogicalMessage) {
+    out.extend_from_slice(MESSAGE_LINE_PREFIX);
+    out.extend_from_slice(b"{\"sequence\":");
+    write_seq(out, m.sequence);
+    out.extend_from_slice(b",\"prefix\":");
+    write_json_str(out, &m.prefix);
+    out.extend_from_slice(b",\"content\":");
+    super::value::write_value(out, &m.content);
+    out.extend_from_slice(if m.transactional {
+        b",\"transactional\":true}}\n"
+    } else {
+        b",\"transactional\":false}}\n"
+    });
+}
+
+/// The fixed start of a `message` record's line.
+pub const MESSAGE_LINE_PREFIX: &[u8] = b"{\"kind\":\"message\",\"message\":";
+
 pub fn write_schemas(out: &mut Vec<u8>, schemas: &[Schema]) {
     out.push(b'[');
     for (i, s) in schemas.iter().enumerate() {

@@ -22,8 +22,8 @@ pub use batch::{Batch, BatchDecoder, BatchStreamReader, Commit, Header, Item};
 pub use detect::{detect, InputFormat};
 pub use jsonl::Limits;
 pub use model::{
-    put_in_force, Column, Cursor, Event, Operation, Rename, Row, Schema, SchemaChange, Sequence,
-    SourceKind,
+    put_in_force, Column, Cursor, Event, LogicalMessage, Operation, Rename, Row, Schema,
+    SchemaChange, Sequence, SourceKind,
 };
 pub use snapshot::{SnapItem, SnapshotReader};
 pub use value::Value;

@@ -214,6 +214,9 @@ fn snapshot_item(rec: RawRecord) -> Result<SnapItem> {
         RecordKind::Schema => Err(Error::data(
             "schema records belong to batch streams, not snapshots",
         )),
+        RecordKind::Message => Err(Error::data(
+            "message records belong to batch streams, not snapshots",
+        )),
     }
 }
 

@@ -141,6 +141,7 @@ fn check(validator: &mut Validator, item: &Lean, line: &[u8]) -> Result<()> {
         Lean::Item(Item::Header(h)) => validator.header(h),
         Lean::Item(Item::Event(e)) => validator.event(e),
         Lean::Item(Item::Schema(c)) => validator.schema_change(c),
+        Lean::Item(Item::Message(m)) => validator.message(m),
         Lean::Item(Item::Commit(c)) => validator.commit(c),
     }
 }

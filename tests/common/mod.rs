@@ -89,8 +89,17 @@ pub fn schema_rec(schema: J, renamed: &[(&str, &str)]) -> J {
     r
 }
 
+/// A message record (for [`Spec::events`]): a logical message.
+pub fn msg_rec(seq: u128, prefix: &str, content: J, transactional: bool) -> J {
+    json!({"kind": "message", "message": {"sequence": seq.to_string(), "prefix": prefix, "content": content, "transactional": transactional}})
+}
+
+/// A record that is not an event (made by [`schema_rec`] or [`msg_rec`]).
 fn is_schema_rec(e: &J) -> bool {
-    e.get("kind").and_then(J::as_str) == Some("schema")
+    matches!(
+        e.get("kind").and_then(J::as_str),
+        Some("schema") | Some("message")
+    )
 }
 
 /// A truncate of `table` (neither CASCADE nor RESTART IDENTITY).
@@ -283,12 +292,17 @@ pub fn parse_stream(bytes: &[u8]) -> Result<Vec<Batch>, String> {
                     compacted: h.compacted,
                     events: Vec::new(),
                     changes: Vec::new(),
+                    messages: Vec::new(),
                 })
             }
             Ok(Some(Item::Event(e))) => open.as_mut().expect("header first").events.push(e),
             Ok(Some(Item::Schema(c))) => {
                 let b = open.as_mut().expect("header first");
                 b.changes.push((b.events.len(), c));
+            }
+            Ok(Some(Item::Message(m))) => {
+                let b = open.as_mut().expect("header first");
+                b.messages.push((b.changes.len(), m));
             }
             Ok(Some(Item::Commit(c))) => {
                 let mut b = open.take().expect("header first");
@@ -456,6 +470,7 @@ pub fn tool_path(name: &str) -> PathBuf {
         "mooncdc-split" => env!("CARGO_BIN_EXE_mooncdc-split"),
         "mooncdc-merge" => env!("CARGO_BIN_EXE_mooncdc-merge"),
         "mooncdc-compact" => env!("CARGO_BIN_EXE_mooncdc-compact"),
+        "mooncdc-apply" => env!("CARGO_BIN_EXE_mooncdc-apply"),
         other => panic!("unknown tool {other}"),
     })
 }

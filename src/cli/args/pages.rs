@@ -90,6 +90,7 @@ pub fn sub_man_sections(tool: &str, sub: &str) -> Vec<(&'static str, String)> {
         ("mooncdc-capture", "read") => &[
             "$ mooncdc-capture read --source sqlite:app.db --after \"$(mooncdc-apply cursor --target sqlite:proj.db)\" | mooncdc-apply --target sqlite:proj.db",
             "$ mooncdc-capture read --source postgres://app@db/shop --follow --ack-from-target sqlite:proj.db | mooncdc-apply --target sqlite:proj.db",
+            "$ mooncdc-capture read --source postgres://app@db/shop --messages outbox --follow | mooncdc-split --output-format objects | jq --unbuffered -c 'select(.kind == \"message\")'",
         ],
         ("mooncdc-apply", "cursor") => &[
             "$ mooncdc-apply cursor --target sqlite:proj.db",

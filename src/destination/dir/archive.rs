@@ -143,7 +143,7 @@ pub(super) fn schemas_at_end(f: &ArchiveFile) -> Result<Option<Vec<Schema>>> {
                     crate::wire::put_in_force(s, &mut vec![c]);
                 }
             }
-            Item::Event(_) | Item::Commit(_) => {}
+            Item::Event(_) | Item::Message(_) | Item::Commit(_) => {}
         }
     }
     Ok(schemas)

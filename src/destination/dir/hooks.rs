@@ -7,9 +7,12 @@
 use super::DirTarget;
 use crate::destination::driver::BatchHooks;
 use crate::error::Result;
-use crate::wire::batch::{write_commit_line, write_header_line, write_schema_line};
+use crate::wire::batch::{
+    write_commit_line, write_header_line, write_message_line, write_schema_line,
+};
 use crate::wire::{
-    BatchStreamReader, Commit, Cursor, Event, Header, Schema, SchemaChange, SourceKind,
+    BatchStreamReader, Commit, Cursor, Event, Header, LogicalMessage, Schema, SchemaChange,
+    SourceKind,
 };
 use std::io::BufRead;
 
@@ -123,6 +126,21 @@ impl BatchHooks for DirTarget {
         self.write_line()?;
         self.batch.count += 1;
         Ok(())
+    }
+
+    /// The archive keeps batches whole: their messages too.
+    fn keeps_messages(&self) -> bool {
+        true
+    }
+
+    fn message<R: BufRead>(
+        &mut self,
+        m: LogicalMessage,
+        _input: &mut BatchStreamReader<R>,
+    ) -> Result<()> {
+        self.batch.line.clear();
+        write_message_line(&mut self.batch.line, &m);
+        self.write_line()
     }
 
     fn flush<R: BufRead>(&mut self, _input: &mut BatchStreamReader<R>) -> Result<()> {

@@ -122,6 +122,18 @@ impl<'a> BatchOut<'a> {
         Ok(())
     }
 
+    /// Write a logical message (a `message` record), opening the batch if
+    /// none is open. Schema records waiting stay for the event they
+    /// belong to. It is not an event: the count leaves it out.
+    pub(super) fn write_message(&mut self, m: &crate::wire::LogicalMessage) -> Result<()> {
+        self.open_batch()?;
+        self.line.clear();
+        crate::wire::batch::write_message_line(&mut self.line, m);
+        self.out.write_all(&self.line).map_err(io_out)?;
+        self.position = m.sequence;
+        Ok(())
+    }
+
     pub(super) fn finish_batch(&mut self, end: Sequence) -> Result<()> {
         self.open_batch()?;
         // Schema changes with no event after them yet belong to the batch's

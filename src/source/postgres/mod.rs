@@ -63,7 +63,8 @@ use crate::wire::batch::{
 };
 use crate::wire::snapshot::SnapshotWriter;
 use crate::wire::{
-    Column, Commit, Cursor, Event, Header, Operation, Row, Schema, SchemaChange, Sequence, Value,
+    Column, Commit, Cursor, Event, Header, LogicalMessage, Operation, Row, Schema, SchemaChange,
+    Sequence, Value,
 };
 use conn::{PgConn, SessionAttrs};
 use pgoutput::{Cell, Message, Relation};

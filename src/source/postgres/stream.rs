@@ -402,6 +402,46 @@ impl PgSource {
                                 }
                                 write_events!(events);
                             }
+                            // The application's logical messages: a
+                            // transactional one takes the next ordinal of
+                            // its transaction whether it is written or not
+                            // (so no event's sequence depends on
+                            // --messages); a non-transactional one, outside
+                            // any transaction at its LSN L, is a batch of its
+                            // own, (…, L+1/0] with the message at L/1. The
+                            // capture's own prefixes (mooncdc…) are above or
+                            // ignored below.
+                            Message::Message { flags, prefix, content, lsn }
+                                if !prefix.starts_with("mooncdc") =>
+                            {
+                                let shown = limits.messages.contains(&prefix);
+                                if flags & 1 == 1 {
+                                    let Some((commit, ordinal)) = txn.as_mut() else {
+                                        return Err(Error::data("a transactional logical message outside a transaction"));
+                                    };
+                                    *ordinal += 1;
+                                    let seq = sequence(*commit, *ordinal);
+                                    if shown && seq > start {
+                                        w.write_message(&LogicalMessage::new(seq, prefix, content, true))?;
+                                    }
+                                } else if shown && txn.is_none() {
+                                    if !follow && lsn >= wal_end {
+                                        break 'recv;
+                                    }
+                                    let seq = sequence(lsn, 1);
+                                    let end = sequence(lsn + 1, 0);
+                                    if seq > start && seq > w.position {
+                                        if w.open {
+                                            let at = w.position;
+                                            w.finish_batch(at)?;
+                                        }
+                                        w.high_water = w.high_water.max(end);
+                                        w.write_message(&LogicalMessage::new(seq, prefix, content, false))?;
+                                        w.finish_batch(end)?;
+                                        w.out.flush().map_err(io_out)?;
+                                    }
+                                }
+                            }
                             Message::Insert { .. }
                             | Message::Update { .. }
                             | Message::Delete { .. }
