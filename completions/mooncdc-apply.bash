@@ -16,11 +16,17 @@ _mooncdc__apply() {
             ",$1")
                 cmd="mooncdc__apply"
                 ;;
+            mooncdc__apply,cleanup)
+                cmd="mooncdc__apply__subcmd__cleanup"
+                ;;
             mooncdc__apply,cursor)
                 cmd="mooncdc__apply__subcmd__cursor"
                 ;;
             mooncdc__apply,help)
                 cmd="mooncdc__apply__subcmd__help"
+                ;;
+            mooncdc__apply__subcmd__help,cleanup)
+                cmd="mooncdc__apply__subcmd__help__subcmd__cleanup"
                 ;;
             mooncdc__apply__subcmd__help,cursor)
                 cmd="mooncdc__apply__subcmd__help__subcmd__cursor"
@@ -35,7 +41,7 @@ _mooncdc__apply() {
 
     case "${cmd}" in
         mooncdc__apply)
-            opts="-q -v -h -V --target --engine --on-conflict --existing-rows --log-format --metrics-listen --stall-timeout-ms --quiet --verbose --spool-dir --max-line-bytes --max-input-bytes --help --version cursor help"
+            opts="-q -v -h -V --target --engine --on-conflict --existing-rows --log-format --metrics-listen --stall-timeout-ms --quiet --verbose --spool-dir --max-line-bytes --max-input-bytes --help --version cursor cleanup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -88,6 +94,28 @@ _mooncdc__apply() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        mooncdc__apply__subcmd__cleanup)
+            opts="-h --target --table --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --target)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --table)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         mooncdc__apply__subcmd__cursor)
             opts="-h --target --source-identity --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
@@ -111,8 +139,22 @@ _mooncdc__apply() {
             return 0
             ;;
         mooncdc__apply__subcmd__help)
-            opts="cursor help"
+            opts="cursor cleanup help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        mooncdc__apply__subcmd__help__subcmd__cleanup)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi

@@ -44,9 +44,14 @@ complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -s v -l verbos
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -s V -l version -d 'Print version'
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -a "cursor" -d 'Print the target\'s stored cursor as JSON; exit 1 if it holds none'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -a "cleanup" -d 'ClickHouse targets: remove deleted rows from storage (the replacing engine\'s cleanup merge, OPTIMIZE … FINAL CLEANUP), one table at a time'
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cursor" -l target -d 'The target database URL' -r
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cursor" -l source-identity -d 'Exit 1 unless the stored cursor is of this source' -r
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cursor" -s h -l help -d 'Print help'
-complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand help; and not __fish_seen_subcommand_from cursor help" -f -a "cursor" -d 'Print the target\'s stored cursor as JSON; exit 1 if it holds none'
-complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand help; and not __fish_seen_subcommand_from cursor help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cleanup" -l target -d 'The ClickHouse target URL' -r
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cleanup" -l table -d 'Only the table of this source table (repeatable; default: every replacing table of the database)' -r
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cleanup" -s h -l help -d 'Print help'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand help; and not __fish_seen_subcommand_from cursor cleanup help" -f -a "cursor" -d 'Print the target\'s stored cursor as JSON; exit 1 if it holds none'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand help; and not __fish_seen_subcommand_from cursor cleanup help" -f -a "cleanup" -d 'ClickHouse targets: remove deleted rows from storage (the replacing engine\'s cleanup merge, OPTIMIZE … FINAL CLEANUP), one table at a time'
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand help; and not __fish_seen_subcommand_from cursor cleanup help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

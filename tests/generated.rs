@@ -354,7 +354,10 @@ fn subcommand_man_pages_have_examples_and_exit_status() {
             );
         }
     }
-    assert_eq!(pages, 9, "capture's eight subcommands and apply's cursor");
+    assert_eq!(
+        pages, 10,
+        "capture's eight subcommands, apply's cursor and cleanup"
+    );
 }
 
 /// Drive bash's completion as bash-completion does: its library loaded,

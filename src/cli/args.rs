@@ -545,6 +545,15 @@ pub enum ApplyCommand {
         #[arg(long, value_name = "ID")]
         source_identity: Option<String>,
     },
+    /// ClickHouse targets: remove deleted rows from storage (the replacing engine's cleanup merge, OPTIMIZE … FINAL CLEANUP), one table at a time
+    Cleanup {
+        /// The ClickHouse target URL
+        #[arg(long, value_name = "URL")]
+        target: String,
+        /// Only the table of this source table (repeatable; default: every replacing table of the database)
+        #[arg(long, value_name = "TABLE")]
+        table: Vec<String>,
+    },
 }
 
 /// Audit output formats.

@@ -16,6 +16,9 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
     {
         return cursor(&target, source_identity.as_deref());
     }
+    if let Some(ApplyCommand::Cleanup { target, table }) = a.command {
+        return cleanup(&target, &table);
+    }
     crate::log::set_json(a.log_format == crate::cli::args::LogFormat::Json);
     crate::ops::spool::set_dir(a.spool_dir.as_deref())?;
     let began = std::time::Instant::now();
@@ -238,4 +241,35 @@ fn cursor(target: &str, source_identity: Option<&str>) -> crate::error::Result<E
             ExitCode::from(1)
         }
     })
+}
+
+/// `apply cleanup`: the replacing engine's cleanup merge on a ClickHouse
+/// target's tables; a line per table on standard output.
+fn cleanup(target: &str, tables: &[String]) -> crate::error::Result<ExitCode> {
+    let ch = match endpoint::parse(target)? {
+        endpoint::Endpoint::ClickHouse(c) => {
+            if c.engine == Some(crate::destination::clickhouse::Engine::History) {
+                return Err(Error::usage(
+                    "cleanup is for the replacing engine: a history table keeps every change",
+                ));
+            }
+            crate::destination::clickhouse::ClickHouse::connect(
+                (*c).clone(),
+                crate::destination::clickhouse::Engine::Replacing,
+            )?
+        }
+        _ => return Err(Error::usage(
+            "cleanup is for ClickHouse targets: SQLite and PostgreSQL targets delete rows in place",
+        )),
+    };
+    for c in ch.cleanup(tables)? {
+        match &c.skipped {
+            Some(why) => println!("skipped {}: {why}", c.table),
+            None => println!(
+                "cleaned {}: {} rows ({} deleted) before, {} rows ({} deleted) after",
+                c.table, c.before.0, c.before.1, c.after.0, c.after.1
+            ),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

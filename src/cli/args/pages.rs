@@ -96,6 +96,10 @@ pub fn sub_man_sections(tool: &str, sub: &str) -> Vec<(&'static str, String)> {
             "$ mooncdc-apply cursor --target sqlite:proj.db",
             "$ mooncdc-apply cursor --target clickhouse://default@localhost:8123/shop --source-identity sqlite:725cfa4f-3f24-4b2e-b4c7-747a3e92fb4a",
         ],
+        ("mooncdc-apply", "cleanup") => &[
+            "$ mooncdc-apply cleanup --target clickhouse://default@localhost:8123/shop",
+            "$ mooncdc-apply cleanup --target clickhouse://default@localhost:8123/shop --table public.orders",
+        ],
         _ => &[],
     };
     let exit = match (tool, sub) {
@@ -104,6 +108,7 @@ pub fn sub_man_sections(tool: &str, sub: &str) -> Vec<(&'static str, String)> {
         ("mooncdc-capture", "migrate") => "0 migrated and capture rebuilt; 1 a migration that fails or changes rows (nothing of it is kept), or a failed operation; 2 usage.",
         ("mooncdc-capture", "backfill") => "0 every request recorded (a following capture carries them out); 1 a table being backfilled already, or backfilled before without --resync, or a failed operation (nothing recorded); 2 usage, a table that does not exist.",
         ("mooncdc-apply", "cursor") => "0 the cursor printed; 1 the target holds no cursor, or one of another source than --source-identity, or a failed operation; 2 usage.",
+        ("mooncdc-apply", "cleanup") => "0 every table cleaned or skipped (a line each on standard output); 1 a failed operation (the tables before it were cleaned); 2 usage: not a ClickHouse target, the history engine, a table the database does not hold.",
         _ => "0 success; 1 bad data or a failed operation; 2 usage.",
     };
     let env = "PGHOST, PGHOSTADDR, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSERVICE, PGSERVICEFILE, PGSYSCONFDIR, PGPASSFILE, PGSSLMODE, PGSSLROOTCERT, PGAPPNAME, PGCONNECT_TIMEOUT: as libpq, for postgres:// URLs (the URL wins, then a service, then the environment).";

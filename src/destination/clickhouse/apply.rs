@@ -70,17 +70,23 @@ impl ClickHouse {
         kind: SourceKind,
     ) -> Result<()> {
         let table = c.schema.table.clone();
-        let new = Layout::new(&c.schema, kind);
         let segs = bufs.entry(table.clone()).or_default();
-        match layouts.get(&table) {
+        let new = match layouts.get(&table) {
             Some(old) => {
+                // Columns keep the types they had (a `String` column made
+                // by an earlier MoonCDC stays one through a change).
+                let mut new = Layout::with_typing(&c.schema, kind, self.typing);
+                new.keep_types_of(old, &c);
                 segs.push(Segment::new(Some((old.clone(), c)), new.clone()));
+                new
             }
             None => {
+                let new = self.layout(&c.schema, kind)?;
                 self.ensure(&new)?;
                 segs.push(Segment::new(None, new.clone()));
+                new
             }
-        }
+        };
         layouts.insert(table, new);
         Ok(())
     }
@@ -98,7 +104,10 @@ impl ClickHouse {
         deferred: &mut HashMap<String, Error>,
         drop: bool,
     ) -> Result<bool> {
-        let all: Vec<Layout> = in_force.iter().map(|s| Layout::new(s, kind)).collect();
+        let all: Vec<Layout> = in_force
+            .iter()
+            .map(|s| self.layout(s, kind))
+            .collect::<Result<_>>()?;
         self.check_names(&all)?;
         for (s, l) in in_force.drain(..).zip(all) {
             // A stop between two tables: the batch ends here, no row and no
@@ -355,7 +364,10 @@ impl SnapshotHooks for Load<'_> {
 
     fn tables(&mut self, schemas: &[Schema], kind: SourceKind) -> Result<()> {
         let ch = &*self.target;
-        let all: Vec<Layout> = schemas.iter().map(|s| Layout::new(s, kind)).collect();
+        let all: Vec<Layout> = schemas
+            .iter()
+            .map(|s| ch.layout(s, kind))
+            .collect::<Result<_>>()?;
         ch.check_names(&all)?;
         for (s, l) in schemas.iter().zip(all) {
             ch.ensure(&l)?;

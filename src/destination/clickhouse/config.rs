@@ -28,6 +28,17 @@ impl Engine {
     }
 }
 
+/// Which column types PostgreSQL's timestamps, dates, UUIDs, booleans and
+/// arrays get (`types=`; docs/CLICKHOUSE.md, Types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Types {
+    /// ClickHouse's own, where the server has them (21.12 and later).
+    #[default]
+    Native,
+    /// `String` (`UInt8` for booleans), as on servers without them.
+    Text,
+}
+
 /// Connection settings.
 #[derive(Clone)]
 pub struct ChConfig {
@@ -52,11 +63,14 @@ pub struct ChConfig {
     pub sslrootcert: Option<std::path::PathBuf>,
     /// `engine=replacing|history`: the table engine (also `--engine`).
     pub engine: Option<Engine>,
+    /// `types=native|text`: the column types of new columns.
+    pub types: Types,
 }
 
 /// The URL options a ClickHouse target takes (docs/CLICKHOUSE.md).
-const KNOWN_OPTIONS: [&str; 10] = [
+const KNOWN_OPTIONS: [&str; 11] = [
     "engine",
+    "types",
     "connectivity_timeout_ms",
     "schema_timeout_ms",
     "ddl_timeout_ms",
@@ -167,6 +181,7 @@ impl ChConfig {
             zookeeper_path: "/clickhouse/tables".into(),
             sslrootcert: None,
             engine: None,
+            types: Types::Native,
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -177,6 +192,17 @@ impl ChConfig {
                             "ClickHouse URL option engine={v:?}: choose replacing (the current state) or history (every change)"
                         ))
                     })?);
+                }
+                "types" => {
+                    c.types = match v {
+                        "native" => Types::Native,
+                        "text" => Types::Text,
+                        _ => {
+                            return Err(Error::usage(format!(
+                                "ClickHouse URL option types={v:?}: choose native (ClickHouse's own types for PostgreSQL's timestamps, dates, UUIDs, booleans and arrays, where the server has them) or text (String, as on older servers)"
+                            )))
+                        }
+                    };
                 }
                 "cluster" => {
                     let v = crate::util::percent_decode(v)?;

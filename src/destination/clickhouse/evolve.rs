@@ -51,7 +51,7 @@ impl ClickHouse {
         // (the history engine also keeps columns dropped earlier).
         for (n, ty) in &have {
             let known = allowed.iter().any(|(an, at)| an == n && at == ty)
-                || (self.engine == Engine::History && ty.starts_with("Nullable("));
+                || (self.engine == Engine::History && super::schema::not_key(ty));
             if !known {
                 return Err(refuse(format!(
                     "the table has column {n} {ty}, which is in none of the schemas the stream gives it around this change; the target diverges from the source (give it a new snapshot)"

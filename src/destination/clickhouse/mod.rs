@@ -35,11 +35,13 @@
 //!   cursor table is replicated on every node.
 
 mod apply;
+mod cleanup;
 mod config;
 mod cursor;
 mod evolve;
 mod http;
 mod names;
+mod pgtext;
 mod read;
 mod rowbinary;
 mod schema;
@@ -47,12 +49,13 @@ mod send;
 mod sql;
 mod types;
 
+pub use cleanup::Cleaned;
 use config::pct_encode;
-pub use config::{ChConfig, Engine};
+pub use config::{ChConfig, Engine, Types};
 pub use read::ChRows;
 use rowbinary::*;
 use sql::*;
-pub use types::{column_type, table_name, version, ChType};
+pub use types::{column_type, column_type_with, table_name, version, ChType, Elem, Typing};
 use types::{refuse_meta_names, HISTORY_META, REPLACING_META};
 
 use super::{ExistingRows, TargetOptions};
@@ -126,8 +129,14 @@ pub struct ClickHouse {
     pub(super) version: (u32, u32),
     /// A cluster target: the cluster and the quorum of each insert.
     pub(super) cluster: Option<Cluster>,
-    /// The schema each table was last made or checked for by `ensure`.
-    pub(super) ensured: std::cell::RefCell<HashMap<String, Schema>>,
+    /// The schema each table was last made or checked for by `ensure`, and
+    /// the column types it was found with.
+    pub(super) ensured: std::cell::RefCell<HashMap<String, (Schema, Vec<ChType>)>>,
+    /// Which column types new columns get (server version, `types=`).
+    pub(super) typing: Typing,
+    /// Whether new replacing tables name `_etl_deleted` to the engine
+    /// (`ReplacingMergeTree(_etl_version, _etl_deleted)`, 23.2 and later).
+    pub(super) is_deleted: bool,
     /// The source table each ClickHouse table holds (`_mooncdc_tables`),
     /// read once.
     pub(super) names: std::cell::RefCell<Option<HashMap<String, String>>>,
@@ -178,6 +187,8 @@ impl ClickHouse {
             cluster: None,
             ensured: Default::default(),
             names: Default::default(),
+            typing: Typing::default(),
+            is_deleted: false,
         };
         // Reachable, and the credentials work.
         let v = ch.query("SELECT version()", None, Timeout::Connect)?;
@@ -193,6 +204,23 @@ impl ClickHouse {
             .lines()
             .map(str::to_string)
             .collect();
+        // ClickHouse's own types for PostgreSQL's timestamps, dates, UUIDs,
+        // booleans and arrays where the server has them all (DateTime64,
+        // Date32, Bool: 21.12), unless the URL asks for text.
+        if ch.version >= (21, 12) && ch.cfg.types != Types::Text {
+            // Naive timestamps keep their wall-clock text only in a column
+            // whose zone is UTC: the server's own, or pinned.
+            let v = ch.query(
+                "SELECT toUnixTimestamp(toDateTime('2024-01-01 00:00:00')) = 1704067200 AND toUnixTimestamp(toDateTime('2024-07-01 00:00:00')) = 1719792000 FORMAT TabSeparated",
+                None,
+                Timeout::Schema,
+            )?;
+            ch.typing = Typing {
+                native: true,
+                pin_utc: String::from_utf8_lossy(&v).trim() != "1",
+            };
+        }
+        ch.is_deleted = ch.version >= (23, 2);
         if let Some(name) = ch.cfg.cluster.clone() {
             ch.cluster = Some(ch.cluster_of(&name)?);
         }
@@ -576,6 +604,40 @@ mod tests {
             (ChType::Decimal(10, 2), Value::Text("-12.30".into())),
             (ChType::Bool, Value::Integer(1)),
             (ChType::Int64, Value::Null),
+            (ChType::BoolNative, Value::Integer(0)),
+            (
+                ChType::DateTime64 {
+                    zoned: true,
+                    utc: true,
+                },
+                Value::Text("1969-12-31 23:59:59.999999+00".into()),
+            ),
+            (
+                ChType::DateTime64 {
+                    zoned: false,
+                    utc: false,
+                },
+                Value::Text("2024-03-10 02:30:00.5".into()),
+            ),
+            (ChType::Date32, Value::Text("1900-01-01".into())),
+            (
+                ChType::Uuid,
+                Value::Text("61f0c404-5cb3-11e7-907b-a6006ad3dba0".into()),
+            ),
+            (
+                ChType::Array(Elem::Text),
+                Value::Text(r#"{"a b",NULL,"","NULL"}"#.into()),
+            ),
+            (
+                ChType::Array(Elem::Float64),
+                Value::Text("{1.5,-0,1e-300,NULL}".into()),
+            ),
+            (ChType::Array(Elem::Bool), Value::Text("{t,f,NULL}".into())),
+            (
+                ChType::Array(Elem::Decimal(10, 2)),
+                Value::Text("{1.50,-0.01}".into()),
+            ),
+            (ChType::Array(Elem::Int32), Value::Text("{}".into())),
         ];
         for (ty, v) in cases {
             let mut b = Vec::new();
@@ -588,5 +650,29 @@ mod tests {
         assert!(encode_value(&mut b, ChType::Float32, true, &Value::Real(0.1)).is_err());
         assert!(encode_value(&mut b, ChType::Text, true, &Value::Blob(vec![])).is_err());
         assert!(encode_value(&mut b, ChType::Int64, false, &Value::Null).is_err());
+        // ClickHouse's UUID bytes: each 64-bit half little-endian (checked
+        // against a modern server's RowBinary of this very UUID).
+        let mut b = Vec::new();
+        encode_value(
+            &mut b,
+            ChType::Uuid,
+            false,
+            &Value::Text("61f0c404-5cb3-11e7-907b-a6006ad3dba0".into()),
+        )
+        .unwrap();
+        assert_eq!(hex::encode(&b), "e711b35c04c4f061a0dbd36a00a67b90");
+        for (ty, text) in [
+            (ChType::Date32, "1899-12-31"),
+            (ChType::Array(Elem::Int32), "{{1},{2}}"),
+            (ChType::Array(Elem::Int16), "{40000}"),
+            (ChType::Array(Elem::Float64), "{NaN}"),
+            (ChType::Uuid, "not a uuid"),
+        ] {
+            let mut b = Vec::new();
+            assert!(
+                encode_value(&mut b, ty, true, &Value::Text(text.into())).is_err(),
+                "{text}"
+            );
+        }
     }
 }

@@ -32,7 +32,7 @@ impl ClickHouse {
     /// when the table does not exist.
     pub fn current_rows(&self, schema: &Schema, kind: SourceKind) -> Result<Option<ChRows>> {
         self.check_recorded(schema)?;
-        let l = Layout::new(schema, kind);
+        let l = self.layout(schema, kind)?;
         let have = self.columns_of(&l.name)?;
         if have.is_empty() {
             return Ok(None);
@@ -58,7 +58,11 @@ impl ClickHouse {
             .key
             .iter()
             .map(|&i| match l.types[i] {
-                ChType::Decimal(..) => format!("toString({})", qi(&schema.columns[i].name)),
+                // A UUID's text sorts as its bytes; ClickHouse orders
+                // UUIDs by their two halves' numbers, which is not that.
+                ChType::Decimal(..) | ChType::Uuid => {
+                    format!("toString({})", qi(&schema.columns[i].name))
+                }
                 _ => qi(&schema.columns[i].name),
             })
             .collect();

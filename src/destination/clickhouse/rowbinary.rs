@@ -86,7 +86,10 @@ pub(super) fn encode_value(
         }
         out.push(0);
     } else if v.is_null() {
-        return Err("NULL in a key column".into());
+        return Err(match ty {
+            ChType::Array(_) => "NULL in an Array column (ClickHouse has no Nullable(Array); the column was NOT NULL at the source when the table was made)".into(),
+            _ => "NULL in a key column".into(),
+        });
     }
     let class = v.class_name();
     let wrong = || format!("a {class} value does not fit a {} column", ty.sql());
@@ -139,9 +142,84 @@ pub(super) fn encode_value(
             leb128(out, w.len() as u64);
             out.extend_from_slice(&w);
         }
+        (ChType::BoolNative, Value::Integer(i)) if *i == 0 || *i == 1 => out.push(*i as u8),
+        (ChType::DateTime64 { zoned, .. }, Value::Text(t)) => {
+            out.extend(pgtext::parse_timestamp(t, zoned)?.to_le_bytes())
+        }
+        (ChType::Date32, Value::Text(t)) => out.extend(pgtext::parse_date(t)?.to_le_bytes()),
+        (ChType::Uuid, Value::Text(t)) => {
+            // Two 64-bit halves, each little-endian.
+            let b = pgtext::parse_uuid(t)?;
+            out.extend(b[..8].iter().rev());
+            out.extend(b[8..].iter().rev());
+        }
+        (ChType::Array(e), Value::Text(t)) => {
+            let elements = pgtext::parse_array(t)?;
+            leb128(out, elements.len() as u64);
+            for el in &elements {
+                match el {
+                    None => out.push(1),
+                    Some(s) => {
+                        out.push(0);
+                        encode_element(out, e, s)
+                            .map_err(|why| format!("array element {s:?}: {why}"))?;
+                    }
+                }
+            }
+        }
         _ => return Err(wrong()),
     }
     Ok(())
+}
+
+/// One array element, from its PostgreSQL text.
+fn encode_element(out: &mut Vec<u8>, e: Elem, s: &str) -> std::result::Result<(), String> {
+    let v = match e {
+        Elem::Int16 | Elem::Int32 | Elem::Int64 => Value::Integer(
+            s.parse()
+                .map_err(|_| format!("{s:?} is not a 64-bit integer"))?,
+        ),
+        Elem::Float32 | Elem::Float64 => {
+            let x = if e == Elem::Float32 {
+                s.parse::<f32>().map(f64::from)
+            } else {
+                s.parse::<f64>()
+            }
+            .map_err(|_| format!("{s:?} is not a number"))?;
+            if !x.is_finite() {
+                return Err(format!(
+                    "{s} cannot be carried (only finite floats can, as for REAL values)"
+                ));
+            }
+            Value::Real(x)
+        }
+        Elem::Bool => match s {
+            "t" => Value::Integer(1),
+            "f" => Value::Integer(0),
+            _ => return Err(format!("{s:?} is not a boolean")),
+        },
+        _ => Value::Text(s.to_string()),
+    };
+    encode_value(out, e.scalar(), false, &v)
+}
+
+/// An unsigned LEB128 number (a string's or an array's length).
+fn read_leb128(r: &mut dyn Read) -> Result<u64> {
+    let mut n = 0u64;
+    let mut shift = 0;
+    loop {
+        let mut b = [0u8; 1];
+        r.read_exact(&mut b)
+            .map_err(|e| Error::io("cannot read a ClickHouse row", e))?;
+        n |= ((b[0] & 0x7f) as u64) << shift;
+        if b[0] & 0x80 == 0 {
+            return Ok(n);
+        }
+        shift += 7;
+        if shift > 63 {
+            return Err(Error::data("bad length in a ClickHouse row"));
+        }
+    }
 }
 
 /// Read one value of a column back from RowBinary.
@@ -162,20 +240,7 @@ pub(super) fn decode_value(r: &mut dyn Read, ty: ChType, nullable: bool) -> Resu
         }};
     }
     let string = |r: &mut dyn Read| -> Result<Vec<u8>> {
-        let mut n = 0u64;
-        let mut shift = 0;
-        loop {
-            let mut b = [0u8; 1];
-            r.read_exact(&mut b).map_err(bad)?;
-            n |= ((b[0] & 0x7f) as u64) << shift;
-            if b[0] & 0x80 == 0 {
-                break;
-            }
-            shift += 7;
-            if shift > 63 {
-                return Err(Error::data("bad string length in a ClickHouse row"));
-            }
-        }
+        let n = read_leb128(r)?;
         let mut v = Vec::new();
         r.take(n).read_to_end(&mut v).map_err(bad)?;
         if v.len() as u64 != n {
@@ -209,6 +274,35 @@ pub(super) fn decode_value(r: &mut dyn Read, ty: ChType, nullable: bool) -> Resu
             serde_json::from_slice::<Value>(&text)
                 .map_err(|e| Error::data(format!("a stored wire value does not decode: {e}")))?
         }
+        ChType::BoolNative => Value::Integer(le!(u8, 1) as i64),
+        ChType::DateTime64 { zoned, .. } => {
+            Value::Text(pgtext::format_timestamp(le!(i64, 8), zoned))
+        }
+        ChType::Date32 => Value::Text(pgtext::format_date(le!(i32, 4))),
+        ChType::Uuid => {
+            let mut b = [0u8; 16];
+            r.read_exact(&mut b).map_err(bad)?;
+            b[..8].reverse();
+            b[8..].reverse();
+            Value::Text(pgtext::format_uuid(&b))
+        }
+        ChType::Array(e) => {
+            let n = read_leb128(r)?;
+            let mut elements = Vec::new();
+            for _ in 0..n {
+                elements.push(match decode_value(r, e.scalar(), true)? {
+                    Value::Null => None,
+                    Value::Integer(i) if e == Elem::Bool => {
+                        Some(if i == 1 { "t" } else { "f" }.to_string())
+                    }
+                    Value::Integer(i) => Some(i.to_string()),
+                    Value::Real(x) => Some(pgtext::format_float(x, e == Elem::Float32)),
+                    Value::Text(t) => Some(t),
+                    Value::Blob(_) => return Err(Error::data("a bytes array element")),
+                });
+            }
+            Value::Text(pgtext::format_array(&elements))
+        }
     })
 }
 
@@ -223,22 +317,100 @@ pub(super) struct Layout {
 }
 
 impl Layout {
-    pub(super) fn new(schema: &Schema, kind: SourceKind) -> Layout {
+    /// The layout a schema gets under a target's typing, before any table
+    /// is looked at ([`Layout::keep_earlier_types`]). A key column is never
+    /// an array (arrays stay `String` there, as keys sort as their text).
+    pub(super) fn with_typing(schema: &Schema, kind: SourceKind, typing: Typing) -> Layout {
+        let key = schema.key_indices();
         Layout {
             name: table_name(&schema.table),
             types: schema
                 .columns
                 .iter()
-                .map(|c| column_type(c, kind))
+                .enumerate()
+                .map(|(i, c)| match column_type_with(c, kind, typing) {
+                    ChType::Array(_) if key.contains(&i) => ChType::Text,
+                    t => t,
+                })
                 .collect(),
-            key: schema.key_indices(),
+            key,
             schema: schema.clone(),
             kind,
         }
     }
 
+    /// A column that the table (`have`: its columns and types) holds with
+    /// the type servers without the typed mappings give it (`String`, or
+    /// `UInt8` for a boolean: a table made by an earlier MoonCDC, or by
+    /// hand to keep a column as text) keeps that type; a timestamp column
+    /// keeps its time zone. Nothing is converted behind the user's back
+    /// (docs/CLICKHOUSE.md, Types).
+    pub(super) fn keep_earlier_types(&mut self, have: &[(String, String)]) {
+        for (i, c) in self.schema.columns.iter().enumerate() {
+            if !self.types[i].is_native() {
+                continue;
+            }
+            let Some((_, t)) = have.iter().find(|(n, _)| *n == c.name) else {
+                continue;
+            };
+            let bare = t
+                .strip_prefix("Nullable(")
+                .and_then(|r| r.strip_suffix(')'))
+                .unwrap_or(t);
+            let earlier = column_type(c, self.kind);
+            if bare == earlier.sql() {
+                self.types[i] = earlier;
+            } else if let ChType::DateTime64 { zoned, .. } = self.types[i] {
+                for utc in [false, true] {
+                    if bare == (ChType::DateTime64 { zoned, utc }).sql() {
+                        self.types[i] = ChType::DateTime64 { zoned, utc };
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Layout::keep_earlier_types`] from the layout before a schema
+    /// change (columns followed through renames).
+    pub(super) fn keep_types_of(&mut self, old: &Layout, c: &SchemaChange) {
+        // An array column stays one when the source lets it be NULL now:
+        // ClickHouse cannot turn it into text that reads back as the
+        // source's, and a NULL then fails naming the column.
+        for (j, src) in c.sources(&old.schema).iter().enumerate() {
+            if let Some(i) = src {
+                if let ChType::Array(e) = old.types[*i] {
+                    if self.types[j] == ChType::Text
+                        && column_type_with(
+                            &self.schema.columns[j],
+                            self.kind,
+                            Typing {
+                                native: true,
+                                pin_utc: false,
+                            },
+                        ) == ChType::Text
+                        && self.schema.columns[j].decl_type.ends_with("[]")
+                    {
+                        self.types[j] = ChType::Array(e);
+                    }
+                }
+            }
+        }
+        let have: Vec<(String, String)> = c
+            .sources(&old.schema)
+            .iter()
+            .enumerate()
+            .filter_map(|(j, src)| {
+                src.map(|i| (self.schema.columns[j].name.clone(), old.types[i].sql()))
+            })
+            .collect();
+        self.keep_earlier_types(&have);
+    }
+
+    /// Whether column `i` is `Nullable`: every column but the key's and
+    /// arrays (ClickHouse has no `Nullable(Array(…))`; only columns the
+    /// source declares NOT NULL are arrays).
     pub(super) fn nullable(&self, i: usize) -> bool {
-        !self.key.contains(&i)
+        !self.key.contains(&i) && !matches!(self.types[i], ChType::Array(_))
     }
 
     /// Each data column's (name, ClickHouse type) as the table must have it.
@@ -290,9 +462,21 @@ impl Layout {
         for (i, v) in row.iter().enumerate() {
             encode_value(out, self.types[i], self.nullable(i), v).map_err(|e| {
                 let at = seq.map_or("snapshot row".to_string(), |s| format!("event {s}"));
+                // A typed column refuses what its type cannot hold; text
+                // columns take every value.
+                let way_out = if self.types[i].is_native() {
+                    format!(
+                        "; nothing of it was written and the cursor did not move: to carry such values, keep the column as text (make the table again from a new snapshot with types=text in the target URL, or create ClickHouse table {} yourself with a String column there first: docs/CLICKHOUSE.md, Types)",
+                        self.name
+                    )
+                } else {
+                    String::new()
+                };
                 Error::data(format!(
-                    "{at}, table {:?}, column {:?}: {e}",
-                    self.schema.table, self.schema.columns[i].name
+                    "{at}, table {:?}, column {:?} ({}): {e}{way_out}",
+                    self.schema.table,
+                    self.schema.columns[i].name,
+                    self.types[i].sql()
                 ))
             })?;
         }

@@ -93,16 +93,43 @@ impl ClickHouse {
         // Made or checked for this very schema already by this process:
         // nothing to ask the server again (a follower ensures its tables at
         // every batch; on a cluster that is several requests each).
-        if self.ensured.borrow().get(&l.schema.table) == Some(&l.schema) {
+        if self
+            .ensured
+            .borrow()
+            .get(&l.schema.table)
+            .is_some_and(|(s, t)| *s == l.schema && *t == l.types)
+        {
             return Ok(None);
         }
         let r = self.ensure_on_server(l, drop)?;
         if r.is_none() {
             self.ensured
                 .borrow_mut()
-                .insert(l.schema.table.clone(), l.schema.clone());
+                .insert(l.schema.table.clone(), (l.schema.clone(), l.types.clone()));
         }
         Ok(r)
+    }
+
+    /// The layout a table of this schema is written and read with: the
+    /// target's typing, with the types the table already has for columns
+    /// an earlier MoonCDC (or its user) made `String`
+    /// ([`Layout::keep_earlier_types`]). The server is asked only when the
+    /// schema has a column of a typed mapping and this process has not
+    /// checked the table for this very schema.
+    pub(super) fn layout(&self, schema: &Schema, kind: SourceKind) -> Result<Layout> {
+        let mut l = Layout::with_typing(schema, kind, self.typing);
+        if !l.types.iter().any(|t| t.is_native()) {
+            return Ok(l);
+        }
+        if let Some((s, t)) = self.ensured.borrow().get(&schema.table) {
+            if s == schema {
+                l.types = t.clone();
+                return Ok(l);
+            }
+        }
+        let have = self.columns_typed(&self.stored(&l.name))?;
+        l.keep_earlier_types(&have);
+        Ok(l)
     }
 
     fn ensure_on_server(&self, l: &Layout, drop: bool) -> Result<Option<Error>> {
@@ -173,10 +200,14 @@ impl ClickHouse {
             };
             let sep = if zk.is_empty() { "" } else { ", " };
             let sql = match self.engine {
+                // Where the server has it, the engine knows which rows are
+                // deleted: `FINAL` leaves them out, and a cleanup merge
+                // removes them (docs/CLICKHOUSE.md, Tables).
                 Engine::Replacing => format!(
-                    "CREATE TABLE IF NOT EXISTS {db}.{}{on} ({}, `_etl_version` UInt64, `_etl_deleted` UInt8) ENGINE = {replicated}ReplacingMergeTree({zk}{sep}`_etl_version`) ORDER BY ({})",
+                    "CREATE TABLE IF NOT EXISTS {db}.{}{on} ({}, `_etl_version` UInt64, `_etl_deleted` UInt8) ENGINE = {replicated}ReplacingMergeTree({zk}{sep}`_etl_version`{}) ORDER BY ({})",
                     qi(&stored),
                     l.column_defs().join(", "),
+                    if self.is_deleted { ", `_etl_deleted`" } else { "" },
                     keys.join(", ")
                 ),
                 Engine::History => format!(
@@ -242,7 +273,7 @@ impl ClickHouse {
                         .collect();
                     let same = kept.len() == expected.len()
                         && kept.iter().zip(&expected).all(|(h, e)| h.1 == e.1);
-                    if same && gone.iter().all(|&i| data[i].1.starts_with("Nullable(")) {
+                    if same && gone.iter().all(|&i| not_key(&data[i].1)) {
                         for &i in &gone {
                             self.query(
                                 &format!(
@@ -280,7 +311,7 @@ impl ClickHouse {
                     expected
                         .iter()
                         .find(|(e, _)| e == n)
-                        .map_or(t.starts_with("Nullable("), |(_, et)| et == t)
+                        .map_or(not_key(t), |(_, et)| et == t)
                 }),
             };
             if !fits {
@@ -298,7 +329,7 @@ impl ClickHouse {
                     .collect(),
             };
             for (i, c) in missing.into_iter().map(|i| (i, &l.schema.columns[i])) {
-                if !l.nullable(i) {
+                if l.key.contains(&i) {
                     return Err(Error::state(format!(
                         "cannot add key column {:?} to ClickHouse table {}",
                         c.name, l.name
@@ -306,10 +337,10 @@ impl ClickHouse {
                 }
                 self.query(
                     &format!(
-                        "ALTER TABLE {db}.{}{on} ADD COLUMN {} Nullable({})",
+                        "ALTER TABLE {db}.{}{on} ADD COLUMN {} {}",
                         qi(&stored),
                         qi(&c.name),
-                        l.types[i].sql()
+                        expected[i].1
                     ),
                     None,
                     Timeout::Ddl,
@@ -390,4 +421,10 @@ impl ClickHouse {
         )?;
         Ok(true)
     }
+}
+
+/// Whether a column of this ClickHouse type can be a data column only (key
+/// columns are neither `Nullable` nor arrays).
+pub(super) fn not_key(ty: &str) -> bool {
+    ty.starts_with("Nullable(") || ty.starts_with("Array(")
 }

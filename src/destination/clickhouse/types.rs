@@ -9,6 +9,8 @@ pub enum ChType {
     Int32,
     Int16,
     UInt32,
+    /// `UInt8` holding INTEGER 0 or 1 (servers without `Bool`, and tables
+    /// made before it was used).
     Bool,
     Float64,
     Float32,
@@ -19,6 +21,56 @@ pub enum ChType {
     Blob,
     /// Any class, stored as the value's wire form (JSON) in a String.
     Any,
+    /// `Bool`, INTEGER 0 or 1.
+    BoolNative,
+    /// `DateTime64(6)`, from a PostgreSQL timestamp's text: `zoned` is a
+    /// `timestamptz` (its text has an offset); `utc` pins the column to
+    /// UTC (`DateTime64(6, 'UTC')`).
+    DateTime64 {
+        zoned: bool,
+        utc: bool,
+    },
+    /// `Date32`, from a PostgreSQL `date`'s text.
+    Date32,
+    /// `UUID`, from a PostgreSQL `uuid`'s text.
+    Uuid,
+    /// `Array(Nullable(T))`, from a one-dimensional PostgreSQL array's text.
+    Array(Elem),
+}
+
+/// An array's element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Elem {
+    Int16,
+    Int32,
+    Int64,
+    Float32,
+    Float64,
+    Bool,
+    Text,
+    Decimal(u8, u8),
+    Uuid,
+    Date32,
+    DateTime64 { zoned: bool, utc: bool },
+}
+
+impl Elem {
+    /// The scalar column type of one element.
+    pub fn scalar(self) -> ChType {
+        match self {
+            Elem::Int16 => ChType::Int16,
+            Elem::Int32 => ChType::Int32,
+            Elem::Int64 => ChType::Int64,
+            Elem::Float32 => ChType::Float32,
+            Elem::Float64 => ChType::Float64,
+            Elem::Bool => ChType::BoolNative,
+            Elem::Text => ChType::Text,
+            Elem::Decimal(p, s) => ChType::Decimal(p, s),
+            Elem::Uuid => ChType::Uuid,
+            Elem::Date32 => ChType::Date32,
+            Elem::DateTime64 { zoned, utc } => ChType::DateTime64 { zoned, utc },
+        }
+    }
 }
 
 impl ChType {
@@ -33,14 +85,64 @@ impl ChType {
             ChType::Float32 => "Float32".into(),
             ChType::Decimal(p, s) => format!("Decimal({p}, {s})"),
             ChType::Text | ChType::Blob | ChType::Any => "String".into(),
+            ChType::BoolNative => "Bool".into(),
+            ChType::DateTime64 { utc: true, .. } => "DateTime64(6, 'UTC')".into(),
+            ChType::DateTime64 { utc: false, .. } => "DateTime64(6)".into(),
+            ChType::Date32 => "Date32".into(),
+            ChType::Uuid => "UUID".into(),
+            ChType::Array(e) => format!("Array(Nullable({}))", e.scalar().sql()),
         }
+    }
+
+    /// Whether the type is one of the typed mappings (`Typing::native`).
+    pub fn is_native(self) -> bool {
+        matches!(
+            self,
+            ChType::BoolNative
+                | ChType::DateTime64 { .. }
+                | ChType::Date32
+                | ChType::Uuid
+                | ChType::Array(_)
+        )
     }
 }
 
-/// The ClickHouse type of a schema column, by the source's kind.
+/// Which column types a target uses, from the server's version at connect
+/// and the URL's `types=` option (docs/CLICKHOUSE.md, Types).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Typing {
+    /// PostgreSQL timestamps, dates, UUIDs, booleans and arrays get
+    /// ClickHouse's own types (servers 21.12 and later, `types=native`);
+    /// otherwise they are `String` (`UInt8` for booleans), as before.
+    pub native: bool,
+    /// The server's own time zone is not UTC: a `timestamp` column is then
+    /// pinned to UTC too, so its wall-clock values read back unchanged.
+    pub pin_utc: bool,
+}
+
+/// The ClickHouse type of a schema column, by the source's kind, as
+/// servers without the typed mappings (and `types=text`) store it.
 pub fn column_type(c: &Column, kind: SourceKind) -> ChType {
+    column_type_with(c, kind, Typing::default())
+}
+
+/// The ClickHouse type of a schema column under a target's typing.
+pub fn column_type_with(c: &Column, kind: SourceKind, typing: Typing) -> ChType {
     let t = c.decl_type.to_ascii_lowercase();
     if kind == SourceKind::Postgres {
+        if typing.native {
+            if let Some(elem) = t.strip_suffix("[]") {
+                // ClickHouse has no `Nullable(Array(…))`: only a column that
+                // cannot be NULL keeps NULL apart from `{}` as an Array.
+                return match pg_elem(elem, typing) {
+                    Some(e) if !c.nullable => ChType::Array(e),
+                    _ => ChType::Text,
+                };
+            }
+            if let Some(e) = pg_elem(&t, typing) {
+                return e.scalar();
+            }
+        }
         return match t.as_str() {
             "smallint" => ChType::Int16,
             "integer" => ChType::Int32,
@@ -50,17 +152,10 @@ pub fn column_type(c: &Column, kind: SourceKind) -> ChType {
             "double precision" => ChType::Float64,
             "boolean" => ChType::Bool,
             "bytea" => ChType::Blob,
-            _ => {
-                if let Some(ps) = t.strip_prefix("numeric(").and_then(|r| r.strip_suffix(')')) {
-                    let mut it = ps.split(',').map(|x| x.trim().parse::<u8>());
-                    if let (Some(Ok(p)), Some(Ok(s))) = (it.next(), it.next()) {
-                        if (1..=38).contains(&p) && s <= p {
-                            return ChType::Decimal(p, s);
-                        }
-                    }
-                }
-                ChType::Text
-            }
+            _ => match decimal(&t) {
+                Some((p, s)) => ChType::Decimal(p, s),
+                None => ChType::Text,
+            },
         };
     }
     // SQLite: by declared type, as its affinity rules read it.
@@ -73,6 +168,53 @@ pub fn column_type(c: &Column, kind: SourceKind) -> ChType {
         Affinity::Real => ChType::Float64,
         Affinity::Blob | Affinity::Numeric => ChType::Any,
     }
+}
+
+/// `numeric(p,s)` with a precision a `Decimal` holds.
+fn decimal(t: &str) -> Option<(u8, u8)> {
+    let ps = t.strip_prefix("numeric(")?.strip_suffix(')')?;
+    let mut it = ps.split(',').map(|x| x.trim().parse::<u8>());
+    match (it.next(), it.next(), it.next()) {
+        (Some(Ok(p)), Some(Ok(s)), None) if (1..=38).contains(&p) && s <= p => Some((p, s)),
+        _ => None,
+    }
+}
+
+/// The typed mapping of a PostgreSQL type (`format_type`'s spelling), as a
+/// column's own type or an array's element; `None` where it has none.
+fn pg_elem(t: &str, typing: Typing) -> Option<Elem> {
+    let timestamp = |zoned: bool| Elem::DateTime64 {
+        zoned,
+        utc: zoned || typing.pin_utc,
+    };
+    Some(match t {
+        "smallint" => Elem::Int16,
+        "integer" => Elem::Int32,
+        "bigint" => Elem::Int64,
+        "real" => Elem::Float32,
+        "double precision" => Elem::Float64,
+        "boolean" => Elem::Bool,
+        "text" => Elem::Text,
+        "uuid" => Elem::Uuid,
+        "date" => Elem::Date32,
+        "timestamp without time zone" => timestamp(false),
+        "timestamp with time zone" => timestamp(true),
+        _ => {
+            if let Some((p, s)) = decimal(t) {
+                Elem::Decimal(p, s)
+            } else if t.starts_with("character varying") || t.starts_with("character(") {
+                Elem::Text
+            } else if let Some(r) = t.strip_prefix("timestamp(") {
+                match r.split_once(") ")?.1 {
+                    "without time zone" => timestamp(false),
+                    "with time zone" => timestamp(true),
+                    _ => return None,
+                }
+            } else {
+                return None;
+            }
+        }
+    })
 }
 
 /// The replacing engine's own columns, after the data columns.

@@ -1,0 +1,131 @@
+//! `mooncdc-apply cleanup`: the replacing engine's cleanup merge, which
+//! removes deleted rows (and the older versions of their keys) from
+//! storage on tables whose engine knows `_etl_deleted`
+//! (docs/CLICKHOUSE.md, "Deleted rows and cleanup").
+
+use super::*;
+
+/// What the cleanup did to one table.
+#[derive(Debug, Clone)]
+pub struct Cleaned {
+    /// The ClickHouse table.
+    pub table: String,
+    /// Rows and deleted rows (markers included) before and after.
+    pub before: (u64, u64),
+    pub after: (u64, u64),
+    /// Why it was left alone, when it was.
+    pub skipped: Option<String>,
+}
+
+impl ClickHouse {
+    /// Run the cleanup merge on every replacing table of the database (or
+    /// those of the source tables named), one at a time.
+    pub fn cleanup(&self, only: &[String]) -> Result<Vec<Cleaned>> {
+        let db = qi(&self.cfg.database);
+        let v = self.query(
+            &format!(
+                "SELECT name, engine_full FROM system.tables WHERE database = {} AND engine LIKE '%ReplacingMergeTree' ORDER BY name FORMAT TabSeparated",
+                sql_string(&self.cfg.database)
+            ),
+            None,
+            Timeout::Schema,
+        )?;
+        let tables: Vec<(String, String)> = String::from_utf8_lossy(&v)
+            .lines()
+            .filter_map(|l| {
+                let (n, e) = l.split_once('\t')?;
+                Some((tsv_unescape(n), tsv_unescape(e)))
+            })
+            .collect();
+        let wanted: Vec<String> = only.iter().map(|t| self.stored(&table_name(t))).collect();
+        for (t, w) in only.iter().zip(&wanted) {
+            if !tables.iter().any(|(n, _)| n == w) {
+                return Err(Error::usage(format!(
+                    "source table {t:?} has no replacing table in ClickHouse database {} (looked for {w})",
+                    self.cfg.database
+                )));
+            }
+        }
+        let setting = "allow_experimental_replacing_merge_with_cleanup";
+        let gated = {
+            let v = self.query(
+                &format!(
+                    "SELECT count() FROM system.merge_tree_settings WHERE name = {} FORMAT TabSeparated",
+                    sql_string(setting)
+                ),
+                None,
+                Timeout::Schema,
+            )?;
+            String::from_utf8_lossy(&v).trim() == "1"
+        };
+        let on = self.on_cluster();
+        let mut out = Vec::new();
+        for (name, engine_full) in tables {
+            if !wanted.is_empty() && !wanted.contains(&name) {
+                continue;
+            }
+            // Reads go through the table a target writes (the Distributed
+            // one on a cluster); the merge runs on the table that stores.
+            let shown = match &self.cluster {
+                Some(_) => match name.strip_suffix("_local") {
+                    Some(t) => t.to_string(),
+                    None => continue,
+                },
+                None => name.clone(),
+            };
+            let count = || -> Result<(u64, u64)> {
+                let v = self.query(
+                    &format!(
+                        "SELECT count(), countIf(`_etl_deleted` = 1) FROM {db}.{} FORMAT TabSeparated",
+                        qi(&shown)
+                    ),
+                    None,
+                    Timeout::Insert,
+                )?;
+                let v = String::from_utf8_lossy(&v);
+                let mut f = v.trim().split('\t').map(|x| x.parse::<u64>().unwrap_or(0));
+                Ok((f.next().unwrap_or(0), f.next().unwrap_or(0)))
+            };
+            let params = engine_full
+                .split_once("ReplacingMergeTree(")
+                .and_then(|(_, r)| r.split_once(')'))
+                .map_or("", |(p, _)| p);
+            if !params.contains("_etl_deleted") {
+                let c = count()?;
+                out.push(Cleaned {
+                    table: shown,
+                    before: c,
+                    after: c,
+                    skipped: Some(
+                        "made without the deleted-row column (an earlier MoonCDC, or a server before 23.2): FINAL still returns its deleted rows and the cleanup merge cannot remove them; query its __current view, or move it to a table of the current engine (docs/CLICKHOUSE.md, Deleted rows and cleanup)".into(),
+                    ),
+                });
+                continue;
+            }
+            let before = count()?;
+            if gated && !engine_full.contains(&format!("{setting} = 1")) {
+                self.query(
+                    &format!(
+                        "ALTER TABLE {db}.{}{on} MODIFY SETTING {setting} = 1",
+                        qi(&name)
+                    ),
+                    None,
+                    Timeout::Ddl,
+                )?;
+            }
+            self.query(
+                &format!("OPTIMIZE TABLE {db}.{}{on} FINAL CLEANUP", qi(&name)),
+                None,
+                Timeout::Insert,
+            )?;
+            let after = count()?;
+            out.push(Cleaned {
+                table: shown,
+                before,
+                after,
+                skipped: None,
+            });
+        }
+        Ok(out)
+    }
+}
