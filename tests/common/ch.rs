@@ -19,6 +19,15 @@
 //! Each test gets its own database `t_<name>` ([`db`]).
 //!
 //! Environment: `MOONCDC_CLICKHOUSE_SERVER` (default `/usr/sbin/clickhouse-server`).
+//!
+//! A modern engine instead: with `MOONCDC_CLICKHOUSE_ENGINE=chdb`, the server
+//! is `tests/common/chdb_front.py`, ClickHouse's HTTP interface over PyPI's
+//! `chdb` (the current engine in one process), run by `python3` in the same
+//! kind of folder under the same watchdog, with the same two users. It has an
+//! HTTP port only: no native port and no HTTPS ([`Server::tcp_port`] and
+//! [`Server::https_port`] are `None`), so tests that need either say
+//! `SKIPPED` there ([`skip_on_chdb`]); what else the front does not do is in
+//! its own header.
 
 use super::shq;
 use std::path::{Path, PathBuf};
@@ -33,6 +42,35 @@ pub const PASSWORD: &str = "chS3cr3t/@:%pw";
 /// A part of the password no tool output may ever contain.
 pub const PASSWORD_MARK: &str = "chS3cr3t";
 
+/// Whether the tests run against the chdb front (a current engine) rather
+/// than Debian's clickhouse-server 18.16: `MOONCDC_CLICKHOUSE_ENGINE=chdb`.
+pub fn engine_is_chdb() -> bool {
+    match std::env::var("MOONCDC_CLICKHOUSE_ENGINE").as_deref() {
+        Ok("chdb") => true,
+        Ok("") | Ok("clickhouse-server") | Err(_) => false,
+        Ok(other) => panic!(
+            "MOONCDC_CLICKHOUSE_ENGINE={other}: the engines are clickhouse-server (the default) and chdb"
+        ),
+    }
+}
+
+/// On the chdb front, say that `test` is skipped and why (a `SKIPPED` line)
+/// and return true: for what only a real server has (the native port,
+/// HTTPS, its logs and tables of its own).
+pub fn skip_on_chdb(test: &str, why: &str) -> bool {
+    if engine_is_chdb() {
+        eprintln!("SKIPPED {test}: {why} (MOONCDC_CLICKHOUSE_ENGINE=chdb)");
+        true
+    } else {
+        false
+    }
+}
+
+/// The chdb front (a ClickHouse HTTP interface over PyPI's chdb).
+pub fn chdb_front() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/chdb_front.py")
+}
+
 /// The server program.
 pub fn server_bin() -> PathBuf {
     PathBuf::from(
@@ -46,10 +84,11 @@ pub fn server_bin() -> PathBuf {
 pub struct Server {
     /// The HTTP port on 127.0.0.1.
     pub http_port: u16,
-    /// The native-protocol port on 127.0.0.1.
-    pub tcp_port: u16,
-    /// The HTTPS port on 127.0.0.1 (certificate signed by [`Server::ca_file`]).
-    pub https_port: u16,
+    /// The native-protocol port on 127.0.0.1 (none on the chdb front).
+    pub tcp_port: Option<u16>,
+    /// The HTTPS port on 127.0.0.1 (certificate signed by [`Server::ca_file`];
+    /// none on the chdb front).
+    pub https_port: Option<u16>,
     /// The temporary folder: configuration, data, logs.
     pub dir: PathBuf,
     /// The server's process id.
@@ -114,6 +153,9 @@ impl Server {
     #[allow(clippy::zombie_processes)]
     fn start() -> Server {
         let _ = rustls::crypto::ring::default_provider().install_default();
+        if engine_is_chdb() {
+            return Server::start_chdb();
+        }
         let dir = tempfile::Builder::new()
             .prefix("mooncdc-ch-")
             .tempdir()
@@ -228,8 +270,8 @@ impl Server {
                 .expect("write server.pid");
             let s = Server {
                 http_port,
-                tcp_port,
-                https_port,
+                tcp_port: Some(tcp_port),
+                https_port: Some(https_port),
                 dir: dir.clone(),
                 pid: child.id(),
                 http: http.clone(),
@@ -257,6 +299,85 @@ impl Server {
             }
         }
         unreachable!("the loop returns or panics")
+    }
+
+    /// The chdb front in a temporary folder (data in `data/`, output in
+    /// `log/stdout.log`), under the same watchdog as the real server: it is
+    /// stopped (SIGTERM, then SIGKILL after 15 s) and the folder removed
+    /// once this process is gone.
+    #[allow(clippy::zombie_processes)]
+    fn start_chdb() -> Server {
+        let dir = tempfile::Builder::new()
+            .prefix("mooncdc-chdb-")
+            .tempdir()
+            .expect("temporary folder for the chdb front")
+            .keep();
+        let d = |p: &str| dir.join(p).display().to_string();
+        let script = format!(
+            "while kill -0 {testpid} 2>/dev/null; do sleep 0.5; done; \
+             pid=$(cat {pidfile} 2>/dev/null); \
+             ours() {{ tr '\\0' ' ' </proc/$pid/cmdline 2>/dev/null | grep -qF -- {dir}; }}; \
+             if [ -n \"$pid\" ] && ours; then \
+               kill $pid; i=0; \
+               while ours && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done; \
+               ours && kill -9 $pid; \
+             fi; rm -rf {dir}",
+            testpid = std::process::id(),
+            pidfile = shq(&d("server.pid")),
+            dir = shq(&dir.display().to_string()),
+        );
+        super::spawn_watchdog(&script, "the chdb front");
+        std::fs::create_dir_all(dir.join("log")).expect("create the front's folders");
+        let http = reqwest::blocking::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(120))
+            .build()
+            .expect("HTTP client");
+        let out = std::fs::File::create(dir.join("log/stdout.log")).expect("front output file");
+        let mut child = Command::new("python3")
+            .arg(chdb_front())
+            .args(["--dir", &d("data"), "--port-file", &d("port")])
+            .args(["--user", "default:", "--user", &format!("{USER}:{PASSWORD}")])
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("dup"))
+            .stderr(out)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run python3 for the chdb front: {e}"));
+        std::fs::write(dir.join("server.pid"), child.id().to_string()).expect("write server.pid");
+        let mut s = Server {
+            http_port: 0,
+            tcp_port: None,
+            https_port: None,
+            dir: dir.clone(),
+            pid: child.id(),
+            http,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "the chdb front exited ({status}; MOONCDC_CLICKHOUSE_ENGINE=chdb needs python3 with PyPI's chdb):\n{}",
+                    s.log()
+                );
+            }
+            if s.http_port == 0 {
+                if let Ok(t) = std::fs::read_to_string(dir.join("port")) {
+                    s.http_port = t.trim().parse().unwrap_or(0);
+                }
+            }
+            if s.http_port != 0 && s.ping() {
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "the chdb front did not answer /ping within 60 s:\n{}",
+                    s.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn ping(&self) -> bool {
