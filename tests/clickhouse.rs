@@ -2358,7 +2358,11 @@ fn the_http_interface_the_target_relies_on() {
         "{t}"
     );
     for (sql, url, code) in [
-        ("SELECT 1", format!("{base}?database=t_no_such_database"), 81),
+        (
+            "SELECT 1",
+            format!("{base}?database=t_no_such_database"),
+            81,
+        ),
         ("SELEC 1", in_db.clone(), 62),
         ("SELECT * FROM no_such_table", in_db.clone(), 60),
     ] {

@@ -337,7 +337,12 @@ impl Server {
         let mut child = Command::new("python3")
             .arg(chdb_front())
             .args(["--dir", &d("data"), "--port-file", &d("port")])
-            .args(["--user", "default:", "--user", &format!("{USER}:{PASSWORD}")])
+            .args([
+                "--user",
+                "default:",
+                "--user",
+                &format!("{USER}:{PASSWORD}"),
+            ])
             .current_dir(&dir)
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("dup"))
