@@ -2255,6 +2255,131 @@ fn generated_sql_and_rowbinary_run_on_a_modern_engine() {
     }
 }
 
+/// What the target and these tests rely on of ClickHouse's HTTP interface,
+/// whichever engine runs them (the chdb front must answer as 18.16 does): an
+/// insert's statement in `query=` with its data as a chunked body, or both
+/// in the body; a setting in the URL for that query only; credentials in
+/// headers, Basic auth or URL parameters; a wrong password, an unknown
+/// database and a bad statement are errors in ClickHouse's words; two
+/// inserts sent at once both land.
+#[test]
+fn the_http_interface_the_target_relies_on() {
+    let db = ch::db("http_iface");
+    let base = ch::server().http_base();
+    db.query("CREATE TABLE t (id UInt32, s String) ENGINE = MergeTree ORDER BY id");
+    let row = |id: u32, s: &str| {
+        let mut b = id.to_le_bytes().to_vec();
+        b.push(s.len() as u8);
+        b.extend_from_slice(s.as_bytes());
+        b
+    };
+    let client = reqwest::blocking::Client::new();
+    let post = |url: String, body: reqwest::blocking::Body| {
+        let r = client
+            .post(url)
+            .header("X-ClickHouse-User", ch::USER)
+            .header("X-ClickHouse-Key", PASSWORD)
+            .body(body)
+            .send()
+            .unwrap();
+        let code = r
+            .headers()
+            .get("X-ClickHouse-Exception-Code")
+            .map(|v| v.to_str().unwrap().to_string());
+        (r.status().as_u16(), code, r.text().unwrap())
+    };
+    let in_db = format!("{base}?database={}", ch::url_encode(&db.name));
+    let q = |sql: &str| format!("{in_db}&query={}", ch::url_encode(sql));
+    // The statement in the URL, the data a body of unknown length (chunked).
+    let mut data = Vec::new();
+    for i in 0..30_000u32 {
+        data.extend(row(i, &"x".repeat(100)));
+    }
+    let (st, _, text) = post(
+        q("INSERT INTO t FORMAT RowBinary"),
+        reqwest::blocking::Body::new(std::io::Cursor::new(data)),
+    );
+    assert_eq!(st, 200, "{text}");
+    // The statement, a newline, then the data, all in the body (the target's way).
+    let mut body = b"INSERT INTO t (id, s) FORMAT RowBinary\n".to_vec();
+    body.extend(row(1_000_000, "\n\tend"));
+    let (st, _, text) = post(in_db.clone(), body.into());
+    assert_eq!(st, 200, "{text}");
+    // Two at once.
+    std::thread::scope(|sc| {
+        for k in 0..2u32 {
+            let (post, in_db, row) = (&post, &in_db, &row);
+            sc.spawn(move || {
+                let mut body = b"INSERT INTO t FORMAT RowBinary\n".to_vec();
+                for i in 0..1000 {
+                    body.extend(row(2_000_000 + k * 1000 + i, "p"));
+                }
+                let (st, _, text) = post(in_db.clone(), body.into());
+                assert_eq!(st, 200, "{text}");
+            });
+        }
+    });
+    assert_eq!(
+        db.query("SELECT count(), sum(length(s)) FROM t").trim(),
+        "32001\t3002005"
+    );
+    // A setting in the URL holds for its query only.
+    let setting = "SELECT value FROM system.settings WHERE name = 'max_result_rows'";
+    let (st, _, text) = post(format!("{}&max_result_rows=12345", q(setting)), "".into());
+    assert_eq!((st, text.as_str()), (200, "12345\n"));
+    assert_eq!(db.query(setting), "0\n");
+    // Other ways to give the credentials.
+    for (how, req) in [
+        (
+            "Basic auth",
+            client.post(&base).basic_auth(ch::USER, Some(PASSWORD)),
+        ),
+        (
+            "URL parameters",
+            client.post(format!(
+                "{base}?user={}&password={}",
+                ch::USER,
+                ch::url_encode(PASSWORD)
+            )),
+        ),
+    ] {
+        let r = req.body("SELECT 41 + 1").send().unwrap();
+        assert_eq!(r.status().as_u16(), 200, "{how}");
+        assert_eq!(r.text().unwrap(), "42\n", "{how}");
+    }
+    // Errors: the status is not 200, the text says ClickHouse's code.
+    let r = client
+        .post(&base)
+        .header("X-ClickHouse-User", ch::USER)
+        .header("X-ClickHouse-Key", "not-the-password")
+        .body("SELECT 1")
+        .send()
+        .unwrap();
+    assert!(!r.status().is_success());
+    let t = r.text().unwrap();
+    assert!(
+        t.contains("Code: ") && t.to_lowercase().contains("password"),
+        "{t}"
+    );
+    for (sql, url, code) in [
+        (
+            "SELECT 1",
+            format!("{base}?database=t_no_such_database"),
+            81,
+        ),
+        ("SELEC 1", in_db.clone(), 62),
+        ("SELECT * FROM no_such_table", in_db.clone(), 60),
+    ] {
+        let (st, header, text) = post(url, sql.into());
+        assert_ne!(st, 200, "{sql}");
+        let says = format!("Code: {code}");
+        assert!(text.starts_with(&says), "{sql}: {text}");
+        if ch::engine_is_chdb() {
+            assert_eq!(header, Some(code.to_string()), "{sql}");
+        }
+    }
+}
+
 // ---------------------------------------------------------------- more contract checks
 
 /// A stream whose schema has a column more than the table: the column is

@@ -19,8 +19,10 @@ MOONCDC_CLICKHOUSE_ENGINE=chdb) runs against a current engine:
   TabSeparated (ClickHouse HTTP's default). The whole result is computed,
   then sent with a Content-Length: an error is always an error status, never
   text appended to a 200 reply (as with `wait_end_of_query=1`).
-- URL parameters: `database` (the current database of that query; run as
-  `USE`, so an unknown one is ClickHouse's UNKNOWN_DATABASE error);
+- URL parameters: `database` (the current database of that query, also
+  taken from an `X-ClickHouse-Database` header; run as `USE`, so an unknown
+  one is ClickHouse's UNKNOWN_DATABASE error); `default_format` (or an
+  `X-ClickHouse-Format` header);
   `query_id`, `wait_end_of_query`, `buffer_size`, `quota_key`, `stacktrace`,
   `role`, `client_protocol_version`, `user`, `password` are accepted (the
   last two as credentials) and otherwise ignored; `param_NAME` are query
@@ -471,23 +473,33 @@ class Front:
 
     def execute(self, sql, database, settings, fmt, params):
         """Run one statement (bytes) with its database and settings; its
-        result's bytes, or a ChError."""
+        result's bytes (or a ChError), the seconds spent waiting for the
+        session, and those spent running."""
+        t0 = time.time()
         with self.lock:
-            if self.session is None:
-                raise front_error(210, "NETWORK_ERROR", "the chdb front is stopping", self.version)
-            self._run("USE `%s`" % database.replace("\\", "\\\\").replace("`", "\\`"), "TabSeparated")
-            applied = []
+            t1 = time.time()
             try:
-                for name, value in settings:
-                    self._run("SET `%s` = %s" % (name.replace("`", ""), sql_literal(value)), "TabSeparated")
-                    applied.append(name)
-                return self._run(sql, fmt, params)
-            finally:
-                for name in applied:
-                    try:
-                        self._run("SET `%s` = DEFAULT" % name.replace("`", ""), "TabSeparated")
-                    except ChError:
-                        pass
+                return self._execute(sql, database, settings, fmt, params), t1 - t0, time.time() - t1
+            except ChError as e:
+                e.text_timing = " (waited %.3fs, ran %.3fs)" % (t1 - t0, time.time() - t1)
+                raise
+
+    def _execute(self, sql, database, settings, fmt, params):
+        if self.session is None:
+            raise front_error(210, "NETWORK_ERROR", "the chdb front is stopping", self.version)
+        self._run("USE `%s`" % database.replace("\\", "\\\\").replace("`", "\\`"), "TabSeparated")
+        applied = []
+        try:
+            for name, value in settings:
+                self._run("SET `%s` = %s" % (name.replace("`", ""), sql_literal(value)), "TabSeparated")
+                applied.append(name)
+            return self._run(sql, fmt, params)
+        finally:
+            for name in applied:
+                try:
+                    self._run("SET `%s` = DEFAULT" % name.replace("`", ""), "TabSeparated")
+                except ChError:
+                    pass
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -521,9 +533,9 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
         self.wfile.flush()
 
-    def reply_error(self, err, query_id, what=""):
+    def reply_error(self, err, query_id):
         status = STATUS_BY_NAME.get(err.name, 500)
-        self.log("%d %s: %s" % (status, what[:200], err.text[:300]))
+        self.log("%d%s %s" % (status, getattr(err, "text_timing", ""), err.text[:300]))
         self.reply(
             status,
             (err.text.rstrip("\n") + "\n").encode("utf-8", "replace"),
@@ -620,8 +632,8 @@ class Handler(BaseHTTPRequestHandler):
             raise front_error(48, "NOT_IMPLEMENTED", "the chdb front does not read compressed requests (Content-Encoding: %s)" % enc, version)
         if (self.headers.get("Content-Type") or "").lower().startswith("multipart/form-data"):
             raise front_error(48, "NOT_IMPLEMENTED", "the chdb front does not take external tables (multipart/form-data)", version)
-        database = "default"
-        fmt = "TabSeparated"
+        database = self.headers.get("X-ClickHouse-Database") or "default"
+        fmt = self.headers.get("X-ClickHouse-Format") or "TabSeparated"
         settings = []
         qparams = {}
         query_param = None
@@ -676,9 +688,11 @@ class Handler(BaseHTTPRequestHandler):
                 else:
                     stmt = head.rstrip() + infile
                 stmt += b" FORMAT " + name.encode("ascii")
-                t0 = time.time()
-                result = front.execute(stmt, database, settings, fmt, qparams)
-                self.log("200 %.3fs %s (%d bytes of data)" % (time.time() - t0, bytes(head[:200]), os.path.getsize(path_tmp)))
+                result, waited, ran = front.execute(stmt, database, settings, fmt, qparams)
+                self.log(
+                    "200 (waited %.3fs, ran %.3fs) %r, %d bytes of data"
+                    % (waited, ran, head[:200].decode("utf-8", "replace"), os.path.getsize(path_tmp))
+                )
             finally:
                 try:
                     os.unlink(path_tmp)
@@ -693,9 +707,8 @@ class Handler(BaseHTTPRequestHandler):
             sql = bytes(buf)
             if not sql.strip():
                 raise front_error(62, "SYNTAX_ERROR", "Empty query", version)
-            t0 = time.time()
-            result = front.execute(sql, database, settings, fmt, qparams)
-            self.log("200 %.3fs %s" % (time.time() - t0, sql[:200]))
+            result, waited, ran = front.execute(sql, database, settings, fmt, qparams)
+            self.log("200 (waited %.3fs, ran %.3fs) %r" % (waited, ran, sql[:200].decode("utf-8", "replace")))
         self.reply(
             200,
             result,
