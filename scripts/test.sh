@@ -105,9 +105,12 @@ fi
 if [ $# -eq 0 ]; then
   if python3 -c 'import chdb' >/dev/null 2>&1; then
     echo "test.sh: the ClickHouse suite on a modern engine (chdb behind tests/common/chdb_front.py)"
-    MOONCDC_CLICKHOUSE_ENGINE=chdb cargo test --no-fail-fast --test clickhouse --test contract || status=1
+    MOONCDC_CLICKHOUSE_ENGINE=chdb cargo test --no-fail-fast --test clickhouse --test ch_types --test contract || status=1
   else
-    echo "test.sh: python3 cannot import chdb; the ClickHouse suite on a modern engine is skipped"
+    # The modern engine is part of the ClickHouse target's contract
+    # (docs/CLICKHOUSE.md): a run without it has not tested it.
+    echo "test.sh: python3 cannot import chdb; the ClickHouse suite on a modern engine did not run (pip install chdb==4.4.0)" >&2
+    status=1
   fi
 fi
 # The version matrix: a core set of the PostgreSQL tests (snapshot and
