@@ -111,7 +111,7 @@ fn same_rows(what: &str, s: &Session, sql: &str, db: &ChDb, ch_sql: &str) -> usi
 const TYPED_TABLE: &str = "CREATE TABLE public.typed (
     id bigint PRIMARY KEY,
     ts timestamp, ts3 timestamp(3), tz timestamptz, d date, u uuid,
-    b boolean, j jsonb, js json, t time, wide numeric(38,10), anull integer[],
+    b boolean, j jsonb, js json, t time, wide numeric(38,10), huge numeric(76,20), anull integer[],
     ai integer[] NOT NULL DEFAULT '{}', at text[] NOT NULL DEFAULT '{}',
     an numeric(10,2)[] NOT NULL DEFAULT '{}', af double precision[] NOT NULL DEFAULT '{}',
     a4 real[] NOT NULL DEFAULT '{}', atz timestamptz[] NOT NULL DEFAULT '{}',
@@ -120,17 +120,19 @@ const TYPED_TABLE: &str = "CREATE TABLE public.typed (
 const TYPED_ROWS: &str = "INSERT INTO public.typed VALUES
  (1, '2024-03-10 02:30:00.123456', '2024-03-10 02:30:00.123', '2024-03-31 01:30:00.000001+01',
   '2024-02-29', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', true, '{\"b\": 1, \"a\": [1, 2.50]}',
-  '{\"b\":1,  \"a\" : 2}', '23:59:59.999999', -9999999999999999999999999999.9999999999, '{1,NULL}',
+  '{\"b\":1,  \"a\" : 2}', '23:59:59.999999', -9999999999999999999999999999.9999999999,
+  -99999999999999999999999999999999999999999999999999999999.99999999999999999999, '{1,NULL}',
   '{1,NULL,-2147483648}', '{\"a b\",NULL,\"\",\"NULL\",\"x\\\"y\\\\z\",é😀,\"{}\"}', '{1.50,NULL,-0.01}',
   '{1.5,-0,1e-300,NULL,1.7976931348623157e308}', '{0.1,3.4028235e38}',
   '{\"2024-11-03 01:30:00.5+00\",NULL}', '{1969-12-31,2299-12-31}',
   '{00000000-0000-0000-0000-000000000000,ffffffff-ffff-ffff-ffff-ffffffffffff}', '{t,f,NULL}'),
  (2, '1969-07-20 20:17:40.000001', '1900-01-01 00:00:00', '1900-01-01 00:00:00+00', '1900-01-01',
-  '00000000-0000-0000-0000-000000000001', false, '[]', 'null', '00:00:00', 0.0000000001, '{}',
+  '00000000-0000-0000-0000-000000000001', false, '[]', 'null', '00:00:00', 0.0000000001,
+  12345678901234567890123456789012345678901234567890.00000000000000000001, '{}',
   '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}'),
  (3, '2299-12-31 23:59:59.999999', NULL, '2299-12-31 23:59:59.999999+00', '2299-12-31',
-  NULL, NULL, NULL, NULL, NULL, NULL, NULL, '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}'),
- (4, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, DEFAULT, DEFAULT, DEFAULT, DEFAULT, DEFAULT, DEFAULT, DEFAULT, DEFAULT, DEFAULT)";
+  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}', '{NULL}'),
+ (4, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, DEFAULT, DEFAULT, DEFAULT, DEFAULT, DEFAULT, DEFAULT, DEFAULT, DEFAULT, DEFAULT)";
 
 /// Every typed column compared by independent queries: timestamps as
 /// microseconds since 1970, the rest as text both sides agree on.
@@ -141,12 +143,12 @@ fn compare_typed(s: &Session, db: &ChDb) {
         s,
         "SELECT id, (extract(epoch FROM ts) * 1000000)::bigint, (extract(epoch FROM ts3) * 1000000)::bigint, \
          (extract(epoch FROM tz) * 1000000)::bigint, d::text, u::text, b::int::text, j::text, js::text, t::text, \
-         md5(wide::text) FROM public.typed ORDER BY id",
+         md5(wide::text), huge::text FROM public.typed ORDER BY id",
         db,
         &format!(
             "SELECT id, toUnixTimestamp64Micro(ts), toUnixTimestamp64Micro(ts3), toUnixTimestamp64Micro(tz), \
              toString(d), toString(u), toString(toUInt8(b)), j, js, t, \
-             lower(hex(MD5(toString(wide)))) FROM {t}__current ORDER BY id"
+             lower(hex(MD5(toString(wide)))), toDecimalString(huge, 20) FROM {t}__current ORDER BY id"
         ),
     );
     assert_eq!(n, 4);
@@ -205,7 +207,7 @@ fn postgres_types_land_as_clickhouse_types_exactly_through_snapshot_and_changes(
     expect(&r, 0, "snapshot | apply");
     let types: Vec<Vec<String>> = db.rows(&format!(
         "SELECT name, type FROM system.columns WHERE database = '{}' AND table = 'public_typed' \
-         AND name IN ('id', 'ts', 'tz', 'd', 'u', 'b', 'j', 't', 'ai', 'at', 'an', 'atz', 'wide', 'anull') ORDER BY name",
+         AND name IN ('id', 'ts', 'tz', 'd', 'u', 'b', 'j', 't', 'ai', 'at', 'an', 'atz', 'wide', 'huge', 'anull') ORDER BY name",
         db.name
     ));
     let got: Vec<String> = types
@@ -221,6 +223,7 @@ fn postgres_types_land_as_clickhouse_types_exactly_through_snapshot_and_changes(
             "atz Array(Nullable(DateTime64(6, 'UTC')))",
             "b Nullable(Bool)",
             "d Nullable(Date32)",
+            "huge Nullable(Decimal(76, 20))",
             "id Int64",
             "j Nullable(String)",
             "t Nullable(String)",
@@ -239,6 +242,7 @@ fn postgres_types_land_as_clickhouse_types_exactly_through_snapshot_and_changes(
             "atz Nullable(String)",
             "b Nullable(UInt8)",
             "d Nullable(String)",
+            "huge Nullable(String)",
             "id Int64",
             "j Nullable(String)",
             "t Nullable(String)",

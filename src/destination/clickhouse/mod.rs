@@ -638,6 +638,15 @@ mod tests {
                 Value::Text("{1.50,-0.01}".into()),
             ),
             (ChType::Array(Elem::Int32), Value::Text("{}".into())),
+            (
+                ChType::Decimal(76, 20),
+                Value::Text(
+                    "-99999999999999999999999999999999999999999999999999999999.99999999999999999999"
+                        .into(),
+                ),
+            ),
+            (ChType::Decimal(50, 0), Value::Text("0".into())),
+            (ChType::Decimal(40, 39), Value::Text("-0.000000000000000000000000000000000000001".into())),
         ];
         for (ty, v) in cases {
             let mut b = Vec::new();
@@ -661,6 +670,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(hex::encode(&b), "e711b35c04c4f061a0dbd36a00a67b90");
+        // Decimal256: -1 is all ones; 10^19 crosses a limb.
+        assert_eq!(decimal256_scaled("-1", 40, 0).unwrap(), [0xff; 32]);
+        let mut ten19 = [0u8; 32];
+        ten19[..8].copy_from_slice(&10_000_000_000_000_000_000u64.to_le_bytes());
+        assert_eq!(
+            decimal256_scaled("1000000000000000000.0", 40, 1).unwrap(),
+            ten19
+        );
+        assert_eq!(format_decimal256(ten19, 1), "1000000000000000000.0");
+        assert!(decimal256_scaled(&"9".repeat(77), 76, 0).is_err());
         for (ty, text) in [
             (ChType::Date32, "1899-12-31"),
             (ChType::Array(Elem::Int32), "{{1},{2}}"),

@@ -21,6 +21,18 @@ pub(super) fn decimal_scaled(
     precision: u8,
     scale: u8,
 ) -> std::result::Result<i128, String> {
+    let (neg, all) = scaled_digits(s, precision, scale)?;
+    let v: i128 = if all.is_empty() {
+        0
+    } else {
+        all.parse().map_err(|_| format!("{s:?} is out of range"))?
+    };
+    Ok(if neg { -v } else { v })
+}
+
+/// The digits of a decimal text scaled to exactly `scale` decimals, with
+/// its sign, checked as [`decimal_scaled`] checks them.
+fn scaled_digits(s: &str, precision: u8, scale: u8) -> std::result::Result<(bool, String), String> {
     let (neg, digits) = match s.strip_prefix('-') {
         Some(d) => (true, d),
         None => (false, s),
@@ -38,16 +50,98 @@ pub(super) fn decimal_scaled(
     let mut all = String::from(int.trim_start_matches('0'));
     all.push_str(frac);
     all.extend(std::iter::repeat_n('0', scale as usize - frac.len()));
-    let all = all.trim_start_matches('0');
+    let all = all.trim_start_matches('0').to_string();
     if all.len() > precision as usize {
         return Err(format!("{s:?} has more than {precision} digits"));
     }
-    let v: i128 = if all.is_empty() {
-        0
-    } else {
-        all.parse().map_err(|_| format!("{s:?} is out of range"))?
+    Ok((neg, all))
+}
+
+/// A decimal text as a `Decimal256` of `scale` decimals: 32 bytes,
+/// little-endian two's complement (at most 76 digits, below 2^255).
+pub(super) fn decimal256_scaled(
+    s: &str,
+    precision: u8,
+    scale: u8,
+) -> std::result::Result<[u8; 32], String> {
+    let (neg, digits) = scaled_digits(s, precision, scale)?;
+    // Four 64-bit limbs, least significant first.
+    let mut limbs = [0u64; 4];
+    for d in digits.bytes() {
+        let mut carry = (d - b'0') as u128;
+        for l in limbs.iter_mut() {
+            let v = *l as u128 * 10 + carry;
+            *l = v as u64;
+            carry = v >> 64;
+        }
+    }
+    if neg {
+        // Two's complement: invert, add one.
+        let mut carry = 1u128;
+        for l in limbs.iter_mut() {
+            let v = (!*l) as u128 + carry;
+            *l = v as u64;
+            carry = v >> 64;
+        }
+    }
+    let mut out = [0u8; 32];
+    for (k, l) in limbs.iter().enumerate() {
+        out[k * 8..k * 8 + 8].copy_from_slice(&l.to_le_bytes());
+    }
+    Ok(out)
+}
+
+/// A `Decimal256`'s text with `scale` decimals.
+pub(super) fn format_decimal256(b: [u8; 32], scale: u8) -> String {
+    let mut limbs = [0u64; 4];
+    for (k, l) in limbs.iter_mut().enumerate() {
+        *l = u64::from_le_bytes(b[k * 8..k * 8 + 8].try_into().expect("8 bytes"));
+    }
+    let neg = limbs[3] >> 63 == 1;
+    if neg {
+        let mut carry = 1u128;
+        for l in limbs.iter_mut() {
+            let v = (!*l) as u128 + carry;
+            *l = v as u64;
+            carry = v >> 64;
+        }
+    }
+    // Divide by 10^19 repeatedly: 19 digits a step.
+    const STEP: u128 = 10_000_000_000_000_000_000;
+    let mut parts = Vec::new();
+    while limbs.iter().any(|&l| l != 0) {
+        let mut rem = 0u128;
+        for l in limbs.iter_mut().rev() {
+            let v = (rem << 64) | *l as u128;
+            *l = (v / STEP) as u64;
+            rem = v % STEP;
+        }
+        parts.push(rem as u64);
+    }
+    let mut digits = match parts.pop() {
+        None => "0".to_string(),
+        Some(top) => top.to_string(),
     };
-    Ok(if neg { -v } else { v })
+    for p in parts.iter().rev() {
+        digits.push_str(&format!("{p:019}"));
+    }
+    let s = scale as usize;
+    let body = if s == 0 {
+        digits
+    } else if digits.len() > s {
+        format!(
+            "{}.{}",
+            &digits[..digits.len() - s],
+            &digits[digits.len() - s..]
+        )
+    } else {
+        format!("0.{}{}", "0".repeat(s - digits.len()), digits)
+    };
+    if neg {
+        format!("-{body}")
+    } else {
+        body
+    }
 }
 
 pub(super) fn format_decimal(v: i128, scale: u8) -> String {
@@ -118,6 +212,10 @@ pub(super) fn encode_value(
                 return Err(format!("REAL {x:e} is not exactly a Float32"));
             }
             out.extend(f.to_bits().to_le_bytes())
+        }
+        (ChType::Decimal(p, s), Value::Text(t)) if p > 38 => {
+            // Decimal256: 32 bytes, little-endian two's complement.
+            out.extend(decimal256_scaled(t, p, s)?)
         }
         (ChType::Decimal(p, s), Value::Text(t)) => {
             // Decimal32, Decimal64 or Decimal128 by precision.
@@ -256,6 +354,11 @@ pub(super) fn decode_value(r: &mut dyn Read, ty: ChType, nullable: bool) -> Resu
         ChType::Bool => Value::Integer(le!(u8, 1) as i64),
         ChType::Float64 => Value::Real(f64::from_bits(le!(u64, 8))),
         ChType::Float32 => Value::Real(f32::from_bits(le!(u32, 4)) as f64),
+        ChType::Decimal(p, s) if p > 38 => {
+            let mut b = [0u8; 32];
+            r.read_exact(&mut b).map_err(bad)?;
+            Value::Text(format_decimal256(b, s))
+        }
         ChType::Decimal(p, s) => Value::Text(format_decimal(
             match p {
                 0..=9 => le!(i32, 4) as i128,

@@ -152,7 +152,7 @@ pub fn column_type_with(c: &Column, kind: SourceKind, typing: Typing) -> ChType 
             "double precision" => ChType::Float64,
             "boolean" => ChType::Bool,
             "bytea" => ChType::Blob,
-            _ => match decimal(&t) {
+            _ => match decimal(&t, 38) {
                 Some((p, s)) => ChType::Decimal(p, s),
                 None => ChType::Text,
             },
@@ -170,12 +170,13 @@ pub fn column_type_with(c: &Column, kind: SourceKind, typing: Typing) -> ChType 
     }
 }
 
-/// `numeric(p,s)` with a precision a `Decimal` holds.
-fn decimal(t: &str) -> Option<(u8, u8)> {
+/// `numeric(p,s)` with a precision a `Decimal` holds (`Decimal128`, or
+/// `Decimal256` up to 76 digits with the typed mappings).
+fn decimal(t: &str, max: u8) -> Option<(u8, u8)> {
     let ps = t.strip_prefix("numeric(")?.strip_suffix(')')?;
     let mut it = ps.split(',').map(|x| x.trim().parse::<u8>());
     match (it.next(), it.next(), it.next()) {
-        (Some(Ok(p)), Some(Ok(s)), None) if (1..=38).contains(&p) && s <= p => Some((p, s)),
+        (Some(Ok(p)), Some(Ok(s)), None) if (1..=max).contains(&p) && s <= p => Some((p, s)),
         _ => None,
     }
 }
@@ -200,7 +201,7 @@ fn pg_elem(t: &str, typing: Typing) -> Option<Elem> {
         "timestamp without time zone" => timestamp(false),
         "timestamp with time zone" => timestamp(true),
         _ => {
-            if let Some((p, s)) = decimal(t) {
+            if let Some((p, s)) = decimal(t, 76) {
                 Elem::Decimal(p, s)
             } else if t.starts_with("character varying") || t.starts_with("character(") {
                 Elem::Text
