@@ -295,6 +295,36 @@ fn postgres_types_land_as_clickhouse_types_exactly_through_snapshot_and_changes(
             live
         );
     }
+    // An array column whose NOT NULL is dropped stays an Array (its values
+    // cannot become text that reads as the source's); a NULL in it then
+    // fails naming it, the cursor unchanged.
+    s.exec("ALTER TABLE public.typed ALTER COLUMN ai DROP NOT NULL");
+    s.exec("UPDATE public.typed SET ai = '{9}' WHERE id = 5");
+    expect(
+        &catch_up(&src, slot, &url, false),
+        0,
+        "capture | apply after DROP NOT NULL",
+    );
+    audit_equal(&src, slot, &url);
+    let ai_type = db.query(&format!(
+        "SELECT type FROM system.columns WHERE database = '{}' AND table = 'public_typed' AND name = 'ai'",
+        db.name
+    ));
+    if modern(&db) {
+        assert_eq!(ai_type.trim(), "Array(Nullable(Int32))");
+        let before = cursor_of(&url);
+        s.exec("UPDATE public.typed SET ai = NULL WHERE id = 5");
+        let r = catch_up(&src, slot, &url, false);
+        expect(&r, 1, "a NULL array");
+        assert!(
+            r.stderr.contains("column \"ai\"") && r.stderr.contains("NULL in an Array column"),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(cursor_of(&url), before);
+    } else {
+        assert_eq!(ai_type.trim(), "Nullable(String)");
+    }
 }
 
 #[test]

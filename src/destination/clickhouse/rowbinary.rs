@@ -125,28 +125,15 @@ pub(super) fn format_decimal256(b: [u8; 32], scale: u8) -> String {
     for p in parts.iter().rev() {
         digits.push_str(&format!("{p:019}"));
     }
-    let s = scale as usize;
-    let body = if s == 0 {
-        digits
-    } else if digits.len() > s {
-        format!(
-            "{}.{}",
-            &digits[..digits.len() - s],
-            &digits[digits.len() - s..]
-        )
-    } else {
-        format!("0.{}{}", "0".repeat(s - digits.len()), digits)
-    };
-    if neg {
-        format!("-{body}")
-    } else {
-        body
-    }
+    with_point(neg, digits, scale)
 }
 
 pub(super) fn format_decimal(v: i128, scale: u8) -> String {
-    let neg = v < 0;
-    let digits = v.unsigned_abs().to_string();
+    with_point(v < 0, v.unsigned_abs().to_string(), scale)
+}
+
+/// A decimal's text from its sign and its digits scaled by `scale`.
+fn with_point(neg: bool, digits: String, scale: u8) -> String {
     let s = scale as usize;
     let body = if s == 0 {
         digits
@@ -450,9 +437,6 @@ impl Layout {
     /// (docs/CLICKHOUSE.md, Types).
     pub(super) fn keep_earlier_types(&mut self, have: &[(String, String)]) {
         for (i, c) in self.schema.columns.iter().enumerate() {
-            if !self.types[i].is_native() {
-                continue;
-            }
             let Some((_, t)) = have.iter().find(|(n, _)| *n == c.name) else {
                 continue;
             };
@@ -460,6 +444,28 @@ impl Layout {
                 .strip_prefix("Nullable(")
                 .and_then(|r| r.strip_suffix(')'))
                 .unwrap_or(t);
+            if self.types[i] == ChType::Text && !self.key.contains(&i) {
+                // An array column whose NOT NULL the source dropped stays an
+                // Array (the same one were it still NOT NULL): ClickHouse
+                // cannot make its values text that reads as the source's,
+                // and a NULL then fails naming the column.
+                let mut not_null = c.clone();
+                not_null.nullable = false;
+                for pin_utc in [false, true] {
+                    let typing = Typing {
+                        native: true,
+                        pin_utc,
+                    };
+                    let array = column_type_with(&not_null, self.kind, typing);
+                    if matches!(array, ChType::Array(_)) && bare == array.sql() {
+                        self.types[i] = array;
+                    }
+                }
+                continue;
+            }
+            if !self.types[i].is_native() {
+                continue;
+            }
             let earlier = column_type(c, self.kind);
             if bare == earlier.sql() {
                 self.types[i] = earlier;
@@ -476,28 +482,6 @@ impl Layout {
     /// [`Layout::keep_earlier_types`] from the layout before a schema
     /// change (columns followed through renames).
     pub(super) fn keep_types_of(&mut self, old: &Layout, c: &SchemaChange) {
-        // An array column stays one when the source lets it be NULL now:
-        // ClickHouse cannot turn it into text that reads back as the
-        // source's, and a NULL then fails naming the column.
-        for (j, src) in c.sources(&old.schema).iter().enumerate() {
-            if let Some(i) = src {
-                if let ChType::Array(e) = old.types[*i] {
-                    if self.types[j] == ChType::Text
-                        && column_type_with(
-                            &self.schema.columns[j],
-                            self.kind,
-                            Typing {
-                                native: true,
-                                pin_utc: false,
-                            },
-                        ) == ChType::Text
-                        && self.schema.columns[j].decl_type.ends_with("[]")
-                    {
-                        self.types[j] = ChType::Array(e);
-                    }
-                }
-            }
-        }
         let have: Vec<(String, String)> = c
             .sources(&old.schema)
             .iter()

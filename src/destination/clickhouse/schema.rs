@@ -114,11 +114,12 @@ impl ClickHouse {
     /// target's typing, with the types the table already has for columns
     /// an earlier MoonCDC (or its user) made `String`
     /// ([`Layout::keep_earlier_types`]). The server is asked only when the
-    /// schema has a column of a typed mapping and this process has not
-    /// checked the table for this very schema.
+    /// schema has a column of a typed mapping (or an array) and this
+    /// process has not checked the table for this very schema.
     pub(super) fn layout(&self, schema: &Schema, kind: SourceKind) -> Result<Layout> {
         let mut l = Layout::with_typing(schema, kind, self.typing);
-        if !l.types.iter().any(|t| t.is_native()) {
+        let arrays = schema.columns.iter().any(|c| c.decl_type.ends_with("[]"));
+        if !self.typing.native || (!arrays && !l.types.iter().any(|t| t.is_native())) {
             return Ok(l);
         }
         if let Some((s, t)) = self.ensured.borrow().get(&schema.table) {
