@@ -227,7 +227,7 @@ fn postgres_types_land_as_clickhouse_types_exactly_through_snapshot_and_changes(
             "id Int64",
             "j Nullable(String)",
             "t Nullable(String)",
-            "ts Nullable(DateTime64(6))",
+            "ts Nullable(DateTime64(6, 'UTC'))",
             "tz Nullable(DateTime64(6, 'UTC'))",
             "u Nullable(UUID)",
             "wide Nullable(Decimal(38, 10))",
@@ -363,7 +363,7 @@ fn values_a_typed_column_cannot_hold_fail_naming_the_column_with_the_cursor_unch
     let cases = [
         (
             "(2, 'infinity', NULL, '{}')",
-            "column \"ts\" (DateTime64(6))",
+            "column \"ts\" (DateTime64(6, 'UTC'))",
         ),
         (
             "(2, '2300-01-01 00:00:00', NULL, '{}')",
@@ -427,14 +427,14 @@ fn tables_made_with_text_columns_and_the_old_engine_keep_them() {
     let pgdb = common::pg::db("ch_kept");
     let (src, slot) = (pgdb.url(), "s_ch_kept");
     let s = utc_session(&pgdb);
-    s.exec("CREATE TABLE public.k (id int PRIMARY KEY, ts timestamptz, u uuid, b boolean)");
-    s.exec("INSERT INTO public.k VALUES (1, '2024-01-01 00:00:00.5+00', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', true), (2, NULL, NULL, false)");
+    s.exec("CREATE TABLE public.k (id int PRIMARY KEY, ts timestamptz, u uuid, b boolean, w numeric(50,2))");
+    s.exec("INSERT INTO public.k VALUES (1, '2024-01-01 00:00:00.5+00', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', true, 1.50), (2, NULL, NULL, false, -123456789012345678901234567890123456789012345678.99)");
     common::pg::init_capture(&src, slot, &["public.k"]);
     let db = ch::db("kept");
     // As an earlier MoonCDC made it: text columns, no deleted-row column
     // named to the engine.
     db.query(
-        "CREATE TABLE public_k (id Int32, ts Nullable(String), u Nullable(String), b Nullable(UInt8), \
+        "CREATE TABLE public_k (id Int32, ts Nullable(String), u Nullable(String), b Nullable(UInt8), w Nullable(String), \
          _etl_version UInt64, _etl_deleted UInt8) ENGINE = ReplacingMergeTree(_etl_version) ORDER BY (id)",
     );
     let url = db.url();
@@ -447,7 +447,7 @@ fn tables_made_with_text_columns_and_the_old_engine_keep_them() {
     s.exec("UPDATE public.k SET ts = '1999-12-31 23:59:59+00' WHERE id = 2");
     s.exec("DELETE FROM public.k WHERE id = 1");
     s.exec("ALTER TABLE public.k ADD COLUMN d date");
-    s.exec("INSERT INTO public.k VALUES (3, NULL, NULL, NULL, '2024-02-29')");
+    s.exec("INSERT INTO public.k VALUES (3, NULL, NULL, NULL, 0.01, '2024-02-29')");
     expect(&catch_up(&src, slot, &url, false), 0, "capture | apply");
     audit_equal(&src, slot, &url);
     let cols: Vec<String> = db
@@ -468,6 +468,7 @@ fn tables_made_with_text_columns_and_the_old_engine_keep_them() {
             "ts Nullable(String)".into(),
             "u Nullable(String)".into(),
             "b Nullable(UInt8)".into(),
+            "w Nullable(String)".into(),
             "_etl_version UInt64".into(),
             "_etl_deleted UInt8".into(),
             format!("d Nullable({d})"),

@@ -77,6 +77,11 @@ impl ClickHouse {
                 // by an earlier MoonCDC stays one through a change).
                 let mut new = Layout::with_typing(&c.schema, kind, self.typing);
                 new.keep_types_of(old, &c);
+                // And as the table has them: a replay after an apply killed
+                // amid this change finds columns under their new names.
+                if self.typing.native {
+                    new.keep_earlier_types(&self.columns_typed(&self.stored(&new.name))?);
+                }
                 segs.push(Segment::new(Some((old.clone(), c)), new.clone()));
                 new
             }

@@ -19,8 +19,11 @@ pub struct Cleaned {
 
 impl ClickHouse {
     /// Run the cleanup merge on every replacing table of the database (or
-    /// those of the source tables named), one at a time.
-    pub fn cleanup(&self, only: &[String]) -> Result<Vec<Cleaned>> {
+    /// those of the source tables named), one at a time; `done` hears of
+    /// each table as it is finished. The merge has a day: it rewrites the
+    /// whole table, and a client that gave up early would leave it running
+    /// while a retry started another.
+    pub fn cleanup(&self, only: &[String], done: &mut dyn FnMut(&Cleaned)) -> Result<()> {
         let db = qi(&self.cfg.database);
         let v = self.query(
             &format!(
@@ -59,7 +62,6 @@ impl ClickHouse {
             String::from_utf8_lossy(&v).trim() == "1"
         };
         let on = self.on_cluster();
-        let mut out = Vec::new();
         for (name, engine_full) in tables {
             if !wanted.is_empty() && !wanted.contains(&name) {
                 continue;
@@ -83,8 +85,13 @@ impl ClickHouse {
                     Timeout::Insert,
                 )?;
                 let v = String::from_utf8_lossy(&v);
-                let mut f = v.trim().split('\t').map(|x| x.parse::<u64>().unwrap_or(0));
-                Ok((f.next().unwrap_or(0), f.next().unwrap_or(0)))
+                let bad =
+                    || Error::data(format!("ClickHouse answered {v:?} to a count of {shown}"));
+                let mut f = v
+                    .trim()
+                    .split('\t')
+                    .map(|x| x.parse::<u64>().map_err(|_| bad()));
+                Ok((f.next().ok_or_else(bad)??, f.next().ok_or_else(bad)??))
             };
             let params = engine_full
                 .split_once("ReplacingMergeTree(")
@@ -92,7 +99,7 @@ impl ClickHouse {
                 .map_or("", |(p, _)| p);
             if !params.contains("_etl_deleted") {
                 let c = count()?;
-                out.push(Cleaned {
+                done(&Cleaned {
                     table: shown,
                     before: c,
                     after: c,
@@ -116,16 +123,16 @@ impl ClickHouse {
             self.query(
                 &format!("OPTIMIZE TABLE {db}.{}{on} FINAL CLEANUP", qi(&name)),
                 None,
-                Timeout::Insert,
+                Timeout::Merge,
             )?;
             let after = count()?;
-            out.push(Cleaned {
+            done(&Cleaned {
                 table: shown,
                 before,
                 after,
                 skipped: None,
             });
         }
-        Ok(out)
+        Ok(())
     }
 }

@@ -32,7 +32,7 @@ impl Engine {
 /// arrays get (`types=`; docs/CLICKHOUSE.md, Types).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Types {
-    /// ClickHouse's own, where the server has them (21.12 and later).
+    /// ClickHouse's own, where the server has them (22.8 and later).
     #[default]
     Native,
     /// `String` (`UInt8` for booleans), as on servers without them.

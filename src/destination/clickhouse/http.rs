@@ -21,7 +21,7 @@ impl ClickHouse {
             Timeout::Connect => Some(self.cfg.connectivity_timeout),
             Timeout::Schema => Some(self.cfg.schema_timeout),
             Timeout::Ddl => Some(self.cfg.ddl_timeout),
-            Timeout::Insert => None,
+            Timeout::Insert | Timeout::Merge => None,
         };
         if let (Some(t), true) = (secs, self.settings.contains("max_execution_time")) {
             u.push_str(&format!("&max_execution_time={}", t.as_secs().max(1)));
@@ -45,9 +45,14 @@ impl ClickHouse {
                 ));
             }
             if self.settings.contains("distributed_ddl_task_timeout") {
+                // A cleanup merge ON CLUSTER waits for every node's merge.
+                let t = match timeout {
+                    Timeout::Merge => Duration::from_secs(86_400),
+                    _ => self.cfg.ddl_timeout,
+                };
                 u.push_str(&format!(
                     "&distributed_ddl_task_timeout={}",
-                    self.cfg.ddl_timeout.as_secs().max(1)
+                    t.as_secs().max(1)
                 ));
             }
         }
@@ -61,6 +66,8 @@ impl ClickHouse {
             Timeout::Schema => self.cfg.schema_timeout,
             Timeout::Ddl => self.cfg.ddl_timeout,
             Timeout::Insert => self.cfg.insert_timeout,
+            // The client waits as long as the server merges (a day at most).
+            Timeout::Merge => Duration::from_secs(86_400),
         }
     }
 

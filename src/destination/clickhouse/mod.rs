@@ -160,6 +160,8 @@ pub(super) enum Timeout {
     Schema,
     Ddl,
     Insert,
+    /// A cleanup merge: it rewrites a whole table, which may take hours.
+    Merge,
 }
 
 impl ClickHouse {
@@ -205,21 +207,12 @@ impl ClickHouse {
             .map(str::to_string)
             .collect();
         // ClickHouse's own types for PostgreSQL's timestamps, dates, UUIDs,
-        // booleans and arrays where the server has them all (DateTime64,
-        // Date32, Bool: 21.12), unless the URL asks for text.
-        if ch.version >= (21, 12) && ch.cfg.types != Types::Text {
-            // Naive timestamps keep their wall-clock text only in a column
-            // whose zone is UTC: the server's own, or pinned.
-            let v = ch.query(
-                "SELECT toUnixTimestamp(toDateTime('2024-01-01 00:00:00')) = 1704067200 AND toUnixTimestamp(toDateTime('2024-07-01 00:00:00')) = 1719792000 FORMAT TabSeparated",
-                None,
-                Timeout::Schema,
-            )?;
-            ch.typing = Typing {
-                native: true,
-                pin_utc: String::from_utf8_lossy(&v).trim() != "1",
-            };
-        }
+        // booleans, wide decimals and arrays where the server has them all
+        // with the range 1900-2299 (DateTime64 and Date32 held only 1925 to
+        // 2283 before 22.8, clamping the rest), unless the URL asks for text.
+        ch.typing = Typing {
+            native: ch.version >= (22, 8) && ch.cfg.types != Types::Text,
+        };
         ch.is_deleted = ch.version >= (23, 2);
         if let Some(name) = ch.cfg.cluster.clone() {
             ch.cluster = Some(ch.cluster_of(&name)?);

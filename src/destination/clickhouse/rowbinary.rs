@@ -451,19 +451,15 @@ impl Layout {
                 // and a NULL then fails naming the column.
                 let mut not_null = c.clone();
                 not_null.nullable = false;
-                for pin_utc in [false, true] {
-                    let typing = Typing {
-                        native: true,
-                        pin_utc,
-                    };
-                    let array = column_type_with(&not_null, self.kind, typing);
-                    if matches!(array, ChType::Array(_)) && bare == array.sql() {
-                        self.types[i] = array;
-                    }
+                let array = column_type_with(&not_null, self.kind, Typing { native: true });
+                if matches!(array, ChType::Array(_)) && bare == array.sql() {
+                    self.types[i] = array;
                 }
                 continue;
             }
-            if !self.types[i].is_native() {
+            // Only a typed mapping has an earlier type (a `Decimal256` too:
+            // wide decimals were `String` before).
+            if self.types[i] == column_type(c, self.kind) {
                 continue;
             }
             let earlier = column_type(c, self.kind);

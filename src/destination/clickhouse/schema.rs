@@ -119,7 +119,8 @@ impl ClickHouse {
     pub(super) fn layout(&self, schema: &Schema, kind: SourceKind) -> Result<Layout> {
         let mut l = Layout::with_typing(schema, kind, self.typing);
         let arrays = schema.columns.iter().any(|c| c.decl_type.ends_with("[]"));
-        if !self.typing.native || (!arrays && !l.types.iter().any(|t| t.is_native())) {
+        let typed = (schema.columns.iter().zip(&l.types)).any(|(c, t)| *t != column_type(c, kind));
+        if !self.typing.native || (!arrays && !typed) {
             return Ok(l);
         }
         if let Some((s, t)) = self.ensured.borrow().get(&schema.table) {

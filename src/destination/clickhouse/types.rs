@@ -25,7 +25,8 @@ pub enum ChType {
     BoolNative,
     /// `DateTime64(6)`, from a PostgreSQL timestamp's text: `zoned` is a
     /// `timestamptz` (its text has an offset); `utc` pins the column to
-    /// UTC (`DateTime64(6, 'UTC')`).
+    /// UTC (`DateTime64(6, 'UTC')`, as MoonCDC makes them; a column made
+    /// by hand without a zone is kept).
     DateTime64 {
         zoned: bool,
         utc: bool,
@@ -96,14 +97,15 @@ impl ChType {
 
     /// Whether the type is one of the typed mappings (`Typing::native`).
     pub fn is_native(self) -> bool {
-        matches!(
-            self,
+        match self {
             ChType::BoolNative
-                | ChType::DateTime64 { .. }
-                | ChType::Date32
-                | ChType::Uuid
-                | ChType::Array(_)
-        )
+            | ChType::DateTime64 { .. }
+            | ChType::Date32
+            | ChType::Uuid
+            | ChType::Array(_) => true,
+            ChType::Decimal(p, _) => p > 38,
+            _ => false,
+        }
     }
 }
 
@@ -111,13 +113,11 @@ impl ChType {
 /// and the URL's `types=` option (docs/CLICKHOUSE.md, Types).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Typing {
-    /// PostgreSQL timestamps, dates, UUIDs, booleans and arrays get
-    /// ClickHouse's own types (servers 21.12 and later, `types=native`);
-    /// otherwise they are `String` (`UInt8` for booleans), as before.
+    /// PostgreSQL timestamps, dates, UUIDs, booleans, wide decimals and
+    /// arrays get ClickHouse's own types (servers 22.8 and later,
+    /// `types=native`); otherwise they are `String` (`UInt8` for booleans),
+    /// as before.
     pub native: bool,
-    /// The server's own time zone is not UTC: a `timestamp` column is then
-    /// pinned to UTC too, so its wall-clock values read back unchanged.
-    pub pin_utc: bool,
 }
 
 /// The ClickHouse type of a schema column, by the source's kind, as
@@ -134,12 +134,12 @@ pub fn column_type_with(c: &Column, kind: SourceKind, typing: Typing) -> ChType 
             if let Some(elem) = t.strip_suffix("[]") {
                 // ClickHouse has no `Nullable(Array(…))`: only a column that
                 // cannot be NULL keeps NULL apart from `{}` as an Array.
-                return match pg_elem(elem, typing) {
+                return match pg_elem(elem) {
                     Some(e) if !c.nullable => ChType::Array(e),
                     _ => ChType::Text,
                 };
             }
-            if let Some(e) = pg_elem(&t, typing) {
+            if let Some(e) = pg_elem(&t) {
                 return e.scalar();
             }
         }
@@ -183,11 +183,11 @@ fn decimal(t: &str, max: u8) -> Option<(u8, u8)> {
 
 /// The typed mapping of a PostgreSQL type (`format_type`'s spelling), as a
 /// column's own type or an array's element; `None` where it has none.
-fn pg_elem(t: &str, typing: Typing) -> Option<Elem> {
-    let timestamp = |zoned: bool| Elem::DateTime64 {
-        zoned,
-        utc: zoned || typing.pin_utc,
-    };
+fn pg_elem(t: &str) -> Option<Elem> {
+    // Every timestamp column is pinned to UTC, a naive one too: without a
+    // zone of its own, ClickHouse shows it in the server's or the session's
+    // zone, shifted from the source's wall-clock text.
+    let timestamp = |zoned: bool| Elem::DateTime64 { zoned, utc: true };
     Some(match t {
         "smallint" => Elem::Int16,
         "integer" => Elem::Int32,
