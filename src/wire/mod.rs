@@ -10,6 +10,7 @@ pub mod detect;
 pub mod fast;
 pub mod jsonl;
 mod lines;
+pub mod message;
 pub mod model;
 pub mod names;
 mod real;

@@ -75,11 +75,11 @@ impl ClickHouse {
             Some(old) => {
                 // Columns keep the types they had (a `String` column made
                 // by an earlier MoonCDC stays one through a change).
-                let mut new = Layout::with_typing(&c.schema, kind, self.typing);
+                let mut new = Layout::with_typing(&c.schema, kind, self.native_types());
                 new.keep_types_of(old, &c);
                 // And as the table has them: a replay after an apply killed
                 // amid this change finds columns under their new names.
-                if self.typing.native {
+                if self.native_types() {
                     new.keep_earlier_types(&self.columns_typed(&self.stored(&new.name))?);
                 }
                 segs.push(Segment::new(Some((old.clone(), c)), new.clone()));

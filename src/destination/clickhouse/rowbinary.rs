@@ -407,10 +407,11 @@ pub(super) struct Layout {
 }
 
 impl Layout {
-    /// The layout a schema gets under a target's typing, before any table
+    /// The layout a schema gets with or without the typed mappings
+    /// (`native`: `ClickHouse::native_types`), before any table
     /// is looked at ([`Layout::keep_earlier_types`]). A key column is never
     /// an array (arrays stay `String` there, as keys sort as their text).
-    pub(super) fn with_typing(schema: &Schema, kind: SourceKind, typing: Typing) -> Layout {
+    pub(super) fn with_typing(schema: &Schema, kind: SourceKind, native: bool) -> Layout {
         let key = schema.key_indices();
         Layout {
             name: table_name(&schema.table),
@@ -418,7 +419,7 @@ impl Layout {
                 .columns
                 .iter()
                 .enumerate()
-                .map(|(i, c)| match column_type_with(c, kind, typing) {
+                .map(|(i, c)| match column_type_with(c, kind, native) {
                     ChType::Array(_) if key.contains(&i) => ChType::Text,
                     t => t,
                 })
@@ -451,7 +452,7 @@ impl Layout {
                 // and a NULL then fails naming the column.
                 let mut not_null = c.clone();
                 not_null.nullable = false;
-                let array = column_type_with(&not_null, self.kind, Typing { native: true });
+                let array = column_type_with(&not_null, self.kind, true);
                 if matches!(array, ChType::Array(_)) && bare == array.sql() {
                     self.types[i] = array;
                 }

@@ -117,10 +117,10 @@ impl ClickHouse {
     /// schema has a column of a typed mapping (or an array) and this
     /// process has not checked the table for this very schema.
     pub(super) fn layout(&self, schema: &Schema, kind: SourceKind) -> Result<Layout> {
-        let mut l = Layout::with_typing(schema, kind, self.typing);
+        let mut l = Layout::with_typing(schema, kind, self.native_types());
         let arrays = schema.columns.iter().any(|c| c.decl_type.ends_with("[]"));
         let typed = (schema.columns.iter().zip(&l.types)).any(|(c, t)| *t != column_type(c, kind));
-        if !self.typing.native || (!arrays && !typed) {
+        if !self.native_types() || (!arrays && !typed) {
             return Ok(l);
         }
         if let Some((s, t)) = self.ensured.borrow().get(&schema.table) {
@@ -209,7 +209,7 @@ impl ClickHouse {
                     "CREATE TABLE IF NOT EXISTS {db}.{}{on} ({}, `_etl_version` UInt64, `_etl_deleted` UInt8) ENGINE = {replicated}ReplacingMergeTree({zk}{sep}`_etl_version`{}) ORDER BY ({})",
                     qi(&stored),
                     l.column_defs().join(", "),
-                    if self.is_deleted { ", `_etl_deleted`" } else { "" },
+                    if self.is_deleted() { ", `_etl_deleted`" } else { "" },
                     keys.join(", ")
                 ),
                 Engine::History => format!(

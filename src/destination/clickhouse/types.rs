@@ -95,7 +95,7 @@ impl ChType {
         }
     }
 
-    /// Whether the type is one of the typed mappings (`Typing::native`).
+    /// Whether the type is one of the typed mappings (`column_type_with`).
     pub fn is_native(self) -> bool {
         match self {
             ChType::BoolNative
@@ -109,28 +109,20 @@ impl ChType {
     }
 }
 
-/// Which column types a target uses, from the server's version at connect
-/// and the URL's `types=` option (docs/CLICKHOUSE.md, Types).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Typing {
-    /// PostgreSQL timestamps, dates, UUIDs, booleans, wide decimals and
-    /// arrays get ClickHouse's own types (servers 22.8 and later,
-    /// `types=native`); otherwise they are `String` (`UInt8` for booleans),
-    /// as before.
-    pub native: bool,
-}
-
 /// The ClickHouse type of a schema column, by the source's kind, as
 /// servers without the typed mappings (and `types=text`) store it.
 pub fn column_type(c: &Column, kind: SourceKind) -> ChType {
-    column_type_with(c, kind, Typing::default())
+    column_type_with(c, kind, false)
 }
 
-/// The ClickHouse type of a schema column under a target's typing.
-pub fn column_type_with(c: &Column, kind: SourceKind, typing: Typing) -> ChType {
+/// The ClickHouse type of a schema column; `native`: with the typed
+/// mappings (PostgreSQL timestamps, dates, UUIDs, booleans, wide decimals
+/// and arrays in ClickHouse's own types: docs/CLICKHOUSE.md, Types), as
+/// `ClickHouse::native_types` says.
+pub fn column_type_with(c: &Column, kind: SourceKind, native: bool) -> ChType {
     let t = c.decl_type.to_ascii_lowercase();
     if kind == SourceKind::Postgres {
-        if typing.native {
+        if native {
             if let Some(elem) = t.strip_suffix("[]") {
                 // ClickHouse has no `Nullable(Array(…))`: only a column that
                 // cannot be NULL keeps NULL apart from `{}` as an Array.
