@@ -168,21 +168,7 @@ impl Server {
         // the server, else from the server's own `<data>/status`; it is
         // killed only while its command line names this folder (a zombie,
         // whose command line is empty, counts as gone).
-        let script = format!(
-            "while kill -0 {testpid} 2>/dev/null; do sleep 0.5; done; \
-             pid=$(cat {pidfile} 2>/dev/null); \
-             [ -n \"$pid\" ] || pid=$(sed -n 's/^PID: *//p' {status} 2>/dev/null); \
-             ours() {{ tr '\\0' ' ' </proc/$pid/cmdline 2>/dev/null | grep -qF -- {dir}; }}; \
-             if [ -n \"$pid\" ] && ours; then \
-               kill $pid; i=0; \
-               while ours && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done; \
-               ours && kill -9 $pid; \
-             fi; rm -rf {dir}",
-            testpid = std::process::id(),
-            pidfile = shq(&d("server.pid")),
-            status = shq(&d("data/status")),
-            dir = shq(&dir.display().to_string()),
-        );
+        let script = watchdog_script(&dir, Some(&d("data/status")));
         super::spawn_watchdog(&script, "the ClickHouse test server");
         for sub in ["data", "tmp", "user_files", "format_schemas", "log"] {
             std::fs::create_dir_all(dir.join(sub)).expect("create the server's folders");
@@ -313,19 +299,7 @@ impl Server {
             .expect("temporary folder for the chdb front")
             .keep();
         let d = |p: &str| dir.join(p).display().to_string();
-        let script = format!(
-            "while kill -0 {testpid} 2>/dev/null; do sleep 0.5; done; \
-             pid=$(cat {pidfile} 2>/dev/null); \
-             ours() {{ tr '\\0' ' ' </proc/$pid/cmdline 2>/dev/null | grep -qF -- {dir}; }}; \
-             if [ -n \"$pid\" ] && ours; then \
-               kill $pid; i=0; \
-               while ours && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done; \
-               ours && kill -9 $pid; \
-             fi; rm -rf {dir}",
-            testpid = std::process::id(),
-            pidfile = shq(&d("server.pid")),
-            dir = shq(&dir.display().to_string()),
-        );
+        let script = watchdog_script(&dir, None);
         super::spawn_watchdog(&script, "the chdb front");
         std::fs::create_dir_all(dir.join("log")).expect("create the front's folders");
         let http = reqwest::blocking::Client::builder()
@@ -543,6 +517,35 @@ impl ChDb {
         .trim()
             == "1"
     }
+}
+
+/// The watchdog's script for a server in `dir` (ClickHouse or the chdb
+/// front): once this test process is gone, the server is stopped (by the
+/// pid in `dir/server.pid`, else from `status`, the server's own status
+/// file; SIGTERM, then SIGKILL after 15 s) and the folder removed. It is
+/// killed only while its command line names the folder (a zombie, whose
+/// command line is empty, counts as gone).
+fn watchdog_script(dir: &Path, status: Option<&str>) -> String {
+    let from_status = match status {
+        Some(f) => format!(
+            "[ -n \"$pid\" ] || pid=$(sed -n 's/^PID: *//p' {} 2>/dev/null); ",
+            shq(f)
+        ),
+        None => String::new(),
+    };
+    format!(
+        "while kill -0 {testpid} 2>/dev/null; do sleep 0.5; done; \
+         pid=$(cat {pidfile} 2>/dev/null); {from_status}\
+         ours() {{ tr '\\0' ' ' </proc/$pid/cmdline 2>/dev/null | grep -qF -- {dir}; }}; \
+         if [ -n \"$pid\" ] && ours; then \
+           kill $pid; i=0; \
+           while ours && [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done; \
+           ours && kill -9 $pid; \
+         fi; rm -rf {dir}",
+        testpid = std::process::id(),
+        pidfile = shq(&dir.join("server.pid").display().to_string()),
+        dir = shq(&dir.display().to_string()),
+    )
 }
 
 /// A CA (`ca.pem`) and a certificate for 127.0.0.1 signed by it
