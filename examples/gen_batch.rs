@@ -193,6 +193,7 @@ impl Changes {
             table: TABLE.into(),
             operation,
             before,
+            before_key: None,
             after,
         }
     }

@@ -185,15 +185,21 @@ fn value_from_ref(v: ValueRef<'_>) -> std::result::Result<Value, String> {
     })
 }
 
-/// A wire value as a bound parameter, class for class (TEXT bound as UTF-8).
-fn to_sql(v: &Value) -> ToSqlOutput<'_> {
-    match v {
+/// A wire value as a bound parameter, class for class (TEXT bound as UTF-8);
+/// an unchanged value is not a value and is refused.
+fn to_sql(v: &Value) -> rusqlite::Result<ToSqlOutput<'_>> {
+    Ok(match v {
         Value::Null => ToSqlOutput::Borrowed(ValueRef::Null),
         Value::Integer(i) => ToSqlOutput::Borrowed(ValueRef::Integer(*i)),
         Value::Real(x) => ToSqlOutput::Borrowed(ValueRef::Real(*x)),
         Value::Text(s) => ToSqlOutput::Borrowed(ValueRef::Text(s.as_bytes())),
         Value::Blob(b) => ToSqlOutput::Borrowed(ValueRef::Blob(b)),
-    }
+        Value::Unchanged => {
+            return Err(rusqlite::Error::ToSqlConversionFailure(
+                "an unchanged value has no value to store (it must be filled from the stored row first)".into(),
+            ))
+        }
+    })
 }
 
 /// A value wrapper that binds with [`to_sql`].
@@ -201,7 +207,7 @@ pub struct Bind<'a>(pub &'a Value);
 
 impl rusqlite::ToSql for Bind<'_> {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(to_sql(self.0))
+        to_sql(self.0)
     }
 }
 

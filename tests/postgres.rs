@@ -394,6 +394,7 @@ fn cell(v: &Value) -> Cell {
         Value::Real(x) => Cell::Real(x.to_bits()),
         Value::Text(s) => Cell::Text(s.as_bytes().to_vec()),
         Value::Blob(b) => Cell::Blob(b.clone()),
+        Value::Unchanged => panic!("an unchanged value where a whole row belongs"),
     }
 }
 
@@ -3732,6 +3733,7 @@ fn wal2json_transactions(
                     table,
                     operation: op,
                     before,
+                    before_key: None,
                     after,
                 };
                 cur.as_mut()

@@ -77,6 +77,7 @@ fn events_same(a: &Event, b: &Event) -> bool {
         && a.table == b.table
         && a.operation == b.operation
         && opt_rows_same(&a.before, &b.before)
+        && opt_rows_same(&a.before_key, &b.before_key)
         && opt_rows_same(&a.after, &b.after)
 }
 
@@ -354,6 +355,7 @@ fn build_batch(spec: BatchSpec, empty_schemas: bool) -> Batch {
             table: table.table.clone(),
             operation,
             before,
+            before_key: None,
             after,
         });
     }
@@ -800,6 +802,7 @@ proptest! {
                         table: "t".into(),
                         operation: Operation::Insert,
                         before: None,
+                        before_key: None,
                         after: Some(vec![Value::Integer(i as i64), Value::Text("x".repeat(i as usize % 7))]),
                     })
                     .collect();
@@ -1101,6 +1104,7 @@ fn split_last_piece_over_max_bytes_example() {
         table: "t".into(),
         operation: Operation::Insert,
         before: None,
+        before_key: None,
         after: Some(vec![Value::Null]),
     };
     let b = Batch {
@@ -1335,6 +1339,7 @@ fn build_history(
                     table,
                     operation: Operation::Insert,
                     before: None,
+                    before_key: None,
                     after: Some(r),
                 }
             }
@@ -1359,6 +1364,7 @@ fn build_history(
                     table,
                     operation: Operation::Update,
                     before: Some(old),
+                    before_key: None,
                     after: Some(r),
                 }
             }
@@ -1374,6 +1380,7 @@ fn build_history(
                     table,
                     operation: Operation::Delete,
                     before: Some(old),
+                    before_key: None,
                     after: None,
                 }
             }
@@ -1562,6 +1569,85 @@ proptest! {
     }
 }
 
+// ------------------------------------------------------------------ 5b. key-only old rows
+
+/// The history as a source without whole old rows writes it (docs/FORMAT.md,
+/// "Key-only before images and unchanged values"): where `choices` say so,
+/// an update or delete of a keyed table names its old row by the key alone,
+/// and such an update marks some of the values it did not change as
+/// unchanged (never a key column).
+fn key_only(h: &History, choices: &[Index]) -> Vec<Event> {
+    let mut c = choices.iter().cycle();
+    let mut pick = |n: usize| c.next().map_or(0, |i| i.index(n));
+    h.events
+        .iter()
+        .map(|e| {
+            let schema = h.schemas.iter().find(|s| s.table == e.table).unwrap();
+            let key = schema.key_indices();
+            let mut e = e.clone();
+            if key.is_empty() || e.before.is_none() || pick(3) == 0 {
+                return e;
+            }
+            let before = e.before.take().unwrap();
+            e.before_key = Some(key.iter().map(|&i| before[i].clone()).collect());
+            if let Some(after) = e.after.as_mut() {
+                for (i, v) in after.iter_mut().enumerate() {
+                    if !key.contains(&i) && v.same(&before[i]) && pick(2) == 0 {
+                        *v = Value::Unchanged;
+                    }
+                }
+            }
+            e
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(config(300))]
+
+    /// Key-only old rows and unchanged values: the batch reads back as it
+    /// was written (strict and fast decoders alike), a target that fills
+    /// them from its rows ends in the history's state, and compaction (in
+    /// memory and streaming, once or twice) keeps that state.
+    #[test]
+    fn key_only_changes_are_carried_and_compacted(
+        h in history_strategy(40),
+        choices in vec(any::<Index>(), 1..64),
+    ) {
+        let events = key_only(&h, &choices);
+        let batch = history_batch(&h, events.clone(), h.start, h.end);
+        batch.validate().map_err(|e| fail(format!("invalid: {e}")))?;
+        let text = String::from_utf8(batch.to_jsonl()).unwrap();
+        let back = Batch::from_jsonl(&text).map_err(|e| fail(format!("decode: {e}")))?;
+        prop_assert!(batch_same(&back, &batch));
+        for (line, e) in text.lines().skip(1).zip(&events) {
+            let fast = mooncdc::wire::fast::event_line(line.as_bytes());
+            prop_assert!(fast.as_ref().is_some_and(|f| events_same(f, e)), "fast path: {line}");
+        }
+
+        let plain = apply_all(&[&history_batch(&h, h.events.clone(), h.start, h.end)])?;
+        let filled = apply_all(&[&batch])?;
+        prop_assert_eq!(target_state(&filled), target_state(&plain));
+
+        let c = compacted(&h, &events)?;
+        prop_assert!(c.len() <= events.len());
+        let cb = history_batch(&h, c.clone(), h.start, h.end);
+        cb.validate().map_err(|e| fail(format!("compacted batch invalid: {e}")))?;
+        let after = apply_all(&[&cb]).map_err(|e| fail(format!("{e:?}\ncompacted:\n{}", enc_events(&c).join("\n"))))?;
+        prop_assert_eq!(target_state(&after), target_state(&plain),
+            "compacted:\n{}", enc_events(&c).join("\n"));
+        // No unchanged value is left where an earlier image in the batch had it.
+        for e in &c {
+            if e.operation == Operation::Insert {
+                prop_assert!(!e.has_unchanged(), "an insert keeps an unchanged mark: {}", enc_events(std::slice::from_ref(e))[0]);
+            }
+        }
+        let out = stream_compact(&[&batch])?;
+        prop_assert_eq!(enc_events(&out[0].events), enc_events(&c));
+        prop_assert_eq!(enc_events(&compacted(&h, &c)?), enc_events(&c));
+    }
+}
+
 // ------------------------------------------------------------------ key order
 
 /// Exact comparison of an i64 with a finite f64, from the f64's bits.
@@ -1685,6 +1771,7 @@ proptest! {
             Value::Integer(_) | Value::Real(_) => 1,
             Value::Text(_) => 2,
             Value::Blob(_) => 3,
+            Value::Unchanged => 4,
         };
         let o = a.key_cmp(&b);
         prop_assert_eq!(o, b.key_cmp(&a).reverse());
@@ -1774,7 +1861,7 @@ proptest! {
                     }
                 },
             };
-            events.push(Event { sequence, table, operation, before, after });
+            events.push(Event { sequence, table, operation, before, before_key: None, after });
         }
         // An insert of a key held at that point, where one is.
         let mut refused = None;
@@ -1792,6 +1879,7 @@ proptest! {
                     table,
                     operation: Operation::Insert,
                     before: None,
+                    before_key: None,
                     after: Some(row(k, &Some("dup".into()))),
                 };
                 events.insert(p, e);
@@ -1997,6 +2085,7 @@ fn respell_value(ch: &mut Choices, v: &Value, out: &mut String) {
             items.push("\"blob\"".into());
             items.push(format!("\"{}\"", hex(ch, b)));
         }
+        Value::Unchanged => items.push("\"unchanged\"".into()),
     }
     out.push('[');
     for (i, item) in items.iter().enumerate() {

@@ -173,10 +173,19 @@ impl MemoryTarget {
                     t.insert(k, after.clone());
                 }
                 Operation::Update | Operation::Delete => {
-                    let before = e.before.as_ref().expect("before");
-                    let k = encode_key(shape, before);
-                    match t.get(&k) {
-                        Some(old) if same(old, before) => {}
+                    let k = match (&e.before, &e.before_key) {
+                        (Some(before), _) => encode_key(shape, before),
+                        (None, Some(key)) => {
+                            let mut out = Vec::new();
+                            write_row(&mut out, key);
+                            out
+                        }
+                        (None, None) => unreachable!("checked images"),
+                    };
+                    // A key-only old row: the stored row is the old row,
+                    // and fills the after image's unchanged values.
+                    let stored = match t.get(&k) {
+                        Some(old) if e.before.as_ref().is_none_or(|b| same(old, b)) => old.clone(),
                         _ => {
                             return Err(Error::state(format!(
                                 "{} {}: before image differs from the stored row",
@@ -184,9 +193,19 @@ impl MemoryTarget {
                                 e.sequence
                             )))
                         }
-                    }
+                    };
                     t.remove(&k);
                     if let Some(after) = &e.after {
+                        let after: Row = (after.iter().zip(&stored))
+                            .map(|(v, s)| {
+                                if v.is_unchanged() {
+                                    s.clone()
+                                } else {
+                                    v.clone()
+                                }
+                            })
+                            .collect();
+                        let after = &after;
                         let k2 = encode_key(shape, after);
                         if t.contains_key(&k2) {
                             return Err(Error::state(format!(

@@ -13,7 +13,10 @@
 //!
 //! A fold happens only when the second event's `before` image equals the
 //! first's result exactly, so compaction never hides a divergence a target's
-//! image check would have found; any other pair on one row (insert after
+//! image check would have found, or when the second knows the old row only
+//! by its key (`before_key`, which matched). An unchanged value in the
+//! second's after image is filled from the first's after image when that
+//! has the value, and stays unchanged otherwise; any other pair on one row (insert after
 //! insert, say) ends the run for good. Events on other rows and updates that change the key end a run.
 //! A folded event carries the sequence of the last event folded into it. When
 //! a run vanishes (insert then delete) the runs on either side become adjacent,
@@ -125,16 +128,31 @@ impl Compactor {
 
     /// The key of `row` (a canonical image) in `shape` into `out`: its key
     /// values' bytes one after another (each value's spelling ends where it
-    /// ends, so equal keys are equal bytes).
+    /// ends, so equal keys are equal bytes). A `before_key` (`key_only`)
+    /// holds the key values alone, in key order.
     fn key_of(
         values: &mut Vec<(usize, usize)>,
         row: &[u8],
         shape: &TableShape,
+        key_only: bool,
         out: &mut Vec<u8>,
     ) -> Result<()> {
         out.clear();
         value_spans(row, values)
             .ok_or_else(|| Error::data("an event's image is not in the canonical spelling"))?;
+        if key_only {
+            if values.len() != shape.key.len() {
+                return Err(Error::data(format!(
+                    "a before_key has {} values but its schema's key has {}",
+                    values.len(),
+                    shape.key.len()
+                )));
+            }
+            for &v in values.iter() {
+                out.extend_from_slice(part(row, v));
+            }
+            return Ok(());
+        }
         for &i in &shape.key {
             let Some(&v) = values.get(i) else {
                 return Err(Error::data(format!(
@@ -142,6 +160,12 @@ impl Compactor {
                     values.len()
                 )));
             };
+            if part(row, v) == fold::UNCHANGED {
+                return Err(Error::data(format!(
+                    "an after image has an unchanged value in key column {} (a key is always sent)",
+                    i + 1
+                )));
+            }
             out.extend_from_slice(part(row, v));
         }
         Ok(())
@@ -162,12 +186,13 @@ impl Compactor {
         let Some(image) = image else {
             unreachable!("checked images: only a truncate has none")
         };
-        Self::key_of(&mut self.values, image, shape, &mut self.key)?;
+        let key_only = e.meta.key_only && e.meta.operation != Operation::Insert;
+        Self::key_of(&mut self.values, image, shape, key_only, &mut self.key)?;
         // Without a key no two events are known to be on the same row.
         let foldable = !shape.key.is_empty()
             && match (e.meta.operation, e.after()) {
                 (Operation::Update, Some(after)) => {
-                    Self::key_of(&mut self.values, after, shape, &mut self.other_key)?;
+                    Self::key_of(&mut self.values, after, shape, false, &mut self.other_key)?;
                     self.key == self.other_key
                 }
                 _ => true,
@@ -461,7 +486,11 @@ fn shape_for<'s, R: BufRead>(
             "compaction needs the key of table {table:?}, but no schema names it (the stream's header has none; give one with --schema)"
         ))));
     };
-    let width = meta.before.or(meta.after).unwrap_or_default();
+    let width = if meta.key_only {
+        meta.after.unwrap_or(usize::MAX)
+    } else {
+        meta.before.or(meta.after).unwrap_or_default()
+    };
     if shape.key.iter().any(|&i| i >= width) {
         return Err(input.locate(Error::data(format!(
             "event {} of table {table:?} has {width} values, fewer than its schema's key needs",

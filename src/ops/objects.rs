@@ -12,7 +12,9 @@
 //! schema change is a line `{"schema":{…}}`, a logical message one
 //! `{"kind":"message","sequence":"44","prefix":"outbox","content":"…","transactional":true}`
 //! (its content TEXT a string, a BLOB hex, as values are). Without schemas, the values
-//! are keyed by position ("0", "1", …).
+//! are keyed by position ("0", "1", …). A key-only old row is
+//! `"before_key":[…]`, its key values in key order; an unchanged value of an
+//! update's after image is left out of its object.
 
 use crate::wire::jsonl::parse_record;
 use crate::wire::{Event, Item, Schema, Value};
@@ -31,12 +33,14 @@ pub fn value(v: &Value) -> J {
         Value::Real(x) => serde_json::Number::from_f64(*x).map_or(J::Null, J::Number),
         Value::Text(s) => J::String(s.clone()),
         Value::Blob(b) => J::String(hex::encode(b)),
+        // Rows leave an unchanged column out (see `row`).
+        Value::Unchanged => J::Null,
     }
 }
 
 fn row(names: Option<&Vec<String>>, r: &[Value]) -> J {
     let mut m = Map::new();
-    for (i, v) in r.iter().enumerate() {
+    for (i, v) in r.iter().enumerate().filter(|(_, v)| !v.is_unchanged()) {
         let k = names
             .and_then(|n| n.get(i).cloned())
             .unwrap_or_else(|| i.to_string());
@@ -54,6 +58,9 @@ pub fn event(names: Option<&Vec<String>>, e: &Event) -> J {
     });
     if let Some(b) = &e.before {
         o["before"] = row(names, b);
+    }
+    if let Some(k) = &e.before_key {
+        o["before_key"] = J::Array(k.iter().map(value).collect());
     }
     if let Some(a) = &e.after {
         o["after"] = row(names, a);

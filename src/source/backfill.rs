@@ -55,16 +55,27 @@ pub fn key_of(row: &[Value], positions: &[usize]) -> Vec<Value> {
 /// An ordinary change of a table being backfilled, as the stream carries it
 /// (`None`: left out). A truncate always passes: the table is empty on both
 /// sides of the boundary after it.
+///
+/// A key-only old row (`before_key`) is its key. An update that moves a row
+/// from outside into the reached keys with an unchanged value cannot become
+/// the insert it should: the value is not in the stream. It stays the
+/// update, which every target refuses (it holds no row to fill it from),
+/// naming the table and key: the table needs a backfill again (docs/BACKFILL.md).
 pub fn pass(mut e: Event, positions: &[usize], reached: &Reached) -> Option<Event> {
     let inside = |row: &Option<Vec<Value>>| {
         row.as_ref()
             .is_some_and(|r| reached.covers(&key_of(r, positions)))
     };
+    let old_inside = match &e.before_key {
+        Some(k) => reached.covers(k),
+        None => inside(&e.before),
+    };
     match e.operation {
         Operation::Truncate { .. } => Some(e),
         Operation::Insert => inside(&e.after).then_some(e),
-        Operation::Delete => inside(&e.before).then_some(e),
-        Operation::Update => match (inside(&e.before), inside(&e.after)) {
+        Operation::Delete => old_inside.then_some(e),
+        Operation::Update if !old_inside && e.has_unchanged() => inside(&e.after).then_some(e),
+        Operation::Update => match (old_inside, inside(&e.after)) {
             (true, true) => Some(e),
             (true, false) => {
                 e.operation = Operation::Delete;
@@ -74,6 +85,7 @@ pub fn pass(mut e: Event, positions: &[usize], reached: &Reached) -> Option<Even
             (false, true) => {
                 e.operation = Operation::Insert;
                 e.before = None;
+                e.before_key = None;
                 Some(e)
             }
             (false, false) => None,
@@ -314,6 +326,7 @@ mod tests {
             table: "t".into(),
             operation,
             before,
+            before_key: None,
             after,
         }
     }
@@ -408,6 +421,7 @@ mod tests {
             table: "t".into(),
             operation: Operation::Update,
             before: Some(row(a, 1)),
+            before_key: None,
             after: Some(row(b, 2)),
         };
         assert_eq!(

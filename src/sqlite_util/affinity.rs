@@ -80,7 +80,7 @@ pub fn looks_numeric(s: &str) -> bool {
 /// Whether storing `v` in a column of affinity `a` keeps its class.
 pub fn keeps_class(a: Affinity, v: &Value) -> bool {
     match (a, v) {
-        (Affinity::Blob, _) | (_, Value::Null | Value::Blob(_)) => true,
+        (Affinity::Blob, _) | (_, Value::Null | Value::Blob(_) | Value::Unchanged) => true,
         (Affinity::Text, Value::Text(_)) => true,
         (Affinity::Text, _) => false,
         (Affinity::Integer | Affinity::Numeric | Affinity::Real, Value::Text(s)) => {

@@ -268,18 +268,21 @@ impl Validator {
         self.event_parts(
             e.sequence,
             &e.table,
-            e.before.as_ref().map(Vec::len),
+            e.before.as_ref().or(e.before_key.as_ref()).map(Vec::len),
+            e.before_key.is_some(),
             e.after.as_ref().map(Vec::len),
         )
     }
 
     /// [`Validator::event`] from an event's parts: its sequence, table and
-    /// image widths (what the rules look at).
+    /// image widths (what the rules look at); `key_only` when the before
+    /// image is a `before_key`, whose width is the key's.
     pub fn event_parts(
         &mut self,
         sequence: Sequence,
         table: &str,
         before: Option<usize>,
+        key_only: bool,
         after: Option<usize>,
     ) -> Result<()> {
         let Some(open) = self.open.as_mut() else {
@@ -297,6 +300,18 @@ impl Validator {
                     sequence, table
                 )));
             };
+            if let (Some(len), true) = (before, key_only) {
+                if len != shape.key.len() {
+                    return Err(Error::data(format!(
+                        "event {} before_key has {} values but table {:?} has {} key columns",
+                        sequence,
+                        len,
+                        table,
+                        shape.key.len()
+                    )));
+                }
+            }
+            let before = if key_only { None } else { before };
             for (name, img) in [("before", before), ("after", after)] {
                 if let Some(len) = img {
                     if len != shape.width {
@@ -309,6 +324,7 @@ impl Validator {
             }
         }
         if open.shapes.is_none() {
+            let before = if key_only { None } else { before };
             for (name, img) in [("before", before), ("after", after)] {
                 if let Some(len) = img {
                     let w = match open.widths.get(table) {

@@ -501,6 +501,9 @@ impl Cur<'_> {
                 table_json,
                 before: at[3].map(|_| widths[0]),
                 after: at[4].map(|_| widths[1]),
+                // This path declines both (the strict decoder reads them).
+                key_only: false,
+                unchanged: false,
                 before_at: image(3),
                 after_at: image(4),
             },

@@ -32,9 +32,13 @@ pub struct EventMeta {
     /// The table name's JSON string in the line, quotes included: in the
     /// canonical spelling, equal names are equal strings.
     pub table_json: (usize, usize),
-    /// Values in the before and after images.
+    /// Values in the before and after images; `key_only` when the before
+    /// image is a `before_key` (the old row's key values alone).
     pub before: Option<usize>,
     pub after: Option<usize>,
+    pub key_only: bool,
+    /// Whether the after image holds an unchanged value.
+    pub unchanged: bool,
     /// The images' byte ranges in the line (their JSON arrays): in the
     /// canonical spelling, equal images are equal bytes.
     pub before_at: Option<(usize, usize)>,
@@ -44,6 +48,8 @@ pub struct EventMeta {
 struct Scan<'a> {
     s: &'a str,
     i: usize,
+    /// Unchanged values read so far.
+    unchanged: usize,
 }
 
 /// The hex digits the encoder writes (lowercase), as nibbles; 0xff: not one.
@@ -180,7 +186,7 @@ impl<'a> Scan<'a> {
         Some(Some(out))
     }
 
-    /// One value, built into `out` when given.
+    /// One value, built into `out` when given; an unchanged one counted.
     fn value(&mut self, out: Option<&mut Row>) -> Option<()> {
         self.lit("[\"")?;
         let build = out.is_some();
@@ -188,6 +194,11 @@ impl<'a> Scan<'a> {
             b'n' => {
                 self.lit("null\"")?;
                 Value::Null
+            }
+            b'u' => {
+                self.lit("unchanged\"")?;
+                self.unchanged += 1;
+                Value::Unchanged
             }
             b'i' => {
                 self.lit("integer\",")?;
@@ -273,7 +284,11 @@ type Scanned = (
 /// otherwise unless `escaped` (then only its JSON string's place is known).
 fn scan_event(line: &[u8], build: bool, escaped: bool) -> Option<Scanned> {
     let s = simdutf8::basic::from_utf8(line).ok()?;
-    let mut sc = Scan { s, i: 0 };
+    let mut sc = Scan {
+        s,
+        i: 0,
+        unchanged: 0,
+    };
     sc.lit("{\"kind\":\"event\",\"event\":{\"sequence\":")?;
     let sequence = parse_sequence(sc.plain_str()?).ok()?;
     sc.lit(",\"table\":")?;
@@ -302,7 +317,12 @@ fn scan_event(line: &[u8], build: bool, escaped: bool) -> Option<Scanned> {
         let (n, row) = sc.row(build)?;
         Some(Some((n, row, (start, sc.i))))
     };
-    let before = image(&mut sc, ",\"before\":")?;
+    let mut before = image(&mut sc, ",\"before\":")?;
+    let key_only = before.is_none() && operation != Operation::Insert;
+    if key_only {
+        before = image(&mut sc, ",\"before_key\":")?;
+    }
+    let unchanged_before = sc.unchanged;
     let after = image(&mut sc, ",\"after\":")?;
     sc.lit("}}")?;
     let images_fit = match operation {
@@ -310,7 +330,10 @@ fn scan_event(line: &[u8], build: bool, escaped: bool) -> Option<Scanned> {
         Operation::Update => before.is_some() && after.is_some(),
         _ => before.is_some() && after.is_none(),
     };
-    if !sc.done() || !images_fit || sequence == 0 {
+    // Only an update's after image may hold an unchanged value.
+    let unchanged_fit =
+        unchanged_before == 0 && (sc.unchanged == 0 || operation == Operation::Update);
+    if !sc.done() || !images_fit || !unchanged_fit || sequence == 0 {
         return None;
     }
     let meta = EventMeta {
@@ -320,6 +343,8 @@ fn scan_event(line: &[u8], build: bool, escaped: bool) -> Option<Scanned> {
         table_json,
         before: before.as_ref().map(|r| r.0),
         after: after.as_ref().map(|r| r.0),
+        key_only,
+        unchanged: sc.unchanged > 0,
         before_at: before.as_ref().map(|r| r.2),
         after_at: after.as_ref().map(|r| r.2),
     };
@@ -335,6 +360,11 @@ fn scan_event(line: &[u8], build: bool, escaped: bool) -> Option<Scanned> {
 /// A canonical `{"kind":"event",…}` line (without its newline) as its event.
 pub fn event_line(line: &[u8]) -> Option<Event> {
     let (meta, operation, before, after, name) = scan_event(line, true, false)?;
+    let (before, before_key) = if meta.key_only {
+        (None, before)
+    } else {
+        (before, None)
+    };
     let table = match name {
         Some(t) => t,
         None => std::str::from_utf8(&line[meta.table.0..meta.table.1])
@@ -346,6 +376,7 @@ pub fn event_line(line: &[u8]) -> Option<Event> {
         table,
         operation,
         before,
+        before_key,
         after,
     })
 }
@@ -419,13 +450,19 @@ pub fn value_spans(row: &[u8], out: &mut Vec<(usize, usize)>) -> Option<()> {
 /// table and row.
 pub fn row_line(line: &[u8]) -> Option<(String, Row)> {
     let s = simdutf8::basic::from_utf8(line).ok()?;
-    let mut sc = Scan { s, i: 0 };
+    let mut sc = Scan {
+        s,
+        i: 0,
+        unchanged: 0,
+    };
     sc.lit("{\"kind\":\"row\",\"table\":")?;
     let table = sc.text(true)?.unwrap_or_default();
     sc.lit(",\"row\":")?;
     let (_, row) = sc.row(true)?;
     sc.lit("}")?;
-    if !sc.done() {
+    // A snapshot row holds whole rows: the strict decoder refuses an
+    // unchanged value with its message.
+    if !sc.done() || sc.unchanged > 0 {
         return None;
     }
     Some((table, row.unwrap_or_default()))

@@ -32,6 +32,10 @@ pub fn write_event(out: &mut Vec<u8>, e: &Event) {
         out.extend_from_slice(b",\"before\":");
         write_row(out, b);
     }
+    if let Some(k) = &e.before_key {
+        out.extend_from_slice(b",\"before_key\":");
+        write_row(out, k);
+    }
     if let Some(a) = &e.after {
         out.extend_from_slice(b",\"after\":");
         write_row(out, a);

@@ -217,6 +217,10 @@ pub struct Event {
     pub table: String,
     pub operation: Operation,
     pub before: Option<Row>,
+    /// The row before the change known only by its key: the key values in
+    /// the schema's key order, in place of a whole `before` image
+    /// (docs/FORMAT.md, "Key-only before images").
+    pub before_key: Option<Row>,
     pub after: Option<Row>,
 }
 
@@ -228,6 +232,8 @@ struct RawEvent {
     operation: OpName,
     #[serde(default, deserialize_with = "present")]
     before: Option<Row>,
+    #[serde(default, deserialize_with = "present")]
+    before_key: Option<Row>,
     #[serde(default, deserialize_with = "present")]
     after: Option<Row>,
     #[serde(default, deserialize_with = "present")]
@@ -269,6 +275,7 @@ impl<'de> Deserialize<'de> for Event {
             table: r.table,
             operation,
             before: r.before,
+            before_key: r.before_key,
             after: r.after,
         };
         e.check_images().map_err(de::Error::custom)?;
@@ -277,22 +284,40 @@ impl<'de> Deserialize<'de> for Event {
 }
 
 impl Event {
-    /// Images must match the operation; event sequences are positive.
+    /// Images must match the operation; event sequences are positive; an
+    /// unchanged value only in an update's after image.
     pub fn check_images(&self) -> Result<(), String> {
         if self.sequence == 0 {
             return Err("event sequence must be positive".into());
         }
-        let (b, a) = (self.before.is_some(), self.after.is_some());
+        let (b, k, a) = (
+            self.before.is_some(),
+            self.before_key.is_some(),
+            self.after.is_some(),
+        );
+        if b && k {
+            return Err(format!(
+                "{} event {} has both a before image and a before_key (the old row is either whole or known by its key)",
+                self.operation.as_str(),
+                self.sequence
+            ));
+        }
+        if k && !matches!(self.operation, Operation::Update | Operation::Delete) {
+            return Err(format!(
+                "{} event {} has a before_key, which only update and delete events have",
+                self.operation.as_str(),
+                self.sequence
+            ));
+        }
+        let b = b || k;
         let ok = match self.operation {
             Operation::Insert => !b && a,
             Operation::Update => b && a,
             Operation::Delete => b && !a,
             Operation::Truncate { .. } => !b && !a,
         };
-        if ok {
-            Ok(())
-        } else {
-            Err(format!(
+        if !ok {
+            return Err(format!(
                 "{} event {} must have {} (has before: {}, after: {})",
                 self.operation.as_str(),
                 self.sequence,
@@ -304,8 +329,71 @@ impl Event {
                 },
                 b,
                 a
-            ))
+            ));
         }
+        let images = [
+            ("before image", &self.before),
+            ("before_key", &self.before_key),
+            ("after image", &self.after),
+        ];
+        for (name, img) in images {
+            let allowed = name == "after image" && self.operation == Operation::Update;
+            if !allowed && img.iter().flatten().any(Value::is_unchanged) {
+                return Err(format!(
+                    "{} event {} {name} holds an unchanged value (only an update's after image may)",
+                    self.operation.as_str(),
+                    self.sequence
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The old row's key values in key order (`key` gives the key columns'
+    /// places in a whole row): from the `before_key`, else from the whole
+    /// `before` image; `None` for an insert or a truncate.
+    pub fn old_key<'a>(&'a self, key: &[usize]) -> Option<Vec<&'a Value>> {
+        if let Some(k) = &self.before_key {
+            return Some(k.iter().collect());
+        }
+        let b = self.before.as_ref()?;
+        key.iter().map(|&i| b.get(i)).collect()
+    }
+
+    /// What only the table's key (its columns' places) can check: a
+    /// `before_key` holds one value per key column, and a key column of the
+    /// after image holds a value, never an unchanged mark.
+    pub fn check_key(&self, key: &[usize]) -> Result<(), String> {
+        if let Some(k) = &self.before_key {
+            if k.len() != key.len() {
+                return Err(format!(
+                    "event {} before_key has {} values but table {:?} has {} key columns",
+                    self.sequence,
+                    k.len(),
+                    self.table,
+                    key.len()
+                ));
+            }
+        }
+        if let Some(a) = &self.after {
+            if let Some(&i) = key
+                .iter()
+                .find(|&&i| a.get(i).is_some_and(Value::is_unchanged))
+            {
+                return Err(format!(
+                    "event {} after image has an unchanged value in key column {} of table {:?} (a key is always sent)",
+                    self.sequence,
+                    i + 1,
+                    self.table
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the after image holds an unchanged value.
+    pub fn has_unchanged(&self) -> bool {
+        self.after.iter().flatten().any(Value::is_unchanged)
     }
 
     /// The image that identifies the row before the change (update/delete)
@@ -325,6 +413,7 @@ impl Event {
             table,
             operation,
             before: None,
+            before_key: None,
             after: None,
         }
     }

@@ -106,6 +106,11 @@ impl SnapshotValidator {
                 row.len()
             )));
         }
+        if row.iter().any(Value::is_unchanged) {
+            return Err(Error::data(format!(
+                "row of table {table:?} holds an unchanged value (a snapshot row is whole; only an update's after image may)"
+            )));
+        }
         let k: Vec<Value> = key.iter().map(|&i| row[i].clone()).collect();
         if let Some(i) = k.iter().position(Value::is_null) {
             return Err(Error::data(format!(

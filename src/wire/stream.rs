@@ -136,7 +136,7 @@ fn check(validator: &mut Validator, item: &Lean, line: &[u8]) -> Result<()> {
             // The scan checked the line's UTF-8 and the name has no escapes.
             let table = std::str::from_utf8(&line[m.table.0..m.table.1])
                 .map_err(|_| Error::data("line is not valid UTF-8"))?;
-            validator.event_parts(m.sequence, table, m.before, m.after)
+            validator.event_parts(m.sequence, table, m.before, m.key_only, m.after)
         }
         Lean::Item(Item::Header(h)) => validator.header(h),
         Lean::Item(Item::Event(e)) => validator.event(e),

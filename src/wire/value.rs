@@ -39,6 +39,11 @@ pub enum Value {
     Real(f64),
     Text(String),
     Blob(Vec<u8>),
+    /// Not a value: the source did not send this column because the change
+    /// did not touch it (a PostgreSQL TOASTed value under the default
+    /// replica identity). Only an update's `after` image may hold it, and
+    /// never in a key column (docs/FORMAT.md, "Unchanged values").
+    Unchanged,
 }
 
 impl Value {
@@ -64,6 +69,10 @@ impl Value {
         matches!(self, Value::Null)
     }
 
+    pub fn is_unchanged(&self) -> bool {
+        matches!(self, Value::Unchanged)
+    }
+
     pub fn class_name(&self) -> &'static str {
         match self {
             Value::Null => "NULL",
@@ -71,6 +80,7 @@ impl Value {
             Value::Real(_) => "REAL",
             Value::Text(_) => "TEXT",
             Value::Blob(_) => "BLOB",
+            Value::Unchanged => "unchanged",
         }
     }
 
@@ -83,6 +93,7 @@ impl Value {
                 Value::Integer(_) | Value::Real(_) => 1,
                 Value::Text(_) => 2,
                 Value::Blob(_) => 3,
+                Value::Unchanged => 4,
             }
         }
         match (self, other) {
@@ -268,6 +279,7 @@ pub fn write_value(out: &mut Vec<u8>, v: &Value) {
             let _ = hex::encode_to_slice(b, &mut out[start..]);
             out.extend_from_slice(b"\"]");
         }
+        Value::Unchanged => out.extend_from_slice(b"[\"unchanged\"]"),
     }
 }
 
@@ -308,6 +320,7 @@ enum Tag {
     Text,
     TextUtf8,
     Blob,
+    Unchanged,
 }
 
 struct TagVisitor;
@@ -315,7 +328,7 @@ struct TagVisitor;
 impl<'de> Visitor<'de> for TagVisitor {
     type Value = Tag;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a value tag (null, integer, real, text, text-utf8, blob)")
+        f.write_str("a value tag (null, integer, real, text, text-utf8, blob, unchanged)")
     }
     fn visit_str<E: de::Error>(self, s: &str) -> Result<Tag, E> {
         Ok(match s {
@@ -325,9 +338,10 @@ impl<'de> Visitor<'de> for TagVisitor {
             "text" => Tag::Text,
             "text-utf8" => Tag::TextUtf8,
             "blob" => Tag::Blob,
+            "unchanged" => Tag::Unchanged,
             other => {
                 return Err(E::custom(format!(
-                    "unknown value tag {} (expected null, integer, real, text, text-utf8 or blob)",
+                    "unknown value tag {} (expected null, integer, real, text, text-utf8, blob or unchanged)",
                     quote(other)
                 )))
             }
@@ -422,6 +436,7 @@ impl<'de> Visitor<'de> for ValueVisitor {
         };
         let value = match tag {
             Tag::Null => Value::Null,
+            Tag::Unchanged => Value::Unchanged,
             Tag::Integer => {
                 let s = seq.next_element_seed(Parsed(|s: &str| {
                     parse_integer(s).map_err(|e| format!("bad INTEGER: {e}"))

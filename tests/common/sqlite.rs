@@ -777,6 +777,7 @@ fn expected_event(
         table: table.to_string(),
         operation,
         before,
+        before_key: None,
         after,
     })
 }

@@ -289,7 +289,7 @@ fn encode_element(out: &mut Vec<u8>, e: Elem, s: &str) -> std::result::Result<()
 }
 
 /// An unsigned LEB128 number (a string's or an array's length).
-fn read_leb128(r: &mut dyn Read) -> Result<u64> {
+pub(super) fn read_leb128(r: &mut dyn Read) -> Result<u64> {
     let mut n = 0u64;
     let mut shift = 0;
     loop {
@@ -388,7 +388,9 @@ pub(super) fn decode_value(r: &mut dyn Read, ty: ChType, nullable: bool) -> Resu
                     Value::Integer(i) => Some(i.to_string()),
                     Value::Real(x) => Some(pgtext::format_float(x, e == Elem::Float32)),
                     Value::Text(t) => Some(t),
-                    Value::Blob(_) => return Err(Error::data("a bytes array element")),
+                    Value::Blob(_) | Value::Unchanged => {
+                        return Err(Error::data("a bytes array element"))
+                    }
                 });
             }
             Value::Text(pgtext::format_array(&elements))

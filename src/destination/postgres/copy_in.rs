@@ -49,6 +49,9 @@ impl ToSql for Field<'_> {
             (Value::Real(x), _) => crate::wire::value::normalize_zero(*x).to_sql(ty, out),
             (Value::Blob(b), _) => b.as_slice().to_sql(ty, out),
             (Value::Text(s), _) => s.as_str().to_sql(ty, out),
+            (Value::Unchanged, _) => {
+                Err("an unchanged value has no value to store (it must be filled from the stored row first)".into())
+            }
         }
     }
 

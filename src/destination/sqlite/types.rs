@@ -110,6 +110,7 @@ mod tests {
             Value::Real(_) => "real",
             Value::Text(_) => "text",
             Value::Blob(_) => "blob",
+            Value::Unchanged => "unchanged",
         }
     }
 

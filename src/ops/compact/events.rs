@@ -36,6 +36,17 @@ pub fn compact_events(events: Vec<Event>, schemas: &[Schema]) -> Result<Vec<Even
         let shape = sh
             .get(&e.table)
             .ok_or_else(|| Error::data(format!("no schema for table {:?}", e.table)))?;
+        if let Some(k) = &e.before_key {
+            if k.len() != shape.key.len() {
+                return Err(Error::data(format!(
+                    "event {} has {} key values but table {:?} has {} key columns",
+                    e.sequence,
+                    k.len(),
+                    e.table,
+                    shape.key.len()
+                )));
+            }
+        }
         for img in [&e.before, &e.after].into_iter().flatten() {
             if img.len() != shape.width {
                 return Err(Error::data(format!(

@@ -37,7 +37,9 @@ pub(super) enum Fold {
 
 pub(super) fn fold(a: RawEvent<'_>, b: RawEvent<'_>) -> Fold {
     use Operation::*;
-    let follows = || matches!((b.before(), a.after()), (Some(x), Some(y)) if x == y);
+    // A key-only old row follows whatever came before on its key.
+    let follows =
+        || b.meta.key_only || matches!((b.before(), a.after()), (Some(x), Some(y)) if x == y);
     match (a.meta.operation, b.meta.operation) {
         (Insert, Update) if follows() => Fold::Into(Insert),
         (Insert, Delete) if follows() => Fold::Vanish,
@@ -82,14 +84,26 @@ pub(super) fn write_folded(
             (start, out.len())
         })
     };
+    let key_only = op != Operation::Insert && a.meta.key_only;
     let (before, before_at) = match op {
         Operation::Insert => (None, None),
+        _ if key_only => (a.meta.before, image(out, b",\"before_key\":", a.before())),
         _ => (a.meta.before, image(out, b",\"before\":", a.before())),
+    };
+    let mut filled = Vec::new();
+    let b_after = match (b.after(), a.after()) {
+        (Some(new), Some(old)) if b.meta.unchanged => {
+            fill_unchanged(new, old, &mut filled);
+            Some(&filled[..])
+        }
+        (new, _) => new,
     };
     let (after, after_at) = match op {
         Operation::Delete => (None, None),
-        _ => (b.meta.after, image(out, b",\"after\":", b.after())),
+        _ => (b.meta.after, image(out, b",\"after\":", b_after)),
     };
+    let unchanged =
+        after_at.is_some_and(|s| memchr::memmem::find(part(out, s), UNCHANGED).is_some());
     out.extend_from_slice(b"}}");
     let meta = EventMeta {
         sequence: b.meta.sequence,
@@ -98,6 +112,8 @@ pub(super) fn write_folded(
         table_json,
         before,
         after,
+        key_only,
+        unchanged,
         before_at,
         after_at,
     };
@@ -108,4 +124,31 @@ pub(super) fn write_folded(
     );
     out.push(b'\n');
     meta
+}
+
+/// An unchanged value's spelling: inside a JSON string a `"` is escaped,
+/// so these bytes in a canonical image are always this value.
+pub(super) const UNCHANGED: &[u8] = b"[\"unchanged\"]";
+
+/// `new` (a canonical after image) into `out` with each unchanged value
+/// replaced by the value at its place in `old` (the image before it on the
+/// same row, which may hold an unchanged value there too).
+fn fill_unchanged(new: &[u8], old: &[u8], out: &mut Vec<u8>) {
+    let (mut n, mut o) = (Vec::new(), Vec::new());
+    let spans = value_spans(new, &mut n).and(value_spans(old, &mut o));
+    if spans.is_none() || n.len() != o.len() {
+        // Images of different widths: nothing is filled (a schema record
+        // between them ends a run, so this is a stream's own mistake).
+        out.extend_from_slice(new);
+        return;
+    }
+    out.push(b'[');
+    for (i, (&nv, &ov)) in n.iter().zip(&o).enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let v = part(new, nv);
+        out.extend_from_slice(if v == UNCHANGED { part(old, ov) } else { v });
+    }
+    out.push(b']');
 }

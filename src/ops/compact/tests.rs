@@ -12,6 +12,7 @@ fn folded_lines_are_the_encoders_lines() {
             table: table.into(),
             operation: op,
             before,
+            before_key: None,
             after,
         };
         use Operation::*;
@@ -80,6 +81,7 @@ fn events_no_stream_may_hold_are_refused() {
         table: "t".into(),
         operation: Operation::Insert,
         before: Some(vec![Value::Integer(1)]),
+        before_key: None,
         after: Some(vec![Value::Integer(1)]),
     };
     let e = compact_events(vec![bad], &[schema]).unwrap_err();
@@ -99,12 +101,13 @@ fn keys_are_compared_exactly() {
             table: "t".into(),
             operation: Operation::Insert,
             before: None,
+            before_key: None,
             after: Some(row),
         };
         let mut buf = Vec::new();
         let raw = encoded(&mut buf, &e).unwrap();
         let mut out = Vec::new();
-        Compactor::key_of(&mut values, raw.after().unwrap(), &shape, &mut out).unwrap();
+        Compactor::key_of(&mut values, raw.after().unwrap(), &shape, false, &mut out).unwrap();
         out
     };
     let k = key(vec![Value::Real(0.0), Value::Text("a,\"]b".into())]);

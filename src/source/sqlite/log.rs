@@ -264,6 +264,7 @@ pub fn read_in(
             table: tv.schema.table.clone(),
             operation,
             before,
+            before_key: None,
             after,
         };
         // A backfill's own records set what its table has reached; the

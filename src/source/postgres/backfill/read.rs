@@ -235,6 +235,7 @@ impl Backfills {
                         table: table.clone(),
                         operation: Operation::Insert,
                         before: None,
+                        before_key: None,
                         after: Some(row),
                     });
                 }
