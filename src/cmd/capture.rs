@@ -25,9 +25,11 @@ pub fn run(a: CaptureArgs) -> crate::error::Result<ExitCode> {
             ddl,
             failover,
             no_slot,
+            replica_identity,
             pg,
         }) => {
-            let src = open(&source, &pg)?;
+            let mut src = open(&source, &pg)?;
+            src.set_replica_identity(&replica_identity)?;
             src.init_options(ddl, failover)?;
             let (identity, tables) = if no_slot {
                 src.init_without_slot(&tables)?
@@ -69,7 +71,9 @@ pub fn run(a: CaptureArgs) -> crate::error::Result<ExitCode> {
         }) => {
             // 1 is drift only; anything else that stops the check (a missing
             // database, a server that is down) is trouble, 2, as diff(1).
-            let drift = match open(&source, &pg).and_then(|s| s.verify()) {
+            let checked =
+                open(&source, &pg).and_then(|s| Ok((s.verify()?, s.replica_identities()?)));
+            let (drift, idents) = match checked {
                 Ok(d) => d,
                 Err(e) => {
                     cli::report_error(&e);
@@ -77,13 +81,23 @@ pub fn run(a: CaptureArgs) -> crate::error::Result<ExitCode> {
                 }
             };
             if output_format == TextOrJson::Json {
-                println!(
-                    "{}",
-                    serde_json::json!({"current": drift.is_empty(), "drift": drift})
-                );
-            } else if drift.is_empty() {
-                println!("capture is installed and current");
+                let idents: Vec<serde_json::Value> = (idents.iter())
+                    .map(|(t, w, m)| serde_json::json!({"table": t, "identity": w, "meaning": m}))
+                    .collect();
+                let mut o = serde_json::json!({"current": drift.is_empty(), "drift": drift});
+                if !idents.is_empty() {
+                    o["replica_identity"] = idents.into();
+                }
+                println!("{o}");
             } else {
+                for (t, _, m) in &idents {
+                    println!("table {t}: replica identity {m}");
+                }
+                if drift.is_empty() {
+                    println!("capture is installed and current");
+                }
+            }
+            if output_format == TextOrJson::Text {
                 for d in &drift {
                     crate::log::warn(&format!("drift: {d}"), &[]);
                 }

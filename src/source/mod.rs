@@ -172,6 +172,20 @@ pub trait Source {
         }
         Ok(())
     }
+    /// Each captured table's replica identity and what it means for the
+    /// stream, (table, identity, meaning), for `verify` (PostgreSQL's).
+    fn replica_identities(&self) -> Result<Vec<(String, String, String)>> {
+        Ok(Vec::new())
+    }
+    /// `init --replica-identity`: PostgreSQL's; refused elsewhere.
+    fn set_replica_identity(&mut self, args: &[String]) -> Result<()> {
+        if args.is_empty() {
+            return Ok(());
+        }
+        Err(Error::usage(
+            "--replica-identity is for PostgreSQL sources (a SQLite source's triggers log whole rows)",
+        ))
+    }
     /// Run a migration (`capture migrate`): SQLite sources only, whose
     /// schema changes go through it; returns what it did.
     fn migrate(&self, _sql: &str) -> Result<Vec<String>> {

@@ -147,6 +147,13 @@ pub enum CaptureCommand {
         /// against the standby next)
         #[arg(long, conflicts_with = "failover")]
         no_slot: bool,
+        /// PostgreSQL: the replica identity to set, `full` (the default:
+        /// updates and deletes carry the whole old row) or `default` (the
+        /// key only, and unchanged TOASTed values unsent: far less WAL; the
+        /// targets fill them); for every table this init sets up, or one
+        /// table as TABLE=MODE (repeatable)
+        #[arg(long, value_name = "MODE")]
+        replica_identity: Vec<String>,
         #[command(flatten)]
         pg: PgArgs,
     },

@@ -22,9 +22,9 @@ fn allowed(segs: &[Segment]) -> Vec<(String, String)> {
 
 /// A table's rows of one batch under one layout; `change` is made first.
 pub(super) struct Segment {
-    change: Option<(Layout, SchemaChange)>,
-    layout: Layout,
-    held: Held,
+    pub(super) change: Option<(Layout, SchemaChange)>,
+    pub(super) layout: Layout,
+    pub(super) held: Held,
 }
 
 impl Segment {
@@ -53,6 +53,7 @@ impl ClickHouse {
             layouts: HashMap::new(),
             bufs: HashMap::new(),
             deferred: HashMap::new(),
+            fill: Default::default(),
             busy: None,
         };
         let result = apply_batches(&mut batches, input, held, &mut committed, progress);
@@ -210,6 +211,8 @@ struct Batches<'a> {
     layouts: HashMap<String, Layout>,
     bufs: HashMap<String, Vec<Segment>>,
     deferred: HashMap<String, Error>,
+    /// Old rows and unchanged values filled (`fill.rs`).
+    fill: super::fill::Fill,
     /// From a batch's header to its cursor: a stop waits for the commit.
     busy: Option<crate::util::stop::Busy>,
 }
@@ -221,6 +224,7 @@ impl BatchHooks for Batches<'_> {
         self.layouts.clear();
         self.bufs.clear();
         self.deferred.clear();
+        self.fill.begin();
         self.target.cursor()
     }
 
@@ -254,6 +258,10 @@ impl BatchHooks for Batches<'_> {
         kind: SourceKind,
         _input: &mut BatchStreamReader<R>,
     ) -> Result<()> {
+        if let Some(segs) = self.bufs.get_mut(&c.schema.table) {
+            self.fill
+                .schema_change(self.target, &c.schema.table, segs)?;
+        }
         self.target
             .queue_change(c, &mut self.layouts, &mut self.bufs, kind)
     }
@@ -267,15 +275,20 @@ impl BatchHooks for Batches<'_> {
         if segs.is_empty() {
             segs.push(Segment::new(None, self.layouts[&e.table].clone()));
         }
-        let seg = segs.last_mut().expect("a segment");
-        let held = &mut seg.held;
         if e.operation.is_truncate() {
+            self.fill.truncate(self.target, &e.table, segs)?;
+            let seg = segs.last_mut().expect("a segment");
             // Checked now, so a sequence the versions cannot hold fails
             // before anything is written.
             version(seg.layout.kind, e.sequence)?;
-            held.truncates.push(e.sequence);
+            seg.held.truncates.push(e.sequence);
             return Ok(());
         }
+        if self.fill.takes(&e) {
+            return self.fill.event(self.target, segs, e);
+        }
+        let seg = segs.last_mut().expect("a segment");
+        let held = &mut seg.held;
         self.target.encode_event(&seg.layout, &mut held.row, &e)?;
         held.take_row(self.target.cfg.max_insert_bytes)?;
         // Freed on the reading thread, which made it.
@@ -289,6 +302,7 @@ impl BatchHooks for Batches<'_> {
     }
 
     fn commit(&mut self, end: Option<&Cursor>) -> Result<()> {
+        self.fill.finish(self.target, &mut self.bufs)?;
         let ch = &*self.target;
         // Before anything is written: each changed table must be in one of
         // the states the batch takes it through.

@@ -40,6 +40,7 @@ mod cluster;
 mod config;
 mod cursor;
 mod evolve;
+mod fill;
 mod http;
 mod names;
 mod pgtext;

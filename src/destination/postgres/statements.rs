@@ -35,6 +35,8 @@ pub(super) struct Op {
     what: &'static str,
     table: String,
     key: String,
+    /// The event names its old row by the key alone.
+    key_only: bool,
 }
 
 pub(super) async fn run(c: &Client, ops: &mut Vec<Op>) -> Result<()> {
@@ -57,8 +59,9 @@ pub(super) async fn run(c: &Client, ops: &mut Vec<Op>) -> Result<()> {
                     op.what,
                     op.table,
                     op.key,
-                    match op.what {
-                        "insert" => "the target already holds a row with this key",
+                    match (op.what, op.key_only) {
+                        ("insert", _) => "the target already holds a row with this key",
+                        (_, true) => "no stored row has this key (the change names its old row by the key alone, and its unchanged values are filled from the stored row)",
                         _ => "no stored row has this key and the before image",
                     }
                 )))
@@ -77,9 +80,64 @@ pub(super) async fn run(c: &Client, ops: &mut Vec<Op>) -> Result<()> {
 
 pub(super) fn key_text(t: &Table, row: &Row) -> String {
     let key: Vec<Value> = t.key.iter().map(|&i| row[i].clone()).collect();
+    key_text_of(&key)
+}
+
+fn key_text_of(key: &[Value]) -> String {
     let mut out = Vec::new();
-    crate::wire::value::write_row(&mut out, &key);
+    crate::wire::value::write_row(&mut out, key);
     String::from_utf8(out).unwrap_or_default()
+}
+
+type Params = Vec<Box<dyn ToSql + Sync + Send>>;
+
+/// The statements of an update or delete whose old row is known by its key
+/// alone (`key`, in key order): the row there must exist (the strict
+/// check a whole before image gives is not possible), and an update
+/// rewrites only the columns whose values came.
+fn keyed_ops<'t>(
+    t: &'t Table,
+    e: &crate::wire::Event,
+    key: &Row,
+    overwrite: bool,
+) -> Result<Vec<(&'t Statement, Params, Option<u64>)>> {
+    let s = Some(e.sequence);
+    // The key's values at their columns' places; NULL elsewhere (unused).
+    let mut at_key: Row = vec![Value::Null; t.cols.len()];
+    for (&i, v) in t.key.iter().zip(key) {
+        at_key[i] = v.clone();
+    }
+    let Some(a) = &e.after else {
+        let stmt = if overwrite {
+            &t.delete_any
+        } else {
+            &t.delete_keyed
+        };
+        let expect = (!overwrite).then_some(1);
+        return Ok(vec![(stmt, params(t, &at_key, s)?, expect)]);
+    };
+    if overwrite && !e.has_unchanged() {
+        // Whole: the row at the old key becomes it, or it is inserted.
+        let mut p = params(t, &at_key, s)?;
+        p.extend(params(t, a, s)?);
+        return Ok(vec![(&t.upsert, p, None)]);
+    }
+    let keep: Vec<bool> = a.iter().map(Value::is_unchanged).collect();
+    let sent: Row = (a.iter())
+        .map(|v| {
+            if v.is_unchanged() {
+                Value::Null
+            } else {
+                v.clone()
+            }
+        })
+        .collect();
+    let mut p = params(t, &at_key, s)?;
+    p.extend(params(t, &sent, s)?);
+    p.push(Box::new(keep));
+    // With unchanged values the row must be there to fill them, overwrite
+    // or not.
+    Ok(vec![(&t.update_keyed, p, Some(1))])
 }
 
 /// A row's values as parameters of its table's columns, checked first as
@@ -107,9 +165,34 @@ pub(super) fn event_ops(
         what: e.operation.as_str(),
         table: e.table.clone(),
         key,
+        key_only: false,
     };
     let s = Some(e.sequence);
     let overwrite = on_conflict == OnConflict::Overwrite;
+    e.check_key(&t.key).map_err(Error::data)?;
+    if let Some(k) = &e.before_key {
+        return keyed_ops(t, e, k, overwrite).map(|o| {
+            o.into_iter()
+                .map(|(stmt, p, expect)| Op {
+                    key_only: true,
+                    ..op(stmt, p, expect, key_text_of(k))
+                })
+                .collect()
+        });
+    }
+    if e.has_unchanged() {
+        // A whole old row fills every unchanged value; a stream that holds
+        // both is not what a source writes, but is carried exactly.
+        let mut filled = e.clone();
+        if let (Some(a), Some(b)) = (filled.after.as_mut(), e.before.as_ref()) {
+            for (v, old) in a.iter_mut().zip(b) {
+                if v.is_unchanged() {
+                    *v = old.clone();
+                }
+            }
+        }
+        return event_ops(t, &filled, on_conflict);
+    }
     Ok(match (e.operation, &e.before, &e.after) {
         (Operation::Insert, _, Some(a)) => {
             let k = key_text(t, a);

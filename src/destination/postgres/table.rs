@@ -54,6 +54,13 @@ pub(super) struct Table {
     pub(super) upsert: Statement,
     /// `--on-conflict overwrite`: deletes the row at the key, whatever it holds.
     pub(super) delete_any: Statement,
+    /// A change whose old row is known by its key alone: the row at the
+    /// before key (params 1..n, only the key's used) takes the after image
+    /// (n+1..2n), except the columns flagged in param 2n+1 (`bool[]`),
+    /// which keep what they hold (unchanged values are not rewritten).
+    pub(super) update_keyed: Statement,
+    /// The row at the key (params 1..n, only the key's used) deleted.
+    pub(super) delete_keyed: Statement,
 }
 
 /// Where a stream's table lands: a PostgreSQL source's `schema.table` in
@@ -531,13 +538,34 @@ impl PgTarget {
                 .join(", "),
         );
         let delete_any = format!("DELETE FROM {qname} WHERE ctid = {any_at_key}");
+        let at_key = format!(
+            "(SELECT ctid FROM {qname} WHERE {} LIMIT 1)",
+            key_eq(0).join(" AND ")
+        );
+        let keep = 2 * n + 1;
+        let set_kept = (0..n)
+            .map(|i| {
+                format!(
+                    "{0} = CASE WHEN ${keep}[{1}] THEN {0} ELSE {2} END",
+                    names[i],
+                    i + 1,
+                    val(i, n + i + 1)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let update_keyed = format!("UPDATE {qname} SET {set_kept} WHERE ctid = {at_key}");
+        let delete_keyed = format!("DELETE FROM {qname} WHERE ctid = {at_key}");
         let prep = |sql: String, types: Vec<Type>| async move {
             c.prepare_typed(&sql, &types)
                 .await
                 .map_err(pg_err("cannot prepare a statement for a target table"))
         };
         let two: Vec<Type> = types.iter().chain(types.iter()).cloned().collect();
+        let flagged: Vec<Type> = two.iter().cloned().chain([Type::BOOL_ARRAY]).collect();
         Ok(Table {
+            update_keyed: prep(update_keyed, flagged).await?,
+            delete_keyed: prep(delete_keyed, types.clone()).await?,
             insert: prep(insert, types.clone()).await?,
             update: prep(update, two.clone()).await?,
             delete: prep(delete, types.clone()).await?,

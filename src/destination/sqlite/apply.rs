@@ -124,6 +124,8 @@ impl BatchHooks for Batches<'_> {
         let t = &self.tables[&e.table];
         // Without schemas in the header, the images were not checked
         // against this table's width yet.
+        e.check_key(&t.key)
+            .map_err(|err| input.locate(Error::data(err)))?;
         for img in [&e.before, &e.after].into_iter().flatten() {
             if img.len() != t.schema.columns.len() {
                 return Err(input.locate(Error::data(format!(

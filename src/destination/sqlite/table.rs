@@ -87,6 +87,38 @@ impl TableSql {
     pub(super) fn key_of<'a>(&self, row: &'a [Value]) -> Vec<&'a Value> {
         self.key.iter().map(|&i| &row[i]).collect()
     }
+
+    /// The key of the row an update or delete changes: its whole before
+    /// image's, or its `before_key`.
+    pub(super) fn old_key<'a>(&self, e: &'a Event) -> Vec<&'a Value> {
+        e.old_key(&self.key)
+            .expect("an update or delete with a checked before image")
+    }
+}
+
+/// An after image with its unchanged values taken from the stored row
+/// (`None` when it has none to fill).
+pub(super) fn fill(after: Option<&Row>, stored: &[Value]) -> Option<Row> {
+    let after = after.filter(|a| a.iter().any(Value::is_unchanged))?;
+    Some(
+        (after.iter().zip(stored))
+            .map(|(v, s)| {
+                if v.is_unchanged() {
+                    s.clone()
+                } else {
+                    v.clone()
+                }
+            })
+            .collect(),
+    )
+}
+
+/// A key as the messages show it: its values in their wire spelling.
+pub(super) fn show_key(key: &[&Value]) -> String {
+    let row: Row = key.iter().map(|v| (*v).clone()).collect();
+    let mut out = Vec::new();
+    crate::wire::value::write_row(&mut out, &row);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 pub(super) fn same_row(a: &[Value], b: &[Value]) -> bool {
@@ -349,16 +381,20 @@ pub(super) fn apply_event(
         )
         .map(|_| Applied::Done),
         (Operation::Update | Operation::Delete, OnConflict::Error) => {
-            let before = e.before.as_ref().expect("before image");
-            let key = t.key_of(before);
-            match stored_row(conn, t, &key)? {
+            let key = t.old_key(e);
+            let stored = match stored_row(conn, t, &key)? {
+                None if e.before.is_none() => return Err(diverge(&format!(
+                    "no stored row has the old key {} (the change names the row by its key alone)",
+                    show_key(&key)
+                ))),
                 None => return Err(diverge("no stored row has the before image's key")),
-                Some(row) if !same_row(&row, before) => {
+                Some(row) if e.before.as_ref().is_some_and(|b| !same_row(&row, b)) => {
                     return Err(diverge("the stored row differs from the before image"))
                 }
-                Some(_) => {}
-            }
-            match &e.after {
+                Some(row) => row,
+            };
+            let filled = fill(e.after.as_ref(), &stored);
+            match filled.as_ref().or(e.after.as_ref()) {
                 None => {
                     let mut st = conn
                         .prepare_cached(&t.delete)
@@ -396,14 +432,28 @@ pub(super) fn apply_event(
             Ok(Applied::Done)
         }
         (Operation::Update | Operation::Delete, OnConflict::Overwrite) => {
-            let before = e.before.as_ref().expect("before image");
-            let key = t.key_of(before);
+            let key = t.old_key(e);
+            let filled = match e.has_unchanged() {
+                false => None,
+                true => match stored_row(conn, t, &key)? {
+                    Some(stored) => fill(e.after.as_ref(), &stored),
+                    None => {
+                        return Err(Error::state(format!(
+                            "event {} (update on table {:?}): no stored row has the old key {}, so its unchanged values cannot be filled; \
+                             the target does not hold the row the source changed (take a new snapshot)",
+                            e.sequence,
+                            e.table,
+                            show_key(&key)
+                        )))
+                    }
+                },
+            };
             let mut st = conn
                 .prepare_cached(&t.delete)
                 .map_err(db_err("cannot prepare a delete"))?;
             st.execute(params_from_iter(key.iter().map(|v| Bind(v))))
                 .map_err(db_err("cannot delete a row"))?;
-            if let Some(after) = &e.after {
+            if let Some(after) = filled.as_ref().or(e.after.as_ref()) {
                 insert_row(conn, t, &t.replace, after, Some(e.sequence))?;
             }
             Ok(Applied::Done)

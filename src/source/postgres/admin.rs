@@ -104,22 +104,28 @@ impl PgSource {
                 return Err(Error::state(msg));
             }
             let published = publication_detail(&c, &self.publication).await?;
+            // The identity is set on the tables this init names (all the
+            // publication's when it names none), as --replica-identity
+            // says (FULL unless it says otherwise); others keep theirs.
+            let named = |p: &PubTable| tables.is_empty() || names.contains(&p.name);
+            let choice = &self.replica_identity;
             // Never a change that makes the application's own writes fail:
             // under a column list that leaves columns out, FULL identity
             // makes PostgreSQL refuse every UPDATE and DELETE of the table.
             for p in &published {
-                if let Some(msg) = column_list_conflict(&c, p, &self.publication).await? {
-                    return Err(Error::state(msg));
-                }
-            }
-            for p in &published {
-                for (s, t, ident) in identity_of(&c, p).await? {
-                    if ident != "f" {
-                        c.batch_execute(&format!("ALTER TABLE {}.{} REPLICA IDENTITY FULL", quote_ident(&s), quote_ident(&t)))
-                            .await
-                            .map_err(pg_err("cannot set REPLICA IDENTITY FULL"))?;
+                let full = if named(p) {
+                    choice.mode_for(&p.name) == IdentityMode::Full
+                } else {
+                    identity_of(&c, p).await?.first().is_some_and(|r| r.2 == "f")
+                };
+                if full {
+                    if let Some(msg) = column_list_conflict(&c, p, &self.publication).await? {
+                        return Err(Error::state(msg));
                     }
                 }
+            }
+            for p in published.iter().filter(|p| named(p)) {
+                set_identity(&c, p, choice.mode_for(&p.name)).await?;
             }
             if make_slot {
                 self.ensure_slot(&c).await?;
@@ -188,11 +194,31 @@ impl PgSource {
         }
         for p in &published {
             published_schema(c, p).await?;
-            for (s, t, ident) in identity_of(c, p).await? {
-                if ident != "f" {
+            let rels = identity_of(c, p).await?;
+            let want = match (
+                tables.is_empty()
+                    || tables
+                        .iter()
+                        .any(|t| table_arg(t).is_ok_and(|t| t == p.name)),
+                self.replica_identity.mode_for(&p.name),
+            ) {
+                (true, IdentityMode::Full) => Some("f"),
+                _ => None,
+            };
+            for (s, t, ident) in rels {
+                let ok = match want {
+                    Some(w) => ident == w,
+                    None => {
+                        ident == "f"
+                            || ident == "d"
+                            || (ident == "i" && index_is_key(c, &s, &t).await?)
+                    }
+                };
+                if !ok {
                     return Err(Error::state(format!(
-                        "this server is a standby and {:?} does not have REPLICA IDENTITY FULL: {first}",
-                        crate::wire::names::join(&s, &t)
+                        "this server is a standby and {:?} does not have the replica identity capture needs (it has {}): {first}",
+                        crate::wire::names::join(&s, &t),
+                        word(&ident)
                     )));
                 }
             }
@@ -303,12 +329,23 @@ impl PgSource {
         })
     }
 
-    /// Re-apply what `init` set up, for the tables already published: replica
-    /// identity FULL on each, and the slot if it is missing. Adds no table.
+    /// Re-apply what `init` set up, for the tables already published: each
+    /// table's replica identity (FULL, or DEFAULT where init set that or
+    /// an index on the key's columns; FULL where it is NOTHING) on it and
+    /// its partitions, and the slot if it is missing. Adds no table.
     pub fn upgrade(&self) -> Result<Vec<String>> {
-        let tables = runtime()?.block_on(async {
+        let (tables, kept) = runtime()?.block_on(async {
             let c = self.client("upgrade").await?;
-            publication_tables(&c, &self.publication).await
+            let mut kept = IdentityChoice::default();
+            for p in publication_detail(&c, &self.publication).await? {
+                let root = identity_of(&c, &p).await?.first().map(|r| r.2.clone());
+                let mode = match root.as_deref() {
+                    Some("d" | "i") => IdentityMode::Default,
+                    _ => IdentityMode::Full,
+                };
+                kept.tables.push((p.name, mode));
+            }
+            Ok::<_, Error>((publication_tables(&c, &self.publication).await?, kept))
         })?;
         if tables.is_empty() {
             return Err(Error::state(format!(
@@ -316,7 +353,27 @@ impl PgSource {
                 self.publication
             )));
         }
-        Ok(self.init(&tables)?.1)
+        let again = PgSource {
+            conn: self.conn.clone(),
+            slot: self.slot.clone(),
+            publication: self.publication.clone(),
+            replica_identity: kept,
+        };
+        Ok(again.init(&tables)?.1)
+    }
+
+    /// Each published table's replica identity and its meaning.
+    pub fn replica_identities(&self) -> Result<Vec<(String, String, String)>> {
+        runtime()?.block_on(async {
+            let c = self.client("verify").await?;
+            let tables = publication_detail(&c, &self.publication).await?;
+            let mut ignored = Vec::new();
+            Ok(identities(&c, &tables, &mut ignored)
+                .await?
+                .into_iter()
+                .map(|(t, w, m)| (t, w.to_string(), m.to_string()))
+                .collect())
+        })
     }
 
     /// Differences from a working capture; empty when all is well.
@@ -328,10 +385,16 @@ impl PgSource {
                 None => drift.push(format!("slot {:?} does not exist (run init)", self.slot)),
                 Some(s) => {
                     if s.plugin != "pgoutput" {
-                        drift.push(format!("slot {:?} uses plugin {:?}, not pgoutput", self.slot, s.plugin));
+                        drift.push(format!(
+                            "slot {:?} uses plugin {:?}, not pgoutput",
+                            self.slot, s.plugin
+                        ));
                     }
                     if s.database != self.conn.dbname {
-                        drift.push(format!("slot {:?} belongs to database {:?}", self.slot, s.database));
+                        drift.push(format!(
+                            "slot {:?} belongs to database {:?}",
+                            self.slot, s.database
+                        ));
                     }
                     if s.lost {
                         drift.push(s.invalidated(&self.slot).full_message());
@@ -339,11 +402,17 @@ impl PgSource {
                 }
             }
             let exists = c
-                .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&self.publication])
+                .query_opt(
+                    "SELECT 1 FROM pg_publication WHERE pubname = $1",
+                    &[&self.publication],
+                )
                 .await
                 .map_err(pg_err("cannot read publications"))?;
             if exists.is_none() {
-                drift.push(format!("publication {:?} does not exist (run init)", self.publication));
+                drift.push(format!(
+                    "publication {:?} does not exist (run init)",
+                    self.publication
+                ));
                 return Ok(drift);
             }
             if let Some(msg) = publish_gap(&c, &self.publication).await? {
@@ -353,21 +422,16 @@ impl PgSource {
             if tables.is_empty() {
                 drift.push(format!("publication {:?} has no tables", self.publication));
             }
+            identities(&c, &tables, &mut drift).await?;
             for p in tables {
                 let n = &p.name;
-                if let Some(msg) = column_list_conflict(&c, &p, &self.publication).await? {
-                    drift.push(msg);
-                }
-                for (s, t, ident) in identity_of(&c, &p).await? {
-                    if ident != "f" {
-                        let this = crate::wire::names::join(&s, &t);
-                        if &this == n {
-                            drift.push(format!("table {n:?} does not have REPLICA IDENTITY FULL (run mooncdc-capture upgrade)"));
-                        } else {
-                            drift.push(format!(
-                                "partition {this:?} of table {n:?} does not have REPLICA IDENTITY FULL: its deletes and updates would come without their old values (run mooncdc-capture upgrade)"
-                            ));
-                        }
+                let full = identity_of(&c, &p)
+                    .await?
+                    .first()
+                    .is_some_and(|r| r.2 == "f");
+                if full {
+                    if let Some(msg) = column_list_conflict(&c, &p, &self.publication).await? {
+                        drift.push(msg);
                     }
                 }
                 if let Err(e) = published_schema(&c, &p).await {
@@ -429,6 +493,9 @@ impl PgSource {
             }
             let publication =
                 publication_field(&self.publication, via_root, &published, &all_columns);
+            let mut problems = Vec::new();
+            let idents = identities(&c, &published, &mut problems).await?;
+            let replica_identity = identity_field(&idents);
             let backfills: Vec<crate::source::backfill::RequestStatus> =
                 super::backfill::requests(&c)
                     .await?
@@ -487,6 +554,7 @@ impl PgSource {
                                 .with_text("unlimited (max_slot_wal_keep_size = -1)"),
                         },
                         publication,
+                        replica_identity,
                         crate::source::backfill::status_field(&backfills),
                     ]
                 },

@@ -28,6 +28,7 @@ mod batch_out;
 mod catalog;
 mod ddl_state;
 mod ddl_trigger;
+mod identity;
 pub mod pgoutput;
 mod publication;
 mod reconnect;
@@ -47,6 +48,8 @@ use batch_out::*;
 pub use catalog::table_schema;
 use catalog::*;
 use ddl_state::*;
+use identity::*;
+pub use identity::{IdentityChoice, IdentityMode};
 use publication::*;
 pub use publication::{publication_detail, publication_tables, PubTable};
 use reconnect::*;
@@ -85,6 +88,8 @@ pub struct PgSource {
     pub conn: PgConn,
     pub slot: String,
     pub publication: String,
+    /// What `init` sets (`--replica-identity`).
+    pub replica_identity: IdentityChoice,
 }
 
 fn repl_err(what: &str) -> impl Fn(ReplError) -> Error + '_ {
@@ -213,6 +218,7 @@ impl PgSource {
             conn,
             slot,
             publication: publication.unwrap_or(DEFAULT_PUBLICATION).to_string(),
+            replica_identity: IdentityChoice::default(),
         })
     }
 }
@@ -231,6 +237,13 @@ impl Source for PgSource {
         PgSource::make_failover(self)
     }
     fn init_options(&self, _ddl: bool, _failover: bool) -> Result<()> {
+        Ok(())
+    }
+    fn replica_identities(&self) -> Result<Vec<(String, String, String)>> {
+        PgSource::replica_identities(self)
+    }
+    fn set_replica_identity(&mut self, args: &[String]) -> Result<()> {
+        self.replica_identity = IdentityChoice::parse(args)?;
         Ok(())
     }
     fn init_without_slot(&self, tables: &[String]) -> Result<(String, Vec<String>)> {
@@ -308,6 +321,7 @@ mod tests {
             conn: PgConn::parse_with_env(&url, &|_| None).unwrap(),
             slot: "s".into(),
             publication: "p".into(),
+            replica_identity: IdentityChoice::default(),
         }
     }
 

@@ -111,7 +111,8 @@ pub(super) async fn column_list_conflict(
     Ok(Some(format!(
         "publication {publication:?} publishes table {:?} with a column list that leaves out {}: with REPLICA IDENTITY FULL, \
          which capture needs, PostgreSQL would refuse every UPDATE and DELETE of the table (\"Column list used by the publication \
-         does not cover the replica identity\"), so nothing was changed on it; publish all of its columns \
+         does not cover the replica identity\"), so nothing was changed on it; capture it with its default identity \
+         (init --replica-identity default, which a column list allows), publish all of its columns \
          (ALTER PUBLICATION … SET TABLE without a column list), or leave the table out of the publication",
         p.name,
         left_out.iter().map(|c| format!("{c:?}")).collect::<Vec<_>>().join(", ")
@@ -167,10 +168,17 @@ pub(super) async fn publication_members(c: &Client, publication: &str) -> Result
 
 /// A partition below a published table whose identity is not FULL: its
 /// deletes and updates would come without their old values.
+/// Only under a FULL root: below one of another identity, the stream
+/// carries what each change has (docs/POSTGRES.md, "Replica identity").
 pub(super) fn partition_not_full(members: &[Member]) -> Option<Error> {
+    let root_full = |m: &Member| {
+        members
+            .iter()
+            .any(|r| r.name == m.published && r.published == m.published && r.ident == "f")
+    };
     let m = members
         .iter()
-        .find(|m| m.ident != "f" && m.name != m.published)?;
+        .find(|m| m.ident != "f" && m.name != m.published && root_full(m))?;
     Some(Error::state(format!(
         "partition {:?} of published table {:?} does not have REPLICA IDENTITY FULL (attached or created after init): \
          its deletes and updates would come without their old values. Run mooncdc-capture upgrade, then start again; \

@@ -1,0 +1,388 @@
+//! Filling what a change did not carry (docs/CLICKHOUSE.md, "Changes
+//! without the whole old row"): an update or delete whose old row is
+//! known by its key alone (`before_key`), and an update's unchanged values.
+//! The replacing engine keeps whole rows, and the history engine records
+//! whole rows, so the old row is taken from what the target holds: the
+//! batch's own earlier rows first, else the table's current row, read in
+//! batches of keys. A key the target does not hold fails the batch, naming
+//! table, key and sequence; the cursor does not move.
+//!
+//! Per table and batch: `recent` holds the newest row of each key the batch
+//! changed, once a change of the table came by key alone in this apply
+//! (before that nothing is kept, so a stream with whole old rows costs
+//! nothing). Events that need a row `recent` lacks wait in `pending`, with
+//! every later event on their keys, until a read of their keys
+//! ([`PENDING_EVENTS`] of them, a schema change, a truncate or the commit).
+//! When the batch's rows may be missing from `recent` (it outgrew
+//! [`FILL_MEMORY`], or the batch changed the table before the first change
+//! by key alone), the table's held rows are sent first, so the read sees
+//! them; a table whose schema changed in the batch cannot be, and fails with
+//! the way out.
+
+use super::apply::Segment;
+use super::*;
+use crate::wire::Operation;
+
+/// Rows `recent` holds at most, in bytes of their values, per table.
+pub(super) const FILL_MEMORY: usize = 64 << 20;
+/// Events waiting for a read of their keys, at most…
+const PENDING_EVENTS: usize = 1024;
+/// …and bytes of their values.
+const PENDING_BYTES: usize = 16 << 20;
+
+/// What one apply keeps for filling.
+#[derive(Default)]
+pub(super) struct Fill {
+    /// Tables a change by key alone came for in this apply.
+    active: HashSet<String>,
+    tables: HashMap<String, TableFill>,
+}
+
+#[derive(Default)]
+struct TableFill {
+    /// Key (its values' RowBinary) → the newest row of the batch, `None`
+    /// when the batch deleted it.
+    recent: HashMap<Vec<u8>, Option<Row>>,
+    bytes: usize,
+    /// Rows of the batch may be missing from `recent`.
+    lost: bool,
+    /// A truncate of the batch emptied the table: a key `recent` lacks has
+    /// no row (unless `lost`).
+    emptied: bool,
+    /// The batch changed the table.
+    touched: bool,
+    pending: Vec<Event>,
+    pending_keys: HashSet<Vec<u8>>,
+    pending_bytes: usize,
+}
+
+fn row_bytes(r: &Row) -> usize {
+    r.iter()
+        .map(|v| match v {
+            Value::Text(s) => 24 + s.len(),
+            Value::Blob(b) => 24 + b.len(),
+            _ => 24,
+        })
+        .sum()
+}
+
+fn event_bytes(e: &Event) -> usize {
+    [&e.before, &e.before_key, &e.after]
+        .into_iter()
+        .flatten()
+        .map(row_bytes)
+        .sum::<usize>()
+        + 64
+}
+
+/// A key's values (in key order) as the map's key: their RowBinary.
+fn key_bytes(l: &Layout, key: &[&Value]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for (&i, v) in l.key.iter().zip(key) {
+        encode_value(&mut out, l.types[i], false, v).map_err(|e| {
+            Error::data(format!(
+                "table {:?}, key column {:?}: {e}",
+                l.schema.table, l.schema.columns[i].name
+            ))
+        })?;
+    }
+    Ok(out)
+}
+
+/// A key as the map holds it (see [`key_bytes`]).
+type KeyBytes = Vec<u8>;
+
+/// The old row's key and the new row's, as the map's keys.
+fn keys_of(l: &Layout, e: &Event) -> Result<(Option<KeyBytes>, Option<KeyBytes>)> {
+    let old = match e.old_key(&l.key) {
+        Some(k) => Some(key_bytes(l, &k)?),
+        None => None,
+    };
+    let new = match &e.after {
+        Some(a) => Some(key_bytes(
+            l,
+            &l.key.iter().map(|&i| &a[i]).collect::<Vec<_>>(),
+        )?),
+        None => None,
+    };
+    Ok((old, new))
+}
+
+/// An event that needs its old row filled in: its old row came by key
+/// alone, or its unchanged values need one.
+fn needs_fill(e: &Event) -> bool {
+    e.before_key.is_some() || e.has_unchanged()
+}
+
+/// An event whose old row must be read: it came by key alone (an
+/// unchanged value with a whole old row is filled from it).
+fn needs_read(e: &Event) -> bool {
+    e.before_key.is_some()
+}
+
+impl Fill {
+    /// A batch begins: nothing of the last one is kept.
+    pub(super) fn begin(&mut self) {
+        self.tables.clear();
+    }
+
+    /// Whether an event goes through [`Fill::event`]: one that needs a
+    /// read, or one of a table such events came for (its rows are kept).
+    /// Others are only counted as changing their table.
+    pub(super) fn takes(&mut self, e: &Event) -> bool {
+        if needs_fill(e) || self.active.contains(&e.table) {
+            return true;
+        }
+        if let Some(tf) = self.tables.get_mut(&e.table) {
+            tf.touched = true;
+        } else {
+            self.tables.insert(
+                e.table.clone(),
+                TableFill {
+                    touched: true,
+                    ..TableFill::default()
+                },
+            );
+        }
+        false
+    }
+
+    /// Take one event (not a truncate) of the table in `segs`: encoded now
+    /// into its held rows, or held back until its old row is read.
+    pub(super) fn event(&mut self, ch: &ClickHouse, segs: &mut [Segment], e: Event) -> Result<()> {
+        let seg = segs.last_mut().expect("a segment");
+        let tf = self.tables.entry(e.table.clone()).or_default();
+        if needs_read(&e) && !self.active.contains(&e.table) {
+            self.active.insert(e.table.clone());
+            // What the batch changed before now was not kept.
+            tf.lost = tf.touched;
+        }
+        tf.touched = true;
+        if !self.active.contains(&e.table) {
+            // Unchanged values with a whole old row: filled from it.
+            return tf.process(ch, seg, e, None, None, false);
+        }
+        let (old, new) = keys_of(&seg.layout, &e)?;
+        let waits = [&old, &new]
+            .into_iter()
+            .flatten()
+            .any(|k| tf.pending_keys.contains(k))
+            || (needs_read(&e) && !old.as_ref().is_some_and(|k| tf.recent.contains_key(k)));
+        if !waits {
+            return tf.process(ch, seg, e, old, new, true);
+        }
+        tf.pending_bytes += event_bytes(&e);
+        tf.pending_keys.extend(old.into_iter().chain(new));
+        tf.pending.push(e);
+        if tf.pending.len() >= PENDING_EVENTS || tf.pending_bytes >= PENDING_BYTES {
+            let table = tf.pending[0].table.clone();
+            self.resolve(ch, &table, segs)?;
+        }
+        Ok(())
+    }
+
+    /// A truncate of `table`: what waits is done first, then the table is
+    /// empty.
+    pub(super) fn truncate(
+        &mut self,
+        ch: &ClickHouse,
+        table: &str,
+        segs: &mut [Segment],
+    ) -> Result<()> {
+        self.resolve(ch, table, segs)?;
+        if let Some(tf) = self.tables.get_mut(table) {
+            tf.recent.clear();
+            tf.bytes = 0;
+            tf.emptied = true;
+            tf.touched = true;
+        }
+        Ok(())
+    }
+
+    /// A schema change of `table`: what waits is done under the layout it
+    /// came with; the rows kept are of the old shape, so no longer used.
+    pub(super) fn schema_change(
+        &mut self,
+        ch: &ClickHouse,
+        table: &str,
+        segs: &mut [Segment],
+    ) -> Result<()> {
+        self.resolve(ch, table, segs)?;
+        if let Some(tf) = self.tables.get_mut(table) {
+            tf.recent.clear();
+            tf.bytes = 0;
+            tf.lost |= tf.touched;
+        }
+        Ok(())
+    }
+
+    /// The commit: every table's waiting events are done.
+    pub(super) fn finish(
+        &mut self,
+        ch: &ClickHouse,
+        bufs: &mut HashMap<String, Vec<Segment>>,
+    ) -> Result<()> {
+        let tables: Vec<String> = (self.tables.iter())
+            .filter(|(_, t)| !t.pending.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
+        for t in tables {
+            let segs = bufs.get_mut(&t).expect("a table with events has segments");
+            self.resolve(ch, &t, segs)?;
+        }
+        Ok(())
+    }
+
+    /// Read the old rows the waiting events of `table` need, then take
+    /// them in order.
+    fn resolve(&mut self, ch: &ClickHouse, table: &str, segs: &mut [Segment]) -> Result<()> {
+        let Some(tf) = self.tables.get_mut(table) else {
+            return Ok(());
+        };
+        if tf.pending.is_empty() {
+            return Ok(());
+        }
+        let seg_count = segs.len();
+        let seg = segs.last_mut().expect("a segment");
+        let l = &seg.layout;
+        let mut want: Vec<(Vec<u8>, Vec<Value>)> = Vec::new();
+        let mut seen = HashSet::new();
+        for e in &tf.pending {
+            if !needs_read(e) {
+                continue;
+            }
+            let key = e.old_key(&l.key).expect("an update or delete");
+            let kb = key_bytes(l, &key)?;
+            if !tf.recent.contains_key(&kb) && seen.insert(kb.clone()) {
+                want.push((kb, key.into_iter().cloned().collect()));
+            }
+        }
+        if !want.is_empty() {
+            if tf.lost {
+                // The batch's own rows go out first, so the read sees them.
+                if seg_count > 1 || seg.change.is_some() {
+                    let e = &tf.pending[0];
+                    return Err(Error::state(format!(
+                        "event {} ({} on table {:?}) names its old row by the key alone, and this batch changed the table's schema before it: the rows it needs are not written yet, and cannot be before the change is made at the commit; apply the batch in two, split at the schema record (mooncdc-split --max-events), or capture the table with REPLICA IDENTITY FULL (docs/CLICKHOUSE.md, \"Changes without the whole old row\")",
+                        e.sequence,
+                        e.operation.as_str(),
+                        e.table
+                    )));
+                }
+                if ch.cluster.is_some() {
+                    ch.replicas_answer()?;
+                }
+                ch.flush(&seg.layout, &mut seg.held)?;
+                tf.lost = false;
+                tf.emptied = false;
+            }
+            if tf.emptied {
+                for (kb, _) in want {
+                    tf.recent.insert(kb, None);
+                }
+            } else {
+                let found = ch.rows_at_keys(&seg.layout, &want)?;
+                let mut got: HashMap<Vec<u8>, Row> = HashMap::new();
+                for row in found {
+                    let kb = key_bytes(
+                        &seg.layout,
+                        &seg.layout.key.iter().map(|&i| &row[i]).collect::<Vec<_>>(),
+                    )?;
+                    got.insert(kb, row);
+                }
+                for (kb, _) in want {
+                    let row = got.remove(&kb);
+                    tf.bytes += row.as_ref().map_or(0, row_bytes) + kb.len();
+                    tf.recent.insert(kb, row);
+                }
+            }
+        }
+        let pending = std::mem::take(&mut tf.pending);
+        tf.pending_keys.clear();
+        tf.pending_bytes = 0;
+        for e in pending {
+            let (old, new) = keys_of(&seg.layout, &e)?;
+            tf.process(ch, seg, e, old, new, true)?;
+        }
+        Ok(())
+    }
+}
+
+impl TableFill {
+    /// Encode one event with its old row and unchanged values filled, and
+    /// keep its new row.
+    fn process(
+        &mut self,
+        ch: &ClickHouse,
+        seg: &mut Segment,
+        mut e: Event,
+        old: Option<Vec<u8>>,
+        new: Option<Vec<u8>>,
+        track: bool,
+    ) -> Result<()> {
+        let l = &seg.layout;
+        if needs_fill(&e) {
+            let stored = match e.before.take() {
+                Some(b) => b,
+                None => {
+                    let kb = old.as_ref().expect("an update or delete");
+                    match self.recent.get(kb) {
+                        Some(Some(row)) => row.clone(),
+                        _ => {
+                            let key: Vec<&Value> = e.old_key(&l.key).expect("an update or delete");
+                            let mut shown = Vec::new();
+                            crate::wire::value::write_row(
+                                &mut shown,
+                                &key.into_iter().cloned().collect::<Vec<_>>(),
+                            );
+                            return Err(Error::state(format!(
+                                "event {} ({} on table {:?}): the target holds no row with key {}, which the change names by its key alone, so its old values cannot be filled; the target diverges from the source (take a new snapshot, or backfill the table: docs/CLICKHOUSE.md, \"Changes without the whole old row\")",
+                                e.sequence,
+                                e.operation.as_str(),
+                                e.table,
+                                String::from_utf8_lossy(&shown)
+                            )));
+                        }
+                    }
+                }
+            };
+            if let Some(a) = e.after.as_mut() {
+                for (v, s) in a.iter_mut().zip(&stored) {
+                    if v.is_unchanged() {
+                        *v = s.clone();
+                    }
+                }
+            }
+            e.before = Some(stored);
+            e.before_key = None;
+        }
+        ch.encode_event(&seg.layout, &mut seg.held.row, &e)?;
+        seg.held.take_row(ch.cfg.max_insert_bytes)?;
+        if self.lost || !track {
+            return Ok(());
+        }
+        match e.operation {
+            Operation::Delete => {
+                self.recent
+                    .insert(old.expect("a delete has an old key"), None);
+            }
+            Operation::Update if old != new => {
+                self.recent
+                    .insert(old.expect("an update has an old key"), None);
+            }
+            _ => {}
+        }
+        if let (Some(kb), Some(a)) = (new, e.after) {
+            self.bytes += row_bytes(&a) + kb.len();
+            self.recent.insert(kb, Some(a));
+        }
+        if self.bytes > FILL_MEMORY {
+            // Too many to keep: from here the batch's rows are read back
+            // from the target, after they are sent.
+            self.recent.clear();
+            self.bytes = 0;
+            self.lost = true;
+        }
+        Ok(())
+    }
+}
