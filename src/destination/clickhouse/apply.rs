@@ -258,12 +258,18 @@ impl BatchHooks for Batches<'_> {
         kind: SourceKind,
         _input: &mut BatchStreamReader<R>,
     ) -> Result<()> {
-        if let Some(segs) = self.bufs.get_mut(&c.schema.table) {
-            self.fill
-                .schema_change(self.target, &c.schema.table, segs)?;
+        let table = c.schema.table.clone();
+        if let Some(segs) = self.bufs.get_mut(&table) {
+            self.fill.before_change(self.target, &table, segs)?;
         }
+        let old = self.layouts.get(&table).cloned();
+        let sources = old.as_ref().map(|o| c.sources(&o.schema));
         self.target
-            .queue_change(c, &mut self.layouts, &mut self.bufs, kind)
+            .queue_change(c, &mut self.layouts, &mut self.bufs, kind)?;
+        if let (Some(old), Some(sources), Some(new)) = (old, sources, self.layouts.get(&table)) {
+            self.fill.after_change(&table, &old, new, &sources);
+        }
+        Ok(())
     }
 
     fn event<R: BufRead>(&mut self, e: Event, input: &mut BatchStreamReader<R>) -> Result<()> {

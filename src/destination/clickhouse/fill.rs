@@ -54,6 +54,11 @@ struct TableFill {
     pending: Vec<Event>,
     pending_keys: HashSet<Vec<u8>>,
     pending_bytes: usize,
+    /// Keys whose rows up to a version an earlier try of this batch wrote
+    /// are gone (merged into that newer row; `replacing` only): the batch's
+    /// changes up to it write nothing (the newer row stands for them), and
+    /// after it the key holds that row (`None`: deleted).
+    superseded: HashMap<Vec<u8>, (u64, Option<Row>)>,
 }
 
 fn row_bytes(r: &Row) -> usize {
@@ -199,21 +204,49 @@ impl Fill {
         Ok(())
     }
 
-    /// A schema change of `table`: what waits is done under the layout it
-    /// came with; the rows kept are of the old shape, so no longer used.
-    pub(super) fn schema_change(
+    /// Before a schema change of `table`: what waits is done under the
+    /// layout it came with.
+    pub(super) fn before_change(
         &mut self,
         ch: &ClickHouse,
         table: &str,
         segs: &mut [Segment],
     ) -> Result<()> {
-        self.resolve(ch, table, segs)?;
-        if let Some(tf) = self.tables.get_mut(table) {
+        self.resolve(ch, table, segs)
+    }
+
+    /// After a schema change of `table` from `old` to `new` (`sources`: each
+    /// new column's place in the old row): the rows kept take the new shape
+    /// (an added column NULL: a change after it sends its value, which is
+    /// never unchanged until it is written out of line). A key that changed
+    /// columns or types leaves them unusable.
+    pub(super) fn after_change(
+        &mut self,
+        table: &str,
+        old: &Layout,
+        new: &Layout,
+        sources: &[Option<usize>],
+    ) {
+        let Some(tf) = self.tables.get_mut(table) else {
+            return;
+        };
+        let same_key =
+            old.key.len() == new.key.len()
+                && old.key.iter().zip(&new.key).all(|(&o, &n)| {
+                    sources.get(n) == Some(&Some(o)) && old.types[o] == new.types[n]
+                });
+        if !same_key {
             tf.recent.clear();
             tf.bytes = 0;
             tf.lost |= tf.touched;
+            return;
         }
-        Ok(())
+        for row in tf.recent.values_mut().flatten() {
+            *row = sources
+                .iter()
+                .map(|s| s.map_or(Value::Null, |i| row[i].clone()))
+                .collect();
+        }
     }
 
     /// The commit: every table's waiting events are done.
@@ -245,7 +278,8 @@ impl Fill {
         let seg_count = segs.len();
         let seg = segs.last_mut().expect("a segment");
         let l = &seg.layout;
-        let mut want: Vec<(Vec<u8>, Vec<Value>)> = Vec::new();
+        // Each key once, bounded by the first change that needs it.
+        let mut want: Vec<(Vec<u8>, Vec<Value>, Sequence)> = Vec::new();
         let mut seen = HashSet::new();
         for e in &tf.pending {
             if !needs_read(e) {
@@ -254,7 +288,7 @@ impl Fill {
             let key = e.old_key(&l.key).expect("an update or delete");
             let kb = key_bytes(l, &key)?;
             if !tf.recent.contains_key(&kb) && seen.insert(kb.clone()) {
-                want.push((kb, key.into_iter().cloned().collect()));
+                want.push((kb, key.into_iter().cloned().collect(), e.sequence));
             }
         }
         if !want.is_empty() {
@@ -277,21 +311,39 @@ impl Fill {
                 tf.emptied = false;
             }
             if tf.emptied {
-                for (kb, _) in want {
+                for (kb, ..) in want {
                     tf.recent.insert(kb, None);
                 }
             } else {
-                let found = ch.rows_at_keys(&seg.layout, &want)?;
-                let mut got: HashMap<Vec<u8>, Row> = HashMap::new();
-                for row in found {
-                    let kb = key_bytes(
-                        &seg.layout,
-                        &seg.layout.key.iter().map(|&i| &row[i]).collect::<Vec<_>>(),
-                    )?;
-                    got.insert(kb, row);
+                let mut got: HashMap<Vec<u8>, Option<Row>> = HashMap::new();
+                let l = &seg.layout;
+                let kb_of =
+                    |row: &Row| key_bytes(l, &l.key.iter().map(|&i| &row[i]).collect::<Vec<_>>());
+                for f in ch.rows_at_keys(l, &want, true)? {
+                    // A deleted row is no row, unless it is the change's
+                    // own (a delete an earlier try wrote, with the old row).
+                    let kb = kb_of(&f.row)?;
+                    got.insert(kb, (!f.gone || f.own).then_some(f.row));
                 }
-                for (kb, _) in want {
-                    let row = got.remove(&kb);
+                // A key with no row up to its change: after a crash, the
+                // rows before it may have been merged into a newer one an
+                // earlier try of this batch wrote, which stands for them.
+                let missed: Vec<_> = (want.iter())
+                    .filter(|(kb, ..)| !got.contains_key(kb))
+                    .cloned()
+                    .collect();
+                if !missed.is_empty() && ch.engine == Engine::Replacing {
+                    for f in ch.rows_at_keys(l, &missed, false)? {
+                        let kb = kb_of(&f.row)?;
+                        tf.superseded
+                            .insert(kb, (f.at as u64, (!f.gone).then_some(f.row)));
+                    }
+                }
+                for (kb, ..) in want {
+                    if tf.superseded.contains_key(&kb) {
+                        continue;
+                    }
+                    let row = got.remove(&kb).flatten();
                     tf.bytes += row.as_ref().map_or(0, row_bytes) + kb.len();
                     tf.recent.insert(kb, row);
                 }
@@ -309,6 +361,42 @@ impl Fill {
 }
 
 impl TableFill {
+    /// Whether `e` is one of the changes an earlier try's newer row stands
+    /// for (nothing to write); at that row's own change, the key takes it.
+    fn skip_superseded(
+        &mut self,
+        l: &Layout,
+        e: &Event,
+        old: &Option<Vec<u8>>,
+        new: &Option<Vec<u8>>,
+    ) -> Result<bool> {
+        let v = version(l.kind, e.sequence)?;
+        for kb in [old, new].into_iter().flatten() {
+            let Some(&(until, _)) = self.superseded.get(kb) else {
+                continue;
+            };
+            if v > until {
+                let (_, then) = self.superseded.remove(kb).expect("just seen");
+                self.recent.insert(kb.clone(), then);
+                continue;
+            }
+            if e.operation == Operation::Update && old != new {
+                return Err(Error::state(format!(
+                    "event {} (update on table {:?}) moves a row to another key by its key alone, and the rows it needs were \
+                     merged away after an earlier try of this batch: take a new snapshot of the table, or backfill it \
+                     (docs/CLICKHOUSE.md, \"Changes without the whole old row\")",
+                    e.sequence, e.table
+                )));
+            }
+            if v == until {
+                let (_, then) = self.superseded.remove(kb).expect("just seen");
+                self.recent.insert(kb.clone(), then);
+            }
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
     /// Encode one event with its old row and unchanged values filled, and
     /// keep its new row.
     fn process(
@@ -321,6 +409,9 @@ impl TableFill {
         track: bool,
     ) -> Result<()> {
         let l = &seg.layout;
+        if !self.superseded.is_empty() && self.skip_superseded(l, &e, &old, &new)? {
+            return Ok(());
+        }
         if needs_fill(&e) {
             let stored = match e.before.take() {
                 Some(b) => b,

@@ -123,40 +123,69 @@ fn bytes_literal(b: &[u8]) -> String {
 }
 
 /// A key value as an SQL expression of its column's type, exact: integers
-/// as their digits, floats from their bits, strings from their bytes; a
-/// type without such a spelling gives `None` (its key is read through
-/// `format`).
-fn key_literal(ty: ChType, v: &Value) -> Result<Option<String>> {
+/// as their digits, floats from their bits, strings from their bytes, any
+/// other type from its RowBinary through the `format` table function
+/// (servers with typed columns have it).
+fn key_literal(ty: ChType, v: &Value) -> Result<String> {
     let mut enc = Vec::new();
     encode_value(&mut enc, ty, false, v).map_err(Error::data)?;
     Ok(match (ty, v) {
         (
             ChType::Int64 | ChType::Int32 | ChType::Int16 | ChType::UInt32 | ChType::Bool,
             Value::Integer(i),
-        ) => Some(format!("toInt64('{i}')")),
-        (ChType::Float64, _) => Some(format!("reinterpretAsFloat64({})", bytes_literal(&enc))),
-        (ChType::Float32, _) => Some(format!("reinterpretAsFloat32({})", bytes_literal(&enc))),
+        ) => {
+            format!("toInt64('{i}')")
+        }
+        (ChType::Float64, _) => format!("reinterpretAsFloat64({})", bytes_literal(&enc)),
+        (ChType::Float32, _) => format!("reinterpretAsFloat32({})", bytes_literal(&enc)),
         (ChType::Text | ChType::Blob | ChType::Any, _) => {
             // After the length: the bytes.
             let mut r: &[u8] = &enc;
             let n = read_leb128(&mut r)? as usize;
-            Some(bytes_literal(&r[..n]))
+            bytes_literal(&r[..n])
         }
-        _ => None,
+        _ => format!(
+            "(SELECT * FROM format(RowBinary, {}, {}))",
+            bytes_literal(format!("v {}", ty.sql()).as_bytes()),
+            bytes_literal(&enc)
+        ),
     })
 }
 
+/// A `UInt64` of a RowBinary reply.
+fn read_u64(r: &mut &[u8]) -> Result<u64> {
+    if r.len() < 8 {
+        return Err(Error::data("a ClickHouse reply ends inside a value"));
+    }
+    let (v, rest) = r.split_at(8);
+    *r = rest;
+    Ok(u64::from_le_bytes(v.try_into().expect("8 bytes")))
+}
+
+/// A row read for filling: the row, and whether it is gone (a deleted-row
+/// marker, a delete or a truncate) or is the change's own (its version is
+/// the bound's: written by an earlier try of the same batch).
+pub(super) struct Found {
+    pub(super) row: Row,
+    pub(super) gone: bool,
+    pub(super) own: bool,
+    /// Its version (`replacing`) or position (`history`).
+    pub(super) at: u128,
+}
+
 impl ClickHouse {
-    /// The current rows of a table at the given keys (each with its values
-    /// in key order), for filling what changes by key alone did not carry:
-    /// the `__current` view's rows (replacing), or each key's newest row
-    /// unless it is a delete or truncate (history). A key without a row is
-    /// left out.
+    /// The rows of a table at the given keys (each with its values in key
+    /// order) as they were up to the change at `bound` (its sequence), for
+    /// filling what changes by key alone did not carry: each key's newest
+    /// row at a version not after the bound (rows an earlier try of the
+    /// same batch wrote after it are not the change's old row); without
+    /// `bounded`, each key's newest row. A key without one is left out.
     pub(super) fn rows_at_keys(
         &self,
         l: &Layout,
-        keys: &[(Vec<u8>, Vec<Value>)],
-    ) -> Result<Vec<Row>> {
+        keys: &[(Vec<u8>, Vec<Value>, Sequence)],
+        bounded: bool,
+    ) -> Result<Vec<Found>> {
         let db = qi(&self.cfg.database);
         let cols: Vec<String> = l.schema.columns.iter().map(|c| qi(&c.name)).collect();
         let names: Vec<String> = l
@@ -164,56 +193,39 @@ impl ClickHouse {
             .iter()
             .map(|&i| qi(&l.schema.columns[i].name))
             .collect();
-        let tuple = if names.len() == 1 {
-            names[0].clone()
-        } else {
-            format!("({})", names.join(", "))
-        };
         let mut out = Vec::new();
         for chunk in keys.chunks(256) {
             let mut alternatives = Vec::new();
-            let mut typed = false;
-            for (_, vals) in chunk {
+            for (_, vals, seq) in chunk {
                 let mut eqs = Vec::new();
                 for ((&i, v), n) in l.key.iter().zip(vals).zip(&names) {
-                    match key_literal(l.types[i], v)? {
-                        Some(lit) => eqs.push(format!("{n} = {lit}")),
-                        None => typed = true,
-                    }
+                    eqs.push(format!("{n} = {}", key_literal(l.types[i], v)?));
                 }
+                eqs.push(match self.engine {
+                    _ if !bounded => "1".to_string(),
+                    Engine::Replacing => format!("`_etl_version` <= {}", version(l.kind, *seq)?),
+                    Engine::History => format!(
+                        "(`cdc_lsn` < {hi} OR (`cdc_lsn` = {hi} AND `cdc_tx_ordinal` <= {lo}))",
+                        hi = (*seq >> 64) as u64,
+                        lo = *seq as u64
+                    ),
+                });
                 alternatives.push(format!("({})", eqs.join(" AND ")));
             }
-            let pred = if typed {
-                // Typed key columns (servers with typed columns, which have
-                // `format`): the keys as RowBinary, read by the server.
-                let structure: Vec<String> = (l.key.iter().zip(&names))
-                    .map(|(&i, n)| format!("{n} {}", l.types[i].sql()))
-                    .collect();
-                let data: Vec<u8> = chunk
-                    .iter()
-                    .flat_map(|(kb, _)| kb.iter().copied())
-                    .collect();
-                format!(
-                    "{tuple} IN (SELECT * FROM format(RowBinary, {}, {}))",
-                    bytes_literal(structure.join(", ").as_bytes()),
-                    bytes_literal(&data)
-                )
-            } else {
-                alternatives.join(" OR ")
-            };
-            let sql = match self.engine {
-                Engine::Replacing => format!(
-                    "SELECT {} FROM {db}.{} WHERE {pred} FORMAT RowBinary",
-                    cols.join(", "),
-                    qi(&format!("{}__current", l.name))
-                ),
-                Engine::History => format!(
-                    "SELECT {}, `cdc_operation` FROM {db}.{} WHERE {pred} ORDER BY `cdc_lsn` DESC, `cdc_tx_ordinal` DESC LIMIT 1 BY {} FORMAT RowBinary",
-                    cols.join(", "),
-                    qi(&l.name),
-                    names.join(", ")
+            let (meta, order) = match self.engine {
+                Engine::Replacing => ("`_etl_deleted` = 1, `_etl_version`", "`_etl_version` DESC"),
+                Engine::History => (
+                    "`cdc_operation` NOT IN ('insert', 'update'), `cdc_lsn`, `cdc_tx_ordinal`",
+                    "`cdc_lsn` DESC, `cdc_tx_ordinal` DESC",
                 ),
             };
+            let sql = format!(
+                "SELECT {}, {meta} FROM {db}.{} WHERE {} ORDER BY {order} LIMIT 1 BY {} FORMAT RowBinary",
+                cols.join(", "),
+                qi(&l.name),
+                alternatives.join(" OR "),
+                names.join(", ")
+            );
             let reply = self.query(&sql, None, Timeout::Insert)?;
             let mut r: &[u8] = &reply;
             while !r.is_empty() {
@@ -221,13 +233,37 @@ impl ClickHouse {
                 for (i, ty) in l.types.iter().enumerate() {
                     row.push(decode_value(&mut r, *ty, l.nullable(i))?);
                 }
-                if self.engine == Engine::History {
-                    let op = decode_value(&mut r, ChType::Text, false)?;
-                    if !matches!(&op, Value::Text(s) if s == "insert" || s == "update") {
-                        continue;
+                let gone = matches!(
+                    decode_value(&mut r, ChType::Bool, false)?,
+                    Value::Integer(1)
+                );
+                let at: u128 = match self.engine {
+                    Engine::Replacing => u128::from(read_u64(&mut r)?),
+                    Engine::History => {
+                        let hi = read_u64(&mut r)?;
+                        (u128::from(hi) << 64) | u128::from(read_u64(&mut r)?)
                     }
-                }
-                out.push(row);
+                };
+                // Which asked key this row is of.
+                let kb = {
+                    let mut kb = Vec::new();
+                    for &i in &l.key {
+                        encode_value(&mut kb, l.types[i], false, &row[i]).map_err(Error::data)?;
+                    }
+                    kb
+                };
+                let bound = chunk
+                    .iter()
+                    .find(|(k, _, _)| *k == kb)
+                    .map(|(_, _, s)| *s)
+                    .ok_or_else(|| {
+                        Error::data("ClickHouse answered with a key that was not asked for")
+                    })?;
+                let own = match self.engine {
+                    Engine::Replacing => at == version(l.kind, bound)? as u128,
+                    Engine::History => at == bound,
+                };
+                out.push(Found { row, gone, own, at });
             }
         }
         Ok(out)

@@ -383,10 +383,12 @@ pub(super) fn apply_event(
         (Operation::Update | Operation::Delete, OnConflict::Error) => {
             let key = t.old_key(e);
             let stored = match stored_row(conn, t, &key)? {
-                None if e.before.is_none() => return Err(diverge(&format!(
+                None if e.before.is_none() => {
+                    return Err(diverge(&format!(
                     "no stored row has the old key {} (the change names the row by its key alone)",
                     show_key(&key)
-                ))),
+                )))
+                }
                 None => return Err(diverge("no stored row has the before image's key")),
                 Some(row) if e.before.as_ref().is_some_and(|b| !same_row(&row, b)) => {
                     return Err(diverge("the stored row differs from the before image"))
