@@ -3,9 +3,10 @@
 # same machine in the same run, and prints markdown tables (results recorded
 # in docs/BENCHMARKS.md). Benchmarks are a separate command, never a test.
 #
-#   bash bench/run.sh [stream|sqlite|backfill|postgres|largetxn|clickhouse|cluster|all]   # default: all
+#   bash bench/run.sh [stream|sqlite|backfill|postgres|largetxn|identity|clickhouse|cluster|all]   # default: all
 #   (backfill: the SQLite and the PostgreSQL backfill against the snapshot;
-#   largetxn: one large PostgreSQL transaction, protocol 1 against streaming)
+#   largetxn: one large PostgreSQL transaction, protocol 1 against streaming;
+#   identity: one update workload under FULL and under the default replica identity)
 #
 # Scratch data goes to bench/work/ (git-ignored; under 1 GB at the default
 # sizes). Progress goes to standard error, the tables to standard output.
@@ -18,6 +19,7 @@
 #   BENCH_AUDIT_ROWS=1000000                 rows audited
 #   BENCH_BACKFILL_ROWS=1000000              rows loaded by backfill and by snapshot
 #   BENCH_LARGE_ROWS=2000000                 largetxn: rows of the one UPDATE
+#   BENCH_IDENTITY_ROWS=20000                identity: rows of the wide table, each updated once
 #   BENCH_PG_ROWS=100000 BENCH_PG_CHANGES=300000   postgres: rows updated, changes decoded
 #   BENCH_PG_SNAPSHOT_ROWS=1000000           postgres: rows of the snapshot table
 #   BENCH_CH_ROWS=1000000                    clickhouse: rows of the applied snapshot
@@ -36,9 +38,9 @@ cd "$(dirname "$0")/.."
 
 section=${1:-all}
 case $section in
-  stream | sqlite | backfill | postgres | largetxn | clickhouse | cluster | all) ;;
+  stream | sqlite | backfill | postgres | largetxn | identity | clickhouse | cluster | all) ;;
   *)
-    echo "usage: bench/run.sh [stream|sqlite|backfill|postgres|largetxn|clickhouse|cluster|all]" >&2
+    echo "usage: bench/run.sh [stream|sqlite|backfill|postgres|largetxn|identity|clickhouse|cluster|all]" >&2
     exit 2
     ;;
 esac
@@ -963,6 +965,78 @@ pg_large_txn_section() {
   pg_stop
 }
 
+# Replica identity: the same update workload on a wide-row table under FULL
+# and under the default identity (BENCH_IDENTITY_ROWS rows of a bigint key,
+# a bigint and a 3.2 kB text that PostgreSQL stores out of line; one UPDATE
+# of the bigint of every row): the WAL it writes, the stream capture reads
+# and how fast, and the apply into ClickHouse, which fills the key-only
+# changes by reading the rows it holds, against the FULL stream's apply.
+identity_section() {
+  local rows=${BENCH_IDENTITY_ROWS:-20000}
+  pg_bench_server identity
+  local url=$PG_URL db=$PG_DB
+  q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" -c "$1"; }
+  ch_bench_server
+  local CH=$CH_URL
+  log "identity: a $rows-row table with a 3.2 kB text"
+  q "CREATE TABLE w (id bigint PRIMARY KEY, n bigint NOT NULL, body text NOT NULL)" >/dev/null
+  q "INSERT INTO w SELECT g, g, (SELECT string_agg(md5(random()::text || g || i), '') FROM generate_series(1, 100) i)
+     FROM generate_series(1, $rows) g" >/dev/null
+  q "VACUUM ANALYZE w" >/dev/null
+  local lines=() mode
+  for mode in full default; do
+    $B/mooncdc-capture init --source "$url" --slot "id_$mode" --table public.w --replica-identity "$mode" >>"$ERR" 2>&1
+    chq "CREATE DATABASE IF NOT EXISTS id_$mode"
+    $B/mooncdc-snapshot --quiet --source "$url" --slot "id_$mode" |
+      $B/mooncdc-apply --quiet --target "$CH/id_$mode" 2>>"$ERR"
+    local after lsn0 lsn1 wal
+    after=$($B/mooncdc-apply cursor --target "$CH/id_$mode")
+    lsn0=$(q "SELECT pg_current_wal_insert_lsn()")
+    log "identity: $mode: UPDATE of $rows rows"
+    q "UPDATE w SET n = n + 1" >/dev/null
+    lsn1=$(q "SELECT pg_current_wal_insert_lsn()")
+    wal=$(q "SELECT pg_wal_lsn_diff('$lsn1', '$lsn0')")
+    local t0 t_cap t_app
+    t0=$(date +%s.%N)
+    /usr/bin/time -f %M -o "$W/id-cap.rss" $B/mooncdc-capture --quiet --source "$url" --slot "id_$mode" --after "$after" \
+      >"$W/id-$mode.jsonl" 2>>"$ERR"
+    t_cap=$(calc '%.2f' "$(date +%s.%N) - $t0")
+    local events
+    events=$(grep -c '"kind":"event"' "$W/id-$mode.jsonl")
+    t0=$(date +%s.%N)
+    /usr/bin/time -f %M -o "$W/id-app.rss" $B/mooncdc-apply --quiet --target "$CH/id_$mode" "$W/id-$mode.jsonl" 2>>"$ERR"
+    t_app=$(calc '%.2f' "$(date +%s.%N) - $t0")
+    if [ "$mode" = default ] &&
+      [ "$($B/mooncdc-audit --quiet --source "$url" --slot id_default --target "$CH/id_$mode" | tail -n 1)" != equal ]; then
+      log "identity: ClickHouse is not equal to the source after the default identity's changes"
+      exit 1
+    fi
+    local label="FULL"
+    [ "$mode" = default ] && label="DEFAULT (key-only, unchanged filled)"
+    lines+=("| $label | $events | $(calc '%.2f' "$wal / 1e6") | $(mb "$W/id-$mode.jsonl") | $t_cap | $(calc '%.0f' "$events / $t_cap") | $t_app | $(calc '%.0f' "$events / $t_app") | $(calc '%.1f' "$(tail -n 1 "$W/id-app.rss") / 1024") |")
+    eval "wal_$mode=$wal"
+  done
+  echo "## Replica identity: FULL against the default"
+  echo
+  echo "$rows rows of \`(id bigint PRIMARY KEY, n bigint, body text)\`, \`body\` 3.2 kB of"
+  echo "hex text (stored out of line), one \`UPDATE w SET n = n + 1\` of every row under"
+  echo "each identity. WAL: \`pg_wal_lsn_diff\` around the \`UPDATE\`. Capture: a read of"
+  echo "the slot to a file. Apply: that file into a ClickHouse target holding the"
+  echo "table (\`replacing\`); under DEFAULT every update names its row by the key and"
+  echo "leaves \`body\` unchanged, so apply reads each row's \`body\` back from ClickHouse."
+  echo "One run each; the DEFAULT target is audited equal to the source."
+  echo
+  echo "| identity | changes | WAL MB | stream MB | capture s | capture changes/s | apply s | apply changes/s | apply peak RSS MB |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+  printf '%s\n' "${lines[@]}"
+  echo
+  echo "WAL under FULL: $(calc '%.1f' "$wal_full / $wal_default")× the default identity's."
+  echo
+  rm -f "$W"/id-*.jsonl "$W"/id-*.rss
+  pg_stop
+  ch_stop
+}
+
 # The PostgreSQL backfill against the snapshot: one table of
 # BENCH_BACKFILL_ROWS rows into a new SQLite projection, by
 # `mooncdc-snapshot | mooncdc-apply` and by `capture backfill` through a
@@ -1070,7 +1144,9 @@ pg_backfill_section() {
   pg_stop
 }
 
-clickhouse_section() {
+# A throwaway ClickHouse server in bench/work/ch (loopback, free ports):
+# sets CH_URL (clickhouse://…), CH_TCP and CH_PID.
+ch_bench_server() {
   local need=()
   command -v clickhouse-server >/dev/null 2>&1 || need+=(clickhouse-server)
   command -v clickhouse-client >/dev/null 2>&1 || need+=(clickhouse-client)
@@ -1111,11 +1187,17 @@ XML
   (cd "$CH_DIR" && exec clickhouse-server --config-file="$CH_DIR/config.xml" >"$CH_DIR/log/stdout.log" 2>&1) &
   CH_PID=$!
   wait_ping "$http" "$CH_PID" "$CH_DIR"
-  chq() { clickhouse-client --port "$tcp" --query "$1"; }
+  CH_TCP=$tcp
   local version
   version=$(chq "SELECT version()")
   log "clickhouse: $version, http $http, tcp $tcp"
-  local CH="clickhouse://default@127.0.0.1:$http"
+  CH_URL="clickhouse://default@127.0.0.1:$http"
+}
+chq() { clickhouse-client --port "$CH_TCP" --query "$1"; }
+
+clickhouse_section() {
+  ch_bench_server
+  local CH=$CH_URL
 
   # (a) A snapshot of CH_ROWS rows applied, against inserting the same rows as RowBinary.
   log "clickhouse: $CH_ROWS-row SQLite source and its snapshot"
@@ -1133,7 +1215,7 @@ XML
   chq "SELECT * FROM a.items FORMAT RowBinary" >"$W/ch-items.bin"
   fresh_b() { chq "DROP DATABASE IF EXISTS b"; chq "CREATE DATABASE b"; chq "CREATE TABLE b.items AS a.items"; }
   log "clickhouse: clickhouse-client RowBinary baseline"
-  measure /dev/null fresh_b sh -c "clickhouse-client --port $tcp --query 'INSERT INTO b.items FORMAT RowBinary' <'$W/ch-items.bin'"
+  measure /dev/null fresh_b sh -c "clickhouse-client --port $CH_TCP --query 'INSERT INTO b.items FORMAT RowBinary' <'$W/ch-items.bin'"
   local t_bin=$T m_bin=$M c_bin=$C
   held=$(chq "SELECT count() FROM b.items")
   if [ "$held" != "$CH_ROWS" ]; then
@@ -1366,6 +1448,10 @@ if [ "$section" = all ] || [ "$section" = postgres ] || [ "$section" = backfill 
 fi
 if [ "$section" = all ] || [ "$section" = postgres ] || [ "$section" = largetxn ]; then
   pg_large_txn_section
+  check_idle
+fi
+if [ "$section" = all ] || [ "$section" = identity ]; then
+  identity_section
   check_idle
 fi
 if [ "$section" = all ] || [ "$section" = clickhouse ]; then

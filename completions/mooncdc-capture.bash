@@ -395,7 +395,7 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__init)
-            opts="-q -v -h --source --table --ddl --failover --no-slot --slot --publication --quiet --verbose --help"
+            opts="-q -v -h --source --table --ddl --failover --no-slot --replica-identity --slot --publication --quiet --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -406,6 +406,10 @@ _mooncdc__capture() {
                     return 0
                     ;;
                 --table)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --replica-identity)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

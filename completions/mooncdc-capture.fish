@@ -66,6 +66,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "rea
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l source -d 'The source database URL (sqlite:PATH or postgres://…)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l table -d 'Capture only this table (repeatable; PostgreSQL: schema.table)' -r
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l replica-identity -d 'PostgreSQL: the replica identity to set, `full` (the default: updates and deletes carry the whole old row) or `default` (the key only, and unchanged TOASTed values unsent: far less WAL; the targets fill them); for every table this init sets up, or one table as TABLE=MODE (repeatable)' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l publication -d 'PostgreSQL: the publication' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -l ddl -d 'PostgreSQL: also install the DDL trigger, so renamed columns are carried (needs the right to create event triggers)'

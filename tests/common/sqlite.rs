@@ -65,6 +65,7 @@ pub fn pipeline(script: &str) -> Run {
         ("{audit}", AUDIT),
         ("{compact}", COMPACT),
         ("{split}", SPLIT),
+        ("{merge}", "mooncdc-merge"),
     ] {
         s = s.replace(k, &shell_quote(&bin(name).display().to_string()));
     }
