@@ -105,7 +105,8 @@ fi
 if [ $# -eq 0 ]; then
   if python3 -c 'import chdb' >/dev/null 2>&1; then
     echo "test.sh: the ClickHouse suite on a modern engine (chdb behind tests/common/chdb_front.py)"
-    MOONCDC_CLICKHOUSE_ENGINE=chdb cargo test --no-fail-fast --test clickhouse --test ch_types --test contract || status=1
+    MOONCDC_CLICKHOUSE_ENGINE=chdb cargo test --no-fail-fast --test clickhouse --test ch_types --test contract \
+      --test replica_identity || status=1
   else
     # The modern engine is part of the ClickHouse target's contract
     # (docs/CLICKHOUSE.md): a run without it has not tested it.
@@ -115,7 +116,8 @@ if [ $# -eq 0 ]; then
 fi
 # The version matrix: a core set of the PostgreSQL tests (snapshot and
 # handover, capture, TRUNCATE, schema changes, reconnects, partitions and
-# names, backfill) and the whole PostgreSQL-target suite on every other version.
+# names, backfill, capture without FULL identity) and the whole
+# PostgreSQL-target suite on every other version.
 if [ $# -eq 0 ]; then
   core=(snapshot_under_concurrent_writes_then_catch_up_and_audit
     init_creates_publication_slot_and_full_identity_then_verify_and_status
@@ -138,6 +140,8 @@ if [ $# -eq 0 ]; then
     echo "test.sh: PostgreSQL $v: the core set and the PostgreSQL target"
     MOONCDC_PG_BIN="$bin" cargo test --no-fail-fast --test postgres -- "${core[@]}" || status=1
     MOONCDC_PG_BIN="$bin" cargo test --no-fail-fast --test pg_target || status=1
+    MOONCDC_PG_BIN="$bin" cargo test --no-fail-fast --test replica_identity -- \
+      default_identity_reaches_sqlite_and_postgres_exactly a_column_list_publication_works_with_the_default_identity || status=1
   done
 fi
 exit $status

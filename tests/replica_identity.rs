@@ -419,6 +419,10 @@ fn default_identity_reaches_clickhouse_exactly() {
 /// takes the default identity; the published columns arrive exactly.
 #[test]
 fn a_column_list_publication_works_with_the_default_identity() {
+    if pg::major_version() < 15 {
+        eprintln!("SKIPPED a_column_list_publication_works_with_the_default_identity: PostgreSQL 14 has no column lists");
+        return;
+    }
     let pgdb = pg::db("ri_columns");
     let (src, slot) = (pgdb.url(), "s_ri_columns");
     let s = pgdb.session();

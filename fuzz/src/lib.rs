@@ -171,15 +171,19 @@ pub fn batch_jsonl(data: &[u8]) {
                     v
                 })
             };
+            // A key-only old row sits where a whole one would.
+            let old = e.before.clone().or(e.before_key.clone());
             assert_eq!(
                 (
                     e.sequence,
                     e.operation,
                     e.table.as_bytes(),
-                    e.before.as_ref().map(|r| r.len()),
+                    old.as_ref().map(|r| r.len()),
                     e.after.as_ref().map(|r| r.len()),
-                    encoded(&e.before),
+                    encoded(&old),
                     encoded(&e.after),
+                    e.before_key.is_some(),
+                    e.has_unchanged(),
                 ),
                 (
                     m.sequence,
@@ -189,6 +193,8 @@ pub fn batch_jsonl(data: &[u8]) {
                     m.after,
                     before,
                     after,
+                    m.key_only,
+                    m.unchanged,
                 ),
                 "checking-only path and strict decoder differ"
             );
