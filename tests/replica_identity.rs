@@ -600,3 +600,52 @@ fn a_replay_after_a_lost_cursor_fills_the_same_rows() {
         audit_equal(&src, slot, &url, "audit after the replay");
     }
 }
+
+/// A batch whose rows outgrow what the ClickHouse target keeps for filling
+/// (32 MiB): 70 rows of 1 MB updated twice by key alone in one transaction.
+/// The second round's old rows are the first round's, which the target no
+/// longer keeps: it sends them before it reads them back.
+#[test]
+fn a_batch_past_the_fill_memory_reads_its_own_rows_back() {
+    let pgdb = pg::db("ri_big");
+    let (src, slot) = (pgdb.url(), "s_ri_big");
+    let s = pgdb.session();
+    s.exec("CREATE TABLE public.docs (id int PRIMARY KEY, n int, big text)");
+    s.exec(
+        "INSERT INTO public.docs SELECT g, 0, (SELECT string_agg(md5((g * 100000 + i)::text), '') \
+         FROM generate_series(1, 32768) i) FROM generate_series(1, 70) g",
+    );
+    expect(
+        &init_default(&src, slot, &[]),
+        0,
+        "init --replica-identity default",
+    );
+    let db = ch::db("ri_big");
+    let url = db.url();
+    expect(
+        &common::pg::snapshot_into(&src, slot, &url),
+        0,
+        "snapshot | apply",
+    );
+    // The first round changes the 1 MB value, the second leaves it
+    // unchanged: its old rows are the first round's.
+    s.exec(
+        "BEGIN; UPDATE public.docs SET n = n + 1, big = big || 'x'; UPDATE public.docs SET n = n + 1; COMMIT",
+    );
+    expect(&capture(&src, slot, &url, false), 0, "capture | apply");
+    audit_equal(
+        &src,
+        slot,
+        &url,
+        "audit after 140 key-only updates of 1 MB rows",
+    );
+    let want: Vec<Vec<String>> = s
+        .query("SELECT id::text, n::text, md5(big) FROM public.docs ORDER BY docs.id")
+        .into_iter()
+        .map(|r| r.into_iter().map(Option::unwrap).collect())
+        .collect();
+    assert_eq!(
+        db.rows("SELECT toString(id), toString(n), lower(hex(MD5(big))) FROM public_docs__current ORDER BY id"),
+        want
+    );
+}

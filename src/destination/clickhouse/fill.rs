@@ -11,8 +11,9 @@
 //! changed, once a change of the table came by key alone in this apply
 //! (before that nothing is kept, so a stream with whole old rows costs
 //! nothing). Events that need a row `recent` lacks wait in `pending`, with
-//! every later event on their keys, until a read of their keys
-//! ([`PENDING_EVENTS`] of them, a schema change, a truncate or the commit).
+//! every later event on their keys, until a read of their keys (bounded by
+//! [`PENDING_EVENTS`], [`PENDING_BYTES`] and [`READ_BYTES`]; a schema
+//! change, a truncate or the commit).
 //! When the batch's rows may be missing from `recent` (it outgrew
 //! [`FILL_MEMORY`], or the batch changed the table before the first change
 //! by key alone), the table's held rows are sent first, so the read sees
@@ -24,11 +25,14 @@ use super::*;
 use crate::wire::Operation;
 
 /// Rows `recent` holds at most, in bytes of their values, per table.
-pub(super) const FILL_MEMORY: usize = 64 << 20;
+pub(super) const FILL_MEMORY: usize = 32 << 20;
 /// Events waiting for a read of their keys, at most…
-const PENDING_EVENTS: usize = 1024;
-/// …and bytes of their values.
+const PENDING_EVENTS: usize = 8192;
+/// …and bytes of their values…
 const PENDING_BYTES: usize = 16 << 20;
+/// …and about this many bytes of the rows one read brings back (known from
+/// the largest row seen; 64 keys until one is).
+const READ_BYTES: usize = 16 << 20;
 
 /// What one apply keeps for filling.
 #[derive(Default)]
@@ -46,6 +50,9 @@ struct TableFill {
     bytes: usize,
     /// Rows of the batch may be missing from `recent`.
     lost: bool,
+    /// `recent` outgrew [`FILL_MEMORY`]: emptied once no waiting change
+    /// needs what it holds.
+    over: bool,
     /// A truncate of the batch emptied the table: a key `recent` lacks has
     /// no row (unless `lost`).
     emptied: bool,
@@ -54,6 +61,10 @@ struct TableFill {
     pending: Vec<Event>,
     pending_keys: HashSet<Vec<u8>>,
     pending_bytes: usize,
+    /// Waiting changes that need a read.
+    pending_reads: usize,
+    /// The largest row kept so far, in bytes of its values.
+    row_size: usize,
     /// Keys whose rows up to a version an earlier try of this batch wrote
     /// are gone (merged into that newer row; `replacing` only): the batch's
     /// changes up to it write nothing (the newer row stands for them), and
@@ -174,12 +185,22 @@ impl Fill {
             .any(|k| tf.pending_keys.contains(k))
             || (needs_read(&e) && !old.as_ref().is_some_and(|k| tf.recent.contains_key(k)));
         if !waits {
-            return tf.process(ch, seg, e, old, new, true);
+            tf.process(ch, seg, e, old, new, true)?;
+            tf.shed();
+            return Ok(());
         }
         tf.pending_bytes += event_bytes(&e);
+        tf.pending_reads += usize::from(needs_read(&e));
         tf.pending_keys.extend(old.into_iter().chain(new));
         tf.pending.push(e);
-        if tf.pending.len() >= PENDING_EVENTS || tf.pending_bytes >= PENDING_BYTES {
+        let reads = match tf.row_size {
+            0 => 64,
+            n => (READ_BYTES / n).clamp(16, PENDING_EVENTS),
+        };
+        if tf.pending.len() >= PENDING_EVENTS
+            || tf.pending_bytes >= PENDING_BYTES
+            || tf.pending_reads >= reads
+        {
             let table = tf.pending[0].table.clone();
             self.resolve(ch, &table, segs)?;
         }
@@ -196,8 +217,7 @@ impl Fill {
     ) -> Result<()> {
         self.resolve(ch, table, segs)?;
         if let Some(tf) = self.tables.get_mut(table) {
-            tf.recent.clear();
-            tf.bytes = 0;
+            tf.forget();
             tf.emptied = true;
             tf.touched = true;
         }
@@ -236,8 +256,7 @@ impl Fill {
                     sources.get(n) == Some(&Some(o)) && old.types[o] == new.types[n]
                 });
         if !same_key {
-            tf.recent.clear();
-            tf.bytes = 0;
+            tf.forget();
             tf.lost |= tf.touched;
             return;
         }
@@ -312,7 +331,7 @@ impl Fill {
             }
             if tf.emptied {
                 for (kb, ..) in want {
-                    tf.recent.insert(kb, None);
+                    tf.keep(kb, None);
                 }
             } else {
                 let mut got: HashMap<Vec<u8>, Option<Row>> = HashMap::new();
@@ -344,18 +363,19 @@ impl Fill {
                         continue;
                     }
                     let row = got.remove(&kb).flatten();
-                    tf.bytes += row.as_ref().map_or(0, row_bytes) + kb.len();
-                    tf.recent.insert(kb, row);
+                    tf.keep(kb, row);
                 }
             }
         }
         let pending = std::mem::take(&mut tf.pending);
         tf.pending_keys.clear();
         tf.pending_bytes = 0;
+        tf.pending_reads = 0;
         for e in pending {
             let (old, new) = keys_of(&seg.layout, &e)?;
             tf.process(ch, seg, e, old, new, true)?;
         }
+        tf.shed();
         Ok(())
     }
 }
@@ -377,7 +397,7 @@ impl TableFill {
             };
             if v > until {
                 let (_, then) = self.superseded.remove(kb).expect("just seen");
-                self.recent.insert(kb.clone(), then);
+                self.keep(kb.clone(), then);
                 continue;
             }
             if e.operation == Operation::Update && old != new {
@@ -390,7 +410,7 @@ impl TableFill {
             }
             if v == until {
                 let (_, then) = self.superseded.remove(kb).expect("just seen");
-                self.recent.insert(kb.clone(), then);
+                self.keep(kb.clone(), then);
             }
             return Ok(true);
         }
@@ -453,27 +473,44 @@ impl TableFill {
             return Ok(());
         }
         match e.operation {
-            Operation::Delete => {
-                self.recent
-                    .insert(old.expect("a delete has an old key"), None);
-            }
+            Operation::Delete => self.keep(old.expect("a delete has an old key"), None),
             Operation::Update if old != new => {
-                self.recent
-                    .insert(old.expect("an update has an old key"), None);
+                self.keep(old.expect("an update has an old key"), None)
             }
             _ => {}
         }
         if let (Some(kb), Some(a)) = (new, e.after) {
-            self.bytes += row_bytes(&a) + kb.len();
-            self.recent.insert(kb, Some(a));
-        }
-        if self.bytes > FILL_MEMORY {
-            // Too many to keep: from here the batch's rows are read back
-            // from the target, after they are sent.
-            self.recent.clear();
-            self.bytes = 0;
-            self.lost = true;
+            self.keep(kb, Some(a));
         }
         Ok(())
+    }
+
+    /// Keep a key's newest row, counted against [`FILL_MEMORY`].
+    fn keep(&mut self, kb: Vec<u8>, row: Option<Row>) {
+        let key_len = kb.len();
+        let size = row.as_ref().map_or(0, row_bytes);
+        self.row_size = self.row_size.max(size);
+        self.bytes += key_len + size;
+        if let Some(old) = self.recent.insert(kb, row) {
+            self.bytes -= key_len + old.as_ref().map_or(0, row_bytes);
+        }
+        self.over |= self.bytes > FILL_MEMORY;
+    }
+
+    /// When `recent` outgrew its memory and no waiting change needs what it
+    /// holds: empty it; from here the batch's rows are read back from the
+    /// target, after they are sent.
+    fn shed(&mut self) {
+        if self.over && self.pending.is_empty() {
+            self.forget();
+            self.lost = true;
+        }
+    }
+
+    /// Nothing kept.
+    fn forget(&mut self) {
+        self.recent.clear();
+        self.bytes = 0;
+        self.over = false;
     }
 }

@@ -122,44 +122,66 @@ fn bytes_literal(b: &[u8]) -> String {
     s
 }
 
-/// A key value as an SQL expression of its column's type, exact: integers
-/// as their digits, floats from their bits, strings from their bytes, any
-/// other type from its RowBinary through the `format` table function
-/// (servers with typed columns have it).
+/// Whether a key column's values have an exact literal ([`key_literal`]);
+/// others are read through `format`.
+fn has_literal(ty: ChType) -> bool {
+    matches!(
+        ty,
+        ChType::Int64
+            | ChType::Int32
+            | ChType::Int16
+            | ChType::UInt32
+            | ChType::Bool
+            | ChType::Float64
+            | ChType::Float32
+            | ChType::Text
+            | ChType::Blob
+            | ChType::Any
+    )
+}
+
+/// A key value as a literal of its column's type, exact: integers as their
+/// digits, floats from their bits, strings from their bytes (for the types
+/// [`has_literal`] takes).
 fn key_literal(ty: ChType, v: &Value) -> Result<String> {
     let mut enc = Vec::new();
     encode_value(&mut enc, ty, false, v).map_err(Error::data)?;
     Ok(match (ty, v) {
-        (
-            ChType::Int64 | ChType::Int32 | ChType::Int16 | ChType::UInt32 | ChType::Bool,
-            Value::Integer(i),
-        ) => {
-            format!("toInt64('{i}')")
-        }
+        (_, Value::Integer(i)) if *i == i64::MIN => format!("toInt64('{i}')"),
+        (_, Value::Integer(i)) => i.to_string(),
         (ChType::Float64, _) => format!("reinterpretAsFloat64({})", bytes_literal(&enc)),
         (ChType::Float32, _) => format!("reinterpretAsFloat32({})", bytes_literal(&enc)),
-        (ChType::Text | ChType::Blob | ChType::Any, _) => {
-            // After the length: the bytes.
+        _ => {
+            // A string: after the length, the bytes.
             let mut r: &[u8] = &enc;
             let n = read_leb128(&mut r)? as usize;
             bytes_literal(&r[..n])
         }
-        _ => format!(
-            "(SELECT * FROM format(RowBinary, {}, {}))",
-            bytes_literal(format!("v {}", ty.sql()).as_bytes()),
-            bytes_literal(&enc)
-        ),
     })
 }
 
+/// A key value of any type as a scalar subquery reading its RowBinary
+/// through `format` (servers with typed columns have it).
+fn scalar_literal(ty: ChType, v: &Value) -> Result<String> {
+    let mut enc = Vec::new();
+    encode_value(&mut enc, ty, false, v).map_err(Error::data)?;
+    Ok(format!(
+        "(SELECT * FROM format(RowBinary, {}, {}))",
+        bytes_literal(format!("v {}", ty.sql()).as_bytes()),
+        bytes_literal(&enc)
+    ))
+}
+
 /// A `UInt64` of a RowBinary reply.
-fn read_u64(r: &mut &[u8]) -> Result<u64> {
-    if r.len() < 8 {
-        return Err(Error::data("a ClickHouse reply ends inside a value"));
-    }
-    let (v, rest) = r.split_at(8);
-    *r = rest;
-    Ok(u64::from_le_bytes(v.try_into().expect("8 bytes")))
+fn read_u64(r: &mut dyn Read) -> Result<u64> {
+    let mut b = [0; 8];
+    r.read_exact(&mut b).map_err(|e| {
+        Error::io(
+            "cannot read the ClickHouse reply (it ends inside a value)",
+            e,
+        )
+    })?;
+    Ok(u64::from_le_bytes(b))
 }
 
 /// A row read for filling: the row, and whether it is gone (a deleted-row
@@ -188,47 +210,123 @@ impl ClickHouse {
     ) -> Result<Vec<Found>> {
         let db = qi(&self.cfg.database);
         let cols: Vec<String> = l.schema.columns.iter().map(|c| qi(&c.name)).collect();
-        let names: Vec<String> = l
-            .key
-            .iter()
+        let names: Vec<String> = (l.key.iter())
             .map(|&i| qi(&l.schema.columns[i].name))
             .collect();
+        let tuple = match names.as_slice() {
+            [one] => one.clone(),
+            more => format!("({})", more.join(", ")),
+        };
+        let typed = l.key.iter().any(|&i| !has_literal(l.types[i]));
+        // A version or position of the scheme each engine writes.
+        let at_of = |seq: Sequence| -> Result<u128> {
+            Ok(match self.engine {
+                Engine::Replacing => u128::from(version(l.kind, seq)?),
+                Engine::History => seq,
+            })
+        };
         let mut out = Vec::new();
-        for chunk in keys.chunks(256) {
-            let mut alternatives = Vec::new();
-            for (_, vals, seq) in chunk {
-                let mut eqs = Vec::new();
-                for ((&i, v), n) in l.key.iter().zip(vals).zip(&names) {
-                    eqs.push(format!("{n} = {}", key_literal(l.types[i], v)?));
+        let mut rest = keys;
+        while !rest.is_empty() {
+            // As many keys as fit a query well under the server's
+            // max_query_size (256 KiB by default).
+            let mut members = Vec::new();
+            let (mut size, mut n) = (0, 0);
+            for (kb, vals, _) in rest {
+                if n > 0 && (size > 96 << 10 || n >= 8192) {
+                    break;
                 }
-                eqs.push(match self.engine {
-                    _ if !bounded => "1".to_string(),
-                    Engine::Replacing => format!("`_etl_version` <= {}", version(l.kind, *seq)?),
-                    Engine::History => format!(
-                        "(`cdc_lsn` < {hi} OR (`cdc_lsn` = {hi} AND `cdc_tx_ordinal` <= {lo}))",
-                        hi = (*seq >> 64) as u64,
-                        lo = *seq as u64
-                    ),
-                });
-                alternatives.push(format!("({})", eqs.join(" AND ")));
+                let m = if typed {
+                    String::new()
+                } else {
+                    let lits = (l.key.iter().zip(vals))
+                        .map(|(&i, v)| key_literal(l.types[i], v))
+                        .collect::<Result<Vec<_>>>()?;
+                    match lits.as_slice() {
+                        [one] => one.clone(),
+                        more => format!("({})", more.join(", ")),
+                    }
+                };
+                size += m.len() + 4 * kb.len() + 64;
+                members.push(m);
+                n += 1;
             }
-            let (meta, order) = match self.engine {
-                Engine::Replacing => ("`_etl_deleted` = 1, `_etl_version`", "`_etl_version` DESC"),
-                Engine::History => (
-                    "`cdc_operation` NOT IN ('insert', 'update'), `cdc_lsn`, `cdc_tx_ordinal`",
-                    "`cdc_lsn` DESC, `cdc_tx_ordinal` DESC",
-                ),
+            let (chunk, more) = rest.split_at(n);
+            rest = more;
+            let set = if typed {
+                // Typed key columns (servers with typed columns, which have
+                // `format`): the keys as RowBinary, read by the server.
+                let structure: Vec<String> = (l.key.iter().zip(&names))
+                    .map(|(&i, n)| format!("{n} {}", l.types[i].sql()))
+                    .collect();
+                let data: Vec<u8> = chunk
+                    .iter()
+                    .flat_map(|(kb, ..)| kb.iter().copied())
+                    .collect();
+                format!(
+                    "SELECT * FROM format(RowBinary, {}, {})",
+                    bytes_literal(structure.join(", ").as_bytes()),
+                    bytes_literal(&data)
+                )
+            } else {
+                members.join(", ")
             };
-            let sql = format!(
-                "SELECT {}, {meta} FROM {db}.{} WHERE {} ORDER BY {order} LIMIT 1 BY {} FORMAT RowBinary",
-                cols.join(", "),
-                qi(&l.name),
-                alternatives.join(" OR "),
-                names.join(", ")
-            );
-            let reply = self.query(&sql, None, Timeout::Insert)?;
-            let mut r: &[u8] = &reply;
-            while !r.is_empty() {
+            let bounds: HashMap<&[u8], u128> = (chunk.iter())
+                .map(|(kb, _, seq)| Ok((kb.as_slice(), at_of(*seq)?)))
+                .collect::<Result<_>>()?;
+            let top = bounds.values().copied().max().unwrap_or(0);
+            let sql = match self.engine {
+                // Every version of the keys up to the last bound (a key has
+                // a few until its parts merge); each key's is picked below.
+                Engine::Replacing => format!(
+                    "SELECT {}, `_etl_deleted` = 1, `_etl_version` FROM {db}.{} WHERE {tuple} IN ({set}){} FORMAT RowBinary",
+                    cols.join(", "),
+                    qi(&l.name),
+                    if bounded { format!(" AND `_etl_version` <= {top}") } else { String::new() }
+                ),
+                // A history keeps every row: each key's newest up to its
+                // own bound, in the server.
+                Engine::History => {
+                    let mut per_key = Vec::new();
+                    if bounded {
+                        for (_, vals, seq) in chunk {
+                            let mut eqs = Vec::new();
+                            for ((&i, v), n) in l.key.iter().zip(vals).zip(&names) {
+                                let lit = if has_literal(l.types[i]) {
+                                    key_literal(l.types[i], v)?
+                                } else {
+                                    scalar_literal(l.types[i], v)?
+                                };
+                                eqs.push(format!("{n} = {lit}"));
+                            }
+                            eqs.push(format!(
+                                "(`cdc_lsn` < {hi} OR (`cdc_lsn` = {hi} AND `cdc_tx_ordinal` <= {lo}))",
+                                hi = (*seq >> 64) as u64,
+                                lo = *seq as u64
+                            ));
+                            per_key.push(format!("({})", eqs.join(" AND ")));
+                        }
+                    }
+                    format!(
+                        "SELECT {}, `cdc_operation` NOT IN ('insert', 'update'), `cdc_lsn`, `cdc_tx_ordinal` FROM {db}.{} \
+                         WHERE {tuple} IN ({set}){} ORDER BY `cdc_lsn` DESC, `cdc_tx_ordinal` DESC LIMIT 1 BY {} FORMAT RowBinary",
+                        cols.join(", "),
+                        qi(&l.name),
+                        if bounded { format!(" AND ({})", per_key.join(" OR ")) } else { String::new() },
+                        names.join(", ")
+                    )
+                }
+            };
+            // Decoded as it streams in: the reply is never held whole.
+            let mut r =
+                std::io::BufReader::with_capacity(1 << 16, self.send(&sql, None, Timeout::Insert)?);
+            // Each key's newest row within its bound.
+            let mut best: HashMap<Vec<u8>, Found> = HashMap::new();
+            while !r
+                .fill_buf()
+                .map_err(|e| Error::io("cannot read the ClickHouse reply", e))?
+                .is_empty()
+            {
                 let mut row = Vec::with_capacity(l.types.len());
                 for (i, ty) in l.types.iter().enumerate() {
                     row.push(decode_value(&mut r, *ty, l.nullable(i))?);
@@ -244,27 +342,22 @@ impl ClickHouse {
                         (u128::from(hi) << 64) | u128::from(read_u64(&mut r)?)
                     }
                 };
-                // Which asked key this row is of.
-                let kb = {
-                    let mut kb = Vec::new();
-                    for &i in &l.key {
-                        encode_value(&mut kb, l.types[i], false, &row[i]).map_err(Error::data)?;
-                    }
-                    kb
-                };
-                let bound = chunk
-                    .iter()
-                    .find(|(k, _, _)| *k == kb)
-                    .map(|(_, _, s)| *s)
-                    .ok_or_else(|| {
-                        Error::data("ClickHouse answered with a key that was not asked for")
-                    })?;
-                let own = match self.engine {
-                    Engine::Replacing => at == version(l.kind, bound)? as u128,
-                    Engine::History => at == bound,
-                };
-                out.push(Found { row, gone, own, at });
+                let mut kb = Vec::new();
+                for &i in &l.key {
+                    encode_value(&mut kb, l.types[i], false, &row[i]).map_err(Error::data)?;
+                }
+                let bound = *bounds.get(kb.as_slice()).ok_or_else(|| {
+                    Error::data("ClickHouse answered with a key that was not asked for")
+                })?;
+                if bounded && at > bound {
+                    continue;
+                }
+                if best.get(&kb).is_none_or(|b| b.at < at) {
+                    let own = at == bound;
+                    best.insert(kb, Found { row, gone, own, at });
+                }
             }
+            out.extend(best.into_values());
         }
         Ok(out)
     }
