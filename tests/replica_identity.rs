@@ -25,15 +25,28 @@ fn make_table(s: &Session) {
         "CREATE TABLE public.docs (id int PRIMARY KEY, n int, note text, big text, raw text, j jsonb, bin bytea)",
     );
     s.exec("ALTER TABLE public.docs ALTER COLUMN raw SET STORAGE EXTERNAL");
+    // 6.4 kB of hex and 20 kB of a repeated pair: compresses, and stays
+    // over the threshold after it.
     s.exec(
         "CREATE FUNCTION big_text(seed int) RETURNS text LANGUAGE sql AS \
-         $$ SELECT string_agg(md5((seed * 1000 + g)::text), '') FROM generate_series(1, 400) g $$",
+         $$ SELECT string_agg(md5((seed * 1000 + g)::text), '') || repeat('ab', 10000) FROM generate_series(1, 200) g $$",
     );
     s.exec(
         "INSERT INTO public.docs SELECT g, g, E'\\uFEFFnote \\U0001F600 ' || g, big_text(g), \
-         repeat(chr(1000 + g), 3000), jsonb_build_object('k', repeat('é', 3000), 'n', g), '\\x00ff'::bytea \
+         repeat(chr(1000 + g), 3000), jsonb_build_object('k', (SELECT string_agg(md5((g * 7 + i)::text), '') FROM generate_series(1, 130) i), 'é', repeat('é', 10), 'n', g), '\\x00ff'::bytea \
          FROM generate_series(1, 6) g",
     );
+    // What the table is meant to hold: `big` compressed and `raw` not (that
+    // they are out of line shows in the stream: their unchanged values).
+    if pg::major_version() >= 14 {
+        assert_eq!(
+            s.value(
+                "SELECT bool_and(pg_column_compression(big) IS NOT NULL AND pg_column_compression(raw) IS NULL) \
+                 FROM public.docs"
+            ),
+            "t"
+        );
+    }
 }
 
 /// Every kind of change the default identity sends differently.
@@ -222,7 +235,11 @@ fn default_identity_reaches_sqlite_and_postgres_exactly() {
         text.contains("\"operation\":\"delete\",\"before_key\":[[\"integer\",\"5\"]]"),
         "{text}"
     );
-    assert!(text.contains("[\"unchanged\"]"), "{text}");
+    // The small-column update: big (compressed), raw (not) and j unsent.
+    assert!(
+        text.contains("[\"unchanged\"],[\"unchanged\"],[\"unchanged\"],[\"blob\",\"00ff\"]]"),
+        "{text}"
+    );
     assert!(
         !text.contains("\"before\":"),
         "no whole old row under DEFAULT: {text}"
