@@ -2989,7 +2989,15 @@ fn schema_changes_are_carried_inside_their_transaction() {
         .find(|b| !b.changes.is_empty())
         .expect("a batch with schema records");
     assert_eq!(txn.changes.len(), 3, "{:?}", txn.changes);
-    let first_after = |k: usize| txn.events[txn.changes[k].0].key_image().unwrap()[0].clone();
+    // The key of the row each first event changes (column 0 of its image).
+    let first_after = |k: usize| {
+        let e = &txn.events[txn.changes[k].0];
+        let image = match e.operation {
+            Operation::Insert => e.after.as_ref(),
+            _ => e.before.as_ref(),
+        };
+        image.unwrap()[0].clone()
+    };
     assert_eq!(first_after(0), Value::Integer(3));
     assert_eq!(first_after(1), Value::Integer(1));
     assert_eq!(first_after(2), Value::Integer(4));

@@ -78,7 +78,7 @@ fn source_digests(s: &Session) -> Vec<Vec<Option<String>>> {
     s.query("SELECT id::text, n::text, md5(note), md5(big), md5(raw), md5(j::text), encode(bin, 'hex') FROM public.docs ORDER BY docs.id")
 }
 
-fn md5_hex(b: &[u8]) -> String {
+fn sha256_hex(b: &[u8]) -> String {
     // No md5 crate here: the SQLite side is compared through sha256 of the
     // bytes, and the same digest computed by PostgreSQL.
     hex::encode(Sha256::digest(b))
@@ -103,7 +103,7 @@ fn sqlite_sha256(path: &std::path::Path) -> Vec<Vec<Option<String>>> {
             let mut out = vec![Some(id.to_string())];
             for i in 1..4 {
                 let v: Option<String> = r.get(i)?;
-                out.push(v.map(|t| md5_hex(t.as_bytes())));
+                out.push(v.map(|t| sha256_hex(t.as_bytes())));
             }
             Ok(out)
         })
@@ -382,16 +382,48 @@ fn default_identity_reaches_clickhouse_exactly() {
         ch_md5("SELECT toString(id), lower(hex(MD5(big))), lower(hex(MD5(raw))), lower(hex(MD5(j))) FROM public_docs__current ORDER BY id"),
         want
     );
-    // History: each key's newest row is the source's, whole.
+    // History: each live key's newest row is the source's, whole; each
+    // deleted key's newest row is its delete, with the old row's values.
     let newest: Vec<Vec<String>> = hist.rows(
-        "SELECT toString(id), lower(hex(MD5(big))), lower(hex(MD5(raw))), lower(hex(MD5(j))) FROM public_docs \
-         WHERE cdc_operation != 'truncate' ORDER BY id, cdc_lsn DESC, cdc_tx_ordinal DESC LIMIT 1 BY id",
+        "SELECT toString(id), lower(hex(MD5(big))), lower(hex(MD5(raw))), lower(hex(MD5(j))), cdc_operation \
+         FROM public_docs WHERE cdc_operation != 'truncate' \
+         ORDER BY id, cdc_lsn DESC, cdc_tx_ordinal DESC LIMIT 1 BY id",
     );
-    let live: Vec<Vec<String>> = newest
+    let (live, gone): (Vec<_>, Vec<_>) = newest
         .into_iter()
-        .filter(|r| want.iter().any(|w| w[0] == r[0]))
-        .collect();
-    assert_eq!(live, want);
+        .partition(|r| want.iter().any(|w| w[0] == r[0]));
+    assert_eq!(
+        live.iter().map(|r| r[..4].to_vec()).collect::<Vec<_>>(),
+        want
+    );
+    assert!(live.iter().all(|r| r[4] != "delete"), "{live:?}");
+    assert_eq!(
+        gone.iter()
+            .map(|r| (r[0].as_str(), r[4].as_str()))
+            .collect::<Vec<_>>(),
+        vec![("4", "delete"), ("5", "delete")],
+        "the moved key and the deleted one"
+    );
+    assert!(gone.iter().all(|r| r[1].len() == 32), "{gone:?}");
+
+    // A column added and the table changed by key alone in the same
+    // transaction: the old rows are read in the shape the table has until
+    // the batch's commit, then carried into the new one.
+    s.exec(
+        "BEGIN; ALTER TABLE public.docs ADD COLUMN tag text; \
+         UPDATE public.docs SET n = 5, tag = 't' WHERE id = 1; UPDATE public.docs SET n = 6 WHERE id = 2; COMMIT",
+    );
+    expect(
+        &capture(&src, slot, &url, false),
+        0,
+        "capture | apply of a schema change and changes by key",
+    );
+    expect(
+        &capture(&src, slot, &hurl, false),
+        0,
+        "the same into the history",
+    );
+    audit_equal(&src, slot, &url, "audit after the schema change");
 
     // A key the target does not hold: refused with its key, cursor kept.
     let before = exec(APPLY, &["cursor", "--target", &url], None);

@@ -173,6 +173,7 @@ impl MemoryTarget {
                     t.insert(k, after.clone());
                 }
                 Operation::Update | Operation::Delete => {
+                    e.check_key(&shape.key).map_err(Error::data)?;
                     let k = match (&e.before, &e.before_key) {
                         (Some(before), _) => encode_key(shape, before),
                         (None, Some(key)) => {

@@ -396,15 +396,6 @@ impl Event {
         self.after.iter().flatten().any(Value::is_unchanged)
     }
 
-    /// The image that identifies the row before the change (update/delete)
-    /// or after (insert); a truncate has none.
-    pub fn key_image(&self) -> Option<&Row> {
-        match self.operation {
-            Operation::Insert => self.after.as_ref(),
-            _ => self.before.as_ref(),
-        }
-    }
-
     /// A `truncate` event of `table`.
     pub fn truncate(sequence: Sequence, table: String, operation: Operation) -> Event {
         debug_assert!(operation.is_truncate());

@@ -290,6 +290,8 @@ impl BatchHooks for Batches<'_> {
             seg.held.truncates.push(e.sequence);
             return Ok(());
         }
+        let key = &segs.last().expect("a segment").layout.key;
+        e.check_key(key).map_err(Error::data)?;
         if self.fill.takes(&e) {
             return self.fill.event(self.target, segs, e);
         }

@@ -108,6 +108,10 @@ fn key_bytes(l: &Layout, key: &[&Value]) -> Result<Vec<u8>> {
 /// A key as the map holds it (see [`key_bytes`]).
 type KeyBytes = Vec<u8>;
 
+/// A key to read: its bytes, its values in key order, and the sequence of
+/// the first change that needs it (the read's bound).
+type ToRead = (KeyBytes, Vec<Value>, Sequence);
+
 /// The old row's key and the new row's, as the map's keys.
 fn keys_of(l: &Layout, e: &Event) -> Result<(Option<KeyBytes>, Option<KeyBytes>)> {
     let old = match e.old_key(&l.key) {
@@ -216,11 +220,13 @@ impl Fill {
         segs: &mut [Segment],
     ) -> Result<()> {
         self.resolve(ch, table, segs)?;
-        if let Some(tf) = self.tables.get_mut(table) {
-            tf.forget();
-            tf.emptied = true;
-            tf.touched = true;
-        }
+        // Also as the table's first change of the batch: a later read must
+        // not find the rows the truncate removes (its markers go out at the
+        // commit).
+        let tf = self.tables.entry(table.to_string()).or_default();
+        tf.forget();
+        tf.emptied = true;
+        tf.touched = true;
         Ok(())
     }
 
@@ -294,26 +300,12 @@ impl Fill {
         if tf.pending.is_empty() {
             return Ok(());
         }
-        let seg_count = segs.len();
-        let seg = segs.last_mut().expect("a segment");
-        let l = &seg.layout;
-        // Each key once, bounded by the first change that needs it.
-        let mut want: Vec<(Vec<u8>, Vec<Value>, Sequence)> = Vec::new();
-        let mut seen = HashSet::new();
-        for e in &tf.pending {
-            if !needs_read(e) {
-                continue;
-            }
-            let key = e.old_key(&l.key).expect("an update or delete");
-            let kb = key_bytes(l, &key)?;
-            if !tf.recent.contains_key(&kb) && seen.insert(kb.clone()) {
-                want.push((kb, key.into_iter().cloned().collect(), e.sequence));
-            }
-        }
+        let last = segs.len() - 1;
+        let want = tf.to_read(&segs[last].layout)?;
         if !want.is_empty() {
             if tf.lost {
                 // The batch's own rows go out first, so the read sees them.
-                if seg_count > 1 || seg.change.is_some() {
+                if last > 0 || segs[last].change.is_some() {
                     let e = &tf.pending[0];
                     return Err(Error::state(format!(
                         "event {} ({} on table {:?}) names its old row by the key alone, and this batch changed the table's schema before it: the rows it needs are not written yet, and cannot be before the change is made at the commit; apply the batch in two, split at the schema record (mooncdc-split --max-events), or capture the table with REPLICA IDENTITY FULL (docs/CLICKHOUSE.md, \"Changes without the whole old row\")",
@@ -325,6 +317,7 @@ impl Fill {
                 if ch.cluster.is_some() {
                     ch.replicas_answer()?;
                 }
+                let seg = &mut segs[last];
                 ch.flush(&seg.layout, &mut seg.held)?;
                 tf.lost = false;
                 tf.emptied = false;
@@ -334,43 +327,14 @@ impl Fill {
                     tf.keep(kb, None);
                 }
             } else {
-                let mut got: HashMap<Vec<u8>, Option<Row>> = HashMap::new();
-                let l = &seg.layout;
-                let kb_of =
-                    |row: &Row| key_bytes(l, &l.key.iter().map(|&i| &row[i]).collect::<Vec<_>>());
-                for f in ch.rows_at_keys(l, &want, true)? {
-                    // A deleted row is no row, unless it is the change's
-                    // own (a delete an earlier try wrote, with the old row).
-                    let kb = kb_of(&f.row)?;
-                    got.insert(kb, (!f.gone || f.own).then_some(f.row));
-                }
-                // A key with no row up to its change: after a crash, the
-                // rows before it may have been merged into a newer one an
-                // earlier try of this batch wrote, which stands for them.
-                let missed: Vec<_> = (want.iter())
-                    .filter(|(kb, ..)| !got.contains_key(kb))
-                    .cloned()
-                    .collect();
-                if !missed.is_empty() && ch.engine == Engine::Replacing {
-                    for f in ch.rows_at_keys(l, &missed, false)? {
-                        let kb = kb_of(&f.row)?;
-                        tf.superseded
-                            .insert(kb, (f.at as u64, (!f.gone).then_some(f.row)));
-                    }
-                }
-                for (kb, ..) in want {
-                    if tf.superseded.contains_key(&kb) {
-                        continue;
-                    }
-                    let row = got.remove(&kb).flatten();
-                    tf.keep(kb, row);
-                }
+                tf.read(ch, segs, want)?;
             }
         }
         let pending = std::mem::take(&mut tf.pending);
         tf.pending_keys.clear();
         tf.pending_bytes = 0;
         tf.pending_reads = 0;
+        let seg = &mut segs[last];
         for e in pending {
             let (old, new) = keys_of(&seg.layout, &e)?;
             tf.process(ch, seg, e, old, new, true)?;
@@ -380,7 +344,104 @@ impl Fill {
     }
 }
 
+/// The rows of `keys` as the table holds them now
+/// ([`ClickHouse::rows_at_keys`]), in the shape of the batch's last
+/// segment: the batch's schema changes are made at its commit, so the
+/// table still has the shape it had before the first; rows are read in that
+/// shape and carried through each change (an added column NULL, as
+/// [`Fill::after_change`] does). A table not in that shape (a replay after
+/// a kill amid the changes) is refused rather than read wrongly.
+fn read_rows(
+    ch: &ClickHouse,
+    segs: &[Segment],
+    keys: &[ToRead],
+    bounded: bool,
+) -> Result<Vec<super::read::Found>> {
+    let first = &segs[0];
+    if segs.len() == 1 && first.change.is_none() {
+        return ch.rows_at_keys(&first.layout, keys, bounded);
+    }
+    let now = match &first.change {
+        Some((old, _)) => old,
+        None => &first.layout,
+    };
+    let have = ch.columns_typed(&now.name)?;
+    if let Some((name, _)) = now
+        .expected_columns()
+        .into_iter()
+        .find(|c| !have.contains(c))
+    {
+        return Err(Error::state(format!(
+            "table {:?} is not in the shape this batch starts from (column {name:?} differs), so the old rows of its changes by key alone cannot be read: a replay after an apply stopped amid the batch's schema changes; take a new snapshot of the table, or backfill it (docs/CLICKHOUSE.md, \"Changes without the whole old row\")",
+            now.schema.table
+        )));
+    }
+    let mut found = ch.rows_at_keys(now, keys, bounded)?;
+    for seg in segs {
+        if let Some((old, change)) = &seg.change {
+            let sources = change.sources(&old.schema);
+            for f in &mut found {
+                f.row = (sources.iter())
+                    .map(|s| s.map_or(Value::Null, |i| f.row[i].clone()))
+                    .collect();
+            }
+        }
+    }
+    Ok(found)
+}
+
 impl TableFill {
+    /// The keys the waiting changes need read, each once, bounded by the
+    /// first change that needs it.
+    fn to_read(&self, l: &Layout) -> Result<Vec<ToRead>> {
+        let mut want = Vec::new();
+        let mut seen = HashSet::new();
+        for e in &self.pending {
+            if !needs_read(e) {
+                continue;
+            }
+            let key = e.old_key(&l.key).expect("an update or delete");
+            let kb = key_bytes(l, &key)?;
+            if !self.recent.contains_key(&kb) && seen.insert(kb.clone()) {
+                want.push((kb, key.into_iter().cloned().collect(), e.sequence));
+            }
+        }
+        Ok(want)
+    }
+
+    /// Read the rows `want` needs from the table and keep them.
+    fn read(&mut self, ch: &ClickHouse, segs: &[Segment], want: Vec<ToRead>) -> Result<()> {
+        let l = &segs[segs.len() - 1].layout;
+        let kb_of = |row: &Row| key_bytes(l, &l.key.iter().map(|&i| &row[i]).collect::<Vec<_>>());
+        let mut got: HashMap<Vec<u8>, Option<Row>> = HashMap::new();
+        for f in read_rows(ch, segs, &want, true)? {
+            // A deleted row is no row, unless it is the change's own (a
+            // delete an earlier try wrote, with the old row).
+            got.insert(kb_of(&f.row)?, (!f.gone || f.own).then_some(f.row));
+        }
+        // A key with no row up to its change: after a crash, the rows
+        // before it may have been merged into a newer one an earlier try of
+        // this batch wrote, which stands for them.
+        let missed: Vec<ToRead> = (want.iter())
+            .filter(|(kb, ..)| !got.contains_key(kb))
+            .cloned()
+            .collect();
+        if !missed.is_empty() && ch.engine == Engine::Replacing {
+            for f in read_rows(ch, segs, &missed, false)? {
+                let kb = kb_of(&f.row)?;
+                self.superseded
+                    .insert(kb, (f.at as u64, (!f.gone).then_some(f.row)));
+            }
+        }
+        for (kb, ..) in want {
+            if !self.superseded.contains_key(&kb) {
+                let row = got.remove(&kb).flatten();
+                self.keep(kb, row);
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `e` is one of the changes an earlier try's newer row stands
     /// for (nothing to write); at that row's own change, the key takes it.
     fn skip_superseded(

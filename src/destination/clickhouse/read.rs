@@ -146,9 +146,13 @@ fn has_literal(ty: ChType) -> bool {
 fn key_literal(ty: ChType, v: &Value) -> Result<String> {
     let mut enc = Vec::new();
     encode_value(&mut enc, ty, false, v).map_err(Error::data)?;
+    let integer = matches!(
+        ty,
+        ChType::Int64 | ChType::Int32 | ChType::Int16 | ChType::UInt32 | ChType::Bool
+    );
     Ok(match (ty, v) {
-        (_, Value::Integer(i)) if *i == i64::MIN => format!("toInt64('{i}')"),
-        (_, Value::Integer(i)) => i.to_string(),
+        (_, Value::Integer(i)) if integer && *i == i64::MIN => format!("toInt64('{i}')"),
+        (_, Value::Integer(i)) if integer => i.to_string(),
         (ChType::Float64, _) => format!("reinterpretAsFloat64({})", bytes_literal(&enc)),
         (ChType::Float32, _) => format!("reinterpretAsFloat32({})", bytes_literal(&enc)),
         _ => {
@@ -247,7 +251,13 @@ impl ClickHouse {
                         more => format!("({})", more.join(", ")),
                     }
                 };
-                size += m.len() + 4 * kb.len() + 64;
+                // A history's read repeats each key in its bound (a typed
+                // one as a subquery of its RowBinary).
+                let per_key = match self.engine {
+                    Engine::History => vals.len() * (96 + 4 * kb.len()),
+                    Engine::Replacing => 0,
+                };
+                size += m.len() + 4 * kb.len() + 64 + per_key;
                 members.push(m);
                 n += 1;
             }

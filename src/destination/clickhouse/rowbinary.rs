@@ -172,6 +172,12 @@ pub(super) fn encode_value(
             _ => "NULL in a key column".into(),
         });
     }
+    if v.is_unchanged() {
+        return Err(
+            "an unchanged value has no value to store (it must be filled from the stored row first)"
+                .into(),
+        );
+    }
     let class = v.class_name();
     let wrong = || format!("a {class} value does not fit a {} column", ty.sql());
     match (ty, v) {

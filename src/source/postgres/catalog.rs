@@ -255,10 +255,19 @@ impl Catalog {
                 before = Some(row);
             }
         };
-        let after = match new {
+        let mut after = match new {
             None => None,
             Some(t) => Some(convert(&t, before.as_ref())?),
         };
+        // A key value stored out of line comes unchanged in the new row;
+        // the server then sends the old key, which is that value.
+        if let (Some(a), Some(k)) = (after.as_mut(), before_key.as_ref()) {
+            for (&i, v) in schema.key_indices().iter().zip(k) {
+                if a[i].is_unchanged() {
+                    a[i] = v.clone();
+                }
+            }
+        }
         if op == Operation::Update && before.is_none() && before_key.is_none() {
             before_key = Some(key_only(None, after.as_ref())?);
         }

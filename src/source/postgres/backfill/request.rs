@@ -117,8 +117,11 @@ impl PgSource {
                     .into_iter()
                     .find(|p| &p.name == n)
                     .ok_or_else(|| Error::state(format!("table {n:?} is not published")))?;
+                // A table it adds gets FULL identity, as init gives by
+                // default; a published one keeps its own, unless NOTHING
+                // (docs/POSTGRES.md, "Replica identity").
                 for (s, t, ident) in identity_of(tx, &p).await? {
-                    if ident != "f" {
+                    if ident == "n" || (added && ident != "f") {
                         tx.batch_execute(&format!(
                             "ALTER TABLE {}.{} REPLICA IDENTITY FULL",
                             quote_ident(&s),
