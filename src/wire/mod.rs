@@ -7,6 +7,7 @@ pub mod batch;
 pub mod canon;
 mod decoder;
 pub mod detect;
+pub mod event;
 pub mod fast;
 pub mod jsonl;
 mod lines;
@@ -15,8 +16,10 @@ pub mod model;
 pub mod names;
 mod real;
 pub mod snapshot;
+mod snapshot_write;
 mod stream;
 pub mod strict;
+mod validate;
 pub mod value;
 
 pub use batch::{Batch, BatchDecoder, BatchStreamReader, Commit, Header, Item};
