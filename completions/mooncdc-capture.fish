@@ -76,7 +76,7 @@ complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s v -l verbose -d 'read/follow: one line per batch written on standard error (its end, its events)'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand init" -s h -l help -d 'Print help'
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l source -d 'The source database URL' -r
-complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l output-format -d 'Output format: drift lines on standard error, or one JSON object on standard output' -r -f -a "text\t''
+complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l output-format -d 'Output format: each table\'s replica identity (PostgreSQL) and the verdict on standard output, drift lines on standard error; or one JSON object on standard output' -r -f -a "text\t''
 json\t''"
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l slot -d 'PostgreSQL: the replication slot' -r
 complete -c mooncdc-capture -n "__fish_mooncdc_capture_using_subcommand verify" -l publication -d 'PostgreSQL: the publication' -r

@@ -71,10 +71,8 @@ pub fn run(a: CaptureArgs) -> crate::error::Result<ExitCode> {
         }) => {
             // 1 is drift only; anything else that stops the check (a missing
             // database, a server that is down) is trouble, 2, as diff(1).
-            let checked =
-                open(&source, &pg).and_then(|s| Ok((s.verify()?, s.replica_identities()?)));
-            let (drift, idents) = match checked {
-                Ok(d) => d,
+            let (drift, idents) = match open(&source, &pg).and_then(|s| s.verify()) {
+                Ok(v) => (v.drift, v.replica_identities),
                 Err(e) => {
                     cli::report_error(&e);
                     return Ok(ExitCode::from(2));

@@ -22,6 +22,16 @@ pub struct SourceStatus {
     pub fields: Vec<StatusField>,
 }
 
+/// What `verify` found.
+#[derive(Debug, Default)]
+pub struct Verified {
+    /// What differs from a working capture (empty: current).
+    pub drift: Vec<String>,
+    /// PostgreSQL: each published table's replica identity and what it
+    /// means for the stream, as (table, identity, meaning).
+    pub replica_identities: Vec<(String, String, String)>,
+}
+
 /// One figure of `status`: its value for programs (`--output-format json`)
 /// and its text for people.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,11 +182,6 @@ pub trait Source {
         }
         Ok(())
     }
-    /// Each captured table's replica identity and what it means for the
-    /// stream, (table, identity, meaning), for `verify` (PostgreSQL's).
-    fn replica_identities(&self) -> Result<Vec<(String, String, String)>> {
-        Ok(Vec::new())
-    }
     /// `init --replica-identity`: PostgreSQL's; refused elsewhere.
     fn set_replica_identity(&mut self, args: &[String]) -> Result<()> {
         if args.is_empty() {
@@ -219,8 +224,9 @@ pub trait Source {
     /// rows into the stream (`all`: every captured table); returns the
     /// tables once the requests are recorded (docs/BACKFILL.md).
     fn backfill(&self, tables: &[String], all: bool, resync: bool) -> Result<Vec<String>>;
-    /// What differs from what this version would install (empty: current).
-    fn verify(&self) -> Result<Vec<String>>;
+    /// What differs from what this version would install (empty: current),
+    /// and what the source says of its tables.
+    fn verify(&self) -> Result<Verified>;
     /// Bring capture up to date; returns what it did, one line each.
     fn upgrade(&self) -> Result<Vec<String>>;
     fn status(&self) -> Result<SourceStatus>;

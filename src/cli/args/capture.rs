@@ -162,7 +162,9 @@ pub enum CaptureCommand {
         /// The source database URL
         #[arg(long, value_name = "URL")]
         source: String,
-        /// Output format: drift lines on standard error, or one JSON object on standard output
+        /// Output format: each table's replica identity (PostgreSQL) and the
+        /// verdict on standard output, drift lines on standard error; or one
+        /// JSON object on standard output
         #[arg(long, value_enum, default_value_t = TextOrJson::Text)]
         output_format: TextOrJson,
         #[command(flatten)]

@@ -1,8 +1,8 @@
 //! Installing, checking and acknowledging capture: publication, replica
-//! identity, slot; status.
+//! identity, slot (status is in status.rs).
 
 use super::*;
-use crate::source::StatusField;
+use crate::source::Verified;
 
 impl PgSource {
     /// Install capture for `tables` (`schema.table`; default: every table with a
@@ -362,22 +362,9 @@ impl PgSource {
         Ok(again.init(&tables)?.1)
     }
 
-    /// Each published table's replica identity and its meaning.
-    pub fn replica_identities(&self) -> Result<Vec<(String, String, String)>> {
-        runtime()?.block_on(async {
-            let c = self.client("verify").await?;
-            let tables = publication_detail(&c, &self.publication).await?;
-            let mut ignored = Vec::new();
-            Ok(identities(&c, &tables, &mut ignored)
-                .await?
-                .into_iter()
-                .map(|(t, w, m)| (t, w.to_string(), m.to_string()))
-                .collect())
-        })
-    }
-
-    /// Differences from a working capture; empty when all is well.
-    pub fn verify(&self) -> Result<Vec<String>> {
+    /// Differences from a working capture (empty when all is well), and
+    /// each published table's replica identity with its meaning.
+    pub fn verify(&self) -> Result<crate::source::Verified> {
         runtime()?.block_on(async {
             let c = self.client("verify").await?;
             let mut drift = Vec::new();
@@ -413,7 +400,10 @@ impl PgSource {
                     "publication {:?} does not exist (run init)",
                     self.publication
                 ));
-                return Ok(drift);
+                return Ok(Verified {
+                    drift,
+                    ..Default::default()
+                });
             }
             if let Some(msg) = publish_gap(&c, &self.publication).await? {
                 drift.push(msg);
@@ -422,7 +412,9 @@ impl PgSource {
             if tables.is_empty() {
                 drift.push(format!("publication {:?} has no tables", self.publication));
             }
-            identities(&c, &tables, &mut drift).await?;
+            let replica_identities = (identities(&c, &tables, &mut drift).await?.into_iter())
+                .map(|(t, w, m)| (t, w.to_string(), m.to_string()))
+                .collect();
             for p in tables {
                 let n = &p.name;
                 let full = identity_of(&c, &p)
@@ -438,126 +430,9 @@ impl PgSource {
                     drift.push(format!("table {n:?}: {}", e.full_message()));
                 }
             }
-            Ok(drift)
-        })
-    }
-
-    /// Identity, slot positions, WAL retained and lag.
-    pub fn status(&self) -> Result<SourceStatus> {
-        runtime()?.block_on(async {
-            let c = self.client("status").await?;
-            let id = self.identity().await?;
-            let s = slot_info(&c, &self.slot).await?.ok_or_else(|| {
-                Error::state(format!("slot {:?} does not exist (run init)", self.slot))
-            })?;
-            let r = c
-                .query_one(
-                    &format!(
-                        "SELECT {WAL_END}::text, \
-                         pg_wal_lsn_diff({WAL_END}, restart_lsn)::bigint, \
-                         pg_wal_lsn_diff({WAL_END}, confirmed_flush_lsn)::bigint, active, \
-                         coalesce(wal_status, ''), safe_wal_size \
-                         FROM pg_replication_slots WHERE slot_name = $1"
-                    ),
-                    &[&self.slot],
-                )
-                .await
-                .map_err(pg_err("cannot read the slot"))?;
-            let wal: String = r.get(0);
-            let retained: Option<i64> = r.get(1);
-            let lag: Option<i64> = r.get(2);
-            let active: bool = r.get(3);
-            let wal_status: String = r.get(4);
-            // NULL when max_slot_wal_keep_size is -1: nothing bounds it.
-            let safe: Option<i64> = r.get(5);
-            let published = publication_detail(&c, &self.publication).await?;
-            let via_root: bool = c
-                .query_opt(
-                    "SELECT pubviaroot FROM pg_publication WHERE pubname = $1",
-                    &[&self.publication],
-                )
-                .await
-                .map_err(pg_err("cannot read the publication"))?
-                .is_some_and(|r| r.get(0));
-            let mut all_columns = Vec::with_capacity(published.len());
-            for p in &published {
-                // A column list that names every column is no list.
-                let full = match &p.columns {
-                    None => true,
-                    Some(list) => table_schema(&c, &p.schema, &p.table)
-                        .await
-                        .map(|(t, _)| t.columns.iter().all(|col| list.contains(&col.name)))
-                        .unwrap_or(false),
-                };
-                all_columns.push(full);
-            }
-            let publication =
-                publication_field(&self.publication, via_root, &published, &all_columns);
-            let mut problems = Vec::new();
-            let idents = identities(&c, &published, &mut problems).await?;
-            let replica_identity = identity_field(&idents);
-            let backfills: Vec<crate::source::backfill::RequestStatus> =
-                super::backfill::requests(&c)
-                    .await?
-                    .into_iter()
-                    .map(|r| crate::source::backfill::RequestStatus {
-                        id: r.id,
-                        state: if r.failed.is_some() {
-                            "failed"
-                        } else if r.done {
-                            "done"
-                        } else if r.chunks > 0 {
-                            "in progress"
-                        } else {
-                            "requested"
-                        },
-                        table: r.table,
-                        resync: r.resync,
-                        rows: r.rows.max(0) as u64,
-                        estimate: r.estimate.max(0) as u64,
-                        requested_at: r.requested_lsn,
-                        done_at: r.done_lsn,
-                    })
-                    .collect();
-            Ok(SourceStatus {
-                identity: id.clone(),
-                fields: {
-                    let acked = Cursor::new(id, sequence(s.confirmed, 0)).to_json();
-                    let bytes = |name, n: Option<i64>| {
-                        StatusField::count(name, n.unwrap_or(0).max(0) as u128)
-                    };
-                    vec![
-                        StatusField::new(
-                            "acknowledged",
-                            serde_json::from_str::<serde_json::Value>(&acked)
-                                .expect("a cursor is JSON"),
-                        )
-                        .with_text(acked),
-                        StatusField::new("confirmed_flush_lsn", lsn_text(s.confirmed)),
-                        StatusField::new("restart_lsn", lsn_text(s.restart)),
-                        StatusField::new("wal_flush_lsn", wal),
-                        bytes("wal_retained_bytes", retained),
-                        bytes("lag_bytes", lag),
-                        StatusField::new("slot_active", active),
-                        StatusField::new("wal_status", wal_status),
-                        match &s.invalidation {
-                            Some(r) => StatusField::new("invalidation_reason", r.clone()),
-                            None => {
-                                StatusField::new("invalidation_reason", serde_json::Value::Null)
-                                    .with_text("none")
-                            }
-                        },
-                        // JSON null when nothing bounds the slot's WAL.
-                        match safe {
-                            Some(b) => bytes("safe_wal_size", Some(b)),
-                            None => StatusField::new("safe_wal_size", serde_json::Value::Null)
-                                .with_text("unlimited (max_slot_wal_keep_size = -1)"),
-                        },
-                        publication,
-                        replica_identity,
-                        crate::source::backfill::status_field(&backfills),
-                    ]
-                },
+            Ok(Verified {
+                drift,
+                replica_identities,
             })
         })
     }

@@ -35,6 +35,7 @@ mod reconnect;
 mod replication;
 mod session;
 mod snapshot;
+mod status;
 mod stream;
 mod streamed;
 pub use streamed::{Budget as StreamBudget, DEFAULT_MEMORY as DEFAULT_STREAM_MEMORY};
@@ -239,9 +240,6 @@ impl Source for PgSource {
     fn init_options(&self, _ddl: bool, _failover: bool) -> Result<()> {
         Ok(())
     }
-    fn replica_identities(&self) -> Result<Vec<(String, String, String)>> {
-        PgSource::replica_identities(self)
-    }
     fn set_replica_identity(&mut self, args: &[String]) -> Result<()> {
         self.replica_identity = IdentityChoice::parse(args)?;
         Ok(())
@@ -249,7 +247,7 @@ impl Source for PgSource {
     fn init_without_slot(&self, tables: &[String]) -> Result<(String, Vec<String>)> {
         PgSource::init_with(self, tables, false)
     }
-    fn verify(&self) -> Result<Vec<String>> {
+    fn verify(&self) -> Result<crate::source::Verified> {
         PgSource::verify(self)
     }
     fn backfill(&self, tables: &[String], all: bool, resync: bool) -> Result<Vec<String>> {

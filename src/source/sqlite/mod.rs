@@ -291,8 +291,11 @@ impl crate::source::Source for SqliteSource {
         let added = init(&self.path, tables)?;
         Ok((status(&self.path)?.identity, added))
     }
-    fn verify(&self) -> Result<Vec<String>> {
-        verify(&self.path)
+    fn verify(&self) -> Result<crate::source::Verified> {
+        Ok(crate::source::Verified {
+            drift: verify(&self.path)?,
+            ..Default::default()
+        })
     }
     fn backfill(&self, tables: &[String], all: bool, resync: bool) -> Result<Vec<String>> {
         let tables = if all {
