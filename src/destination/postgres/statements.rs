@@ -1,6 +1,6 @@
-//! A batch's events as pipelined statements: built per event, run many at
-//! a time with their results checked in order, and the batch's transaction
-//! begun and committed with the cursor.
+//! A batch's events as pipelined statements: each table's statements
+//! prepared, built per event, run many at a time with their results checked
+//! in order, and the batch's transaction begun and committed with the cursor.
 
 use super::*;
 use crate::wire::Sequence;
@@ -259,4 +259,121 @@ pub(super) fn commit_error(e: tokio_postgres::Error) -> Error {
         }
     }
     pg_err("cannot commit the batch")(e)
+}
+
+impl PgTarget {
+    /// Prepare a table's statements.
+    pub(super) async fn statements(
+        &self,
+        c: &Client,
+        schema: Schema,
+        qname: String,
+        cols: Vec<Col>,
+        key: Vec<usize>,
+    ) -> Result<Table> {
+        let n = cols.len();
+        let names: Vec<String> = cols.iter().map(|c| quote_ident(&c.name)).collect();
+        let val = |i: usize, p: usize| format!("${p}::{}", cols[i].sql_type);
+        let types: Vec<Type> = cols.iter().map(|c| c.param.pg_type()).collect();
+        // Equal, as the target compares a stored value with an image: by
+        // the type's equality for native classes, by text form otherwise
+        // (some types, json for one, have no equality).
+        let same = |i: usize, p: usize| match cols[i].class {
+            Class::Text => format!(
+                "{}::text IS NOT DISTINCT FROM ${p}::{}::text",
+                names[i], cols[i].sql_type
+            ),
+            _ => format!("{} IS NOT DISTINCT FROM {}", names[i], val(i, p)),
+        };
+        let key_eq = |offset: usize| -> Vec<String> {
+            key.iter()
+                .map(|&i| format!("{} = {}", names[i], val(i, offset + i + 1)))
+                .collect()
+        };
+        let insert = format!(
+            "INSERT INTO {qname} ({}) SELECT {} WHERE NOT EXISTS (SELECT 1 FROM {qname} WHERE {})",
+            names.join(", "),
+            (0..n).map(|i| val(i, i + 1)).collect::<Vec<_>>().join(", "),
+            key_eq(0).join(" AND ")
+        );
+        // Each statement changes one row, found by ctid: while a batch moves
+        // keys through each other (the key is checked at the commit), two
+        // rows may hold one key for a moment.
+        let image = |offset: usize| -> String {
+            key_eq(offset)
+                .into_iter()
+                .chain(
+                    (0..n)
+                        .filter(|i| !key.contains(i))
+                        .map(|i| same(i, offset + i + 1)),
+                )
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        };
+        let one_row = format!("(SELECT ctid FROM {qname} WHERE {} LIMIT 1)", image(0));
+        // Update: params 1..n the before image, n+1..2n the after image.
+        let set = (0..n)
+            .map(|i| format!("{} = {}", names[i], val(i, n + i + 1)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let update = format!("UPDATE {qname} SET {set} WHERE ctid = {one_row}");
+        let delete = format!("DELETE FROM {qname} WHERE ctid = {one_row}");
+        // --on-conflict overwrite: the row at the before key (the one that
+        // has the before image, if any) becomes the after image; with no row
+        // at that key, the after image is inserted. Never a row at the after
+        // key: in a swap it is another row on its way elsewhere.
+        let any_at_key = format!(
+            "(SELECT ctid FROM {qname} WHERE {} ORDER BY ({})::int DESC LIMIT 1)",
+            key_eq(0).join(" AND "),
+            image(0)
+        );
+        let upsert = format!(
+            "WITH u AS (UPDATE {qname} SET {set} WHERE ctid = {any_at_key} RETURNING 1) \
+             INSERT INTO {qname} ({}) SELECT {} WHERE NOT EXISTS (SELECT 1 FROM u)",
+            names.join(", "),
+            (0..n)
+                .map(|i| val(i, n + i + 1))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        let delete_any = format!("DELETE FROM {qname} WHERE ctid = {any_at_key}");
+        let at_key = format!(
+            "(SELECT ctid FROM {qname} WHERE {} LIMIT 1)",
+            key_eq(0).join(" AND ")
+        );
+        let keep = 2 * n + 1;
+        let set_kept = (0..n)
+            .map(|i| {
+                format!(
+                    "{0} = CASE WHEN ${keep}[{1}] THEN {0} ELSE {2} END",
+                    names[i],
+                    i + 1,
+                    val(i, n + i + 1)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let update_keyed = format!("UPDATE {qname} SET {set_kept} WHERE ctid = {at_key}");
+        let delete_keyed = format!("DELETE FROM {qname} WHERE ctid = {at_key}");
+        let prep = |sql: String, types: Vec<Type>| async move {
+            c.prepare_typed(&sql, &types)
+                .await
+                .map_err(pg_err("cannot prepare a statement for a target table"))
+        };
+        let two: Vec<Type> = types.iter().chain(types.iter()).cloned().collect();
+        let flagged: Vec<Type> = two.iter().cloned().chain([Type::BOOL_ARRAY]).collect();
+        Ok(Table {
+            update_keyed: prep(update_keyed, flagged).await?,
+            delete_keyed: prep(delete_keyed, types.clone()).await?,
+            insert: prep(insert, types.clone()).await?,
+            update: prep(update, two.clone()).await?,
+            delete: prep(delete, types.clone()).await?,
+            upsert: prep(upsert, two).await?,
+            delete_any: prep(delete_any, types).await?,
+            schema,
+            qname,
+            cols,
+            key,
+        })
+    }
 }
