@@ -152,3 +152,36 @@ fn fill_unchanged(new: &[u8], old: &[u8], out: &mut Vec<u8>) {
     }
     out.push(b']');
 }
+
+/// An event line for the compactor: `line` (canonical, without its
+/// newline) as a raw event, or `None` for a line the fast scan declines
+/// (a truncate, another spelling).
+pub(super) fn raw(line: &[u8]) -> Option<RawEvent<'_>> {
+    event_spans(line).map(|meta| RawEvent { line, meta })
+}
+
+/// A built event (not a truncate) encoded into `buf` as a raw event; an
+/// error for an event no stream may hold (images that do not fit its
+/// operation, sequence 0), which only a library caller can give.
+pub(super) fn encoded<'a>(buf: &'a mut Vec<u8>, e: &Event) -> Result<RawEvent<'a>> {
+    e.check_images().map_err(Error::data)?;
+    buf.clear();
+    write_event_line(buf, e);
+    buf.pop();
+    Ok(raw(buf).expect("an encoded event with fitting images is canonical"))
+}
+
+/// Whether an event's table name has escapes (its `table` range is then
+/// empty while its JSON string holds more than the quotes).
+pub(super) fn escaped(m: &EventMeta) -> bool {
+    m.table.0 == m.table.1 && m.table_json.1 - m.table_json.0 > 2
+}
+
+/// The table name of a raw event.
+pub(super) fn table_name(e: &RawEvent<'_>) -> Result<String> {
+    if !escaped(&e.meta) {
+        return Ok(String::from_utf8_lossy(part(e.line, e.meta.table)).into_owned());
+    }
+    serde_json::from_slice(e.table())
+        .map_err(|err| Error::data(format!("an event's table name is unreadable: {err}")))
+}
