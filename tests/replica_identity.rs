@@ -111,6 +111,18 @@ fn sqlite_sha256(path: &std::path::Path) -> Vec<Vec<Option<String>>> {
     rows.map(Result::unwrap).collect()
 }
 
+/// `mooncdc-capture` of what follows the cursor `after`; it must succeed.
+#[track_caller]
+fn read_after(src: &str, slot: &str, after: &str) -> Run {
+    let r = exec(
+        CAPTURE,
+        &["--source", src, "--slot", slot, "--after", after],
+        None,
+    );
+    expect(&r, 0, "capture");
+    r
+}
+
 fn capture(src: &str, slot: &str, target: &str, compact: bool) -> Run {
     pipeline(&format!(
         "{{capture}} --source {src} --slot {slot} --after \"$({{apply}} cursor --target {t})\" {c} | {{apply}} --target {t} -q",
@@ -213,19 +225,7 @@ fn default_identity_reaches_sqlite_and_postgres_exactly() {
 
     // What the stream says: key-only old rows and unchanged values.
     let after = exec(APPLY, &["cursor", "--target", &plain], None);
-    let r = exec(
-        CAPTURE,
-        &[
-            "--source",
-            &src,
-            "--slot",
-            slot,
-            "--after",
-            after.stdout_str().trim(),
-        ],
-        None,
-    );
-    expect(&r, 0, "capture");
+    let r = read_after(&src, slot, after.stdout_str().trim());
     let text = r.stdout_str();
     assert!(
         text.contains("\"before_key\":[[\"integer\",\"4\"]]"),
@@ -597,19 +597,7 @@ fn a_replay_after_a_lost_cursor_fills_the_same_rows() {
     );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("batch.jsonl");
-    let r = exec(
-        CAPTURE,
-        &[
-            "--source",
-            &src,
-            "--slot",
-            slot,
-            "--after",
-            start.stdout_str().trim(),
-        ],
-        None,
-    );
-    expect(&r, 0, "capture");
+    let r = read_after(&src, slot, start.stdout_str().trim());
     std::fs::write(&file, &r.stdout).unwrap();
     let file = file.display().to_string();
     for merge in [false, true] {

@@ -260,7 +260,7 @@ impl BatchHooks for Batches<'_> {
     ) -> Result<()> {
         let table = c.schema.table.clone();
         if let Some(segs) = self.bufs.get_mut(&table) {
-            self.fill.before_change(self.target, &table, segs)?;
+            self.fill.resolve(self.target, &table, segs)?;
         }
         let old = self.layouts.get(&table).cloned();
         let sources = old.as_ref().map(|o| c.sources(&o.schema));

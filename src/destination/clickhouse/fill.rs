@@ -230,17 +230,6 @@ impl Fill {
         Ok(())
     }
 
-    /// Before a schema change of `table`: what waits is done under the
-    /// layout it came with.
-    pub(super) fn before_change(
-        &mut self,
-        ch: &ClickHouse,
-        table: &str,
-        segs: &mut [Segment],
-    ) -> Result<()> {
-        self.resolve(ch, table, segs)
-    }
-
     /// After a schema change of `table` from `old` to `new` (`sources`: each
     /// new column's place in the old row): the rows kept take the new shape
     /// (an added column NULL: a change after it sends its value, which is
@@ -292,8 +281,14 @@ impl Fill {
     }
 
     /// Read the old rows the waiting events of `table` need, then take
-    /// them in order.
-    fn resolve(&mut self, ch: &ClickHouse, table: &str, segs: &mut [Segment]) -> Result<()> {
+    /// them in order (also before a schema change of the table: they are
+    /// taken under the layout they came with).
+    pub(super) fn resolve(
+        &mut self,
+        ch: &ClickHouse,
+        table: &str,
+        segs: &mut [Segment],
+    ) -> Result<()> {
         let Some(tf) = self.tables.get_mut(table) else {
             return Ok(());
         };
