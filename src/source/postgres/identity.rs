@@ -158,6 +158,32 @@ pub(super) async fn identities(
     Ok(out)
 }
 
+/// Each published table's own identity and what it means, from the
+/// catalog alone: no lock on any table, so `status`, which operators and
+/// tests poll while the tables change, never waits behind an `ALTER TABLE`
+/// nor makes one wait (partitions are `verify`'s business).
+pub(super) async fn root_identities(
+    c: &Client,
+    tables: &[PubTable],
+) -> Result<Vec<(String, &'static str, &'static str)>> {
+    let mut out = Vec::new();
+    for p in tables {
+        let ident: String = c
+            .query_one(
+                "SELECT coalesce((SELECT relreplident::text FROM pg_class \
+                 WHERE oid = to_regclass(format('%I.%I', $1::text, $2::text))), '')",
+                &[&p.schema, &p.table],
+            )
+            .await
+            .map_err(pg_err("cannot read a table's replica identity"))?
+            .get(0);
+        let key = ident == "i" && index_is_key(c, &p.schema, &p.table).await?;
+        let m = meaning(&ident, key).unwrap_or_else(|why| why);
+        out.push((p.name.clone(), word(&ident), m));
+    }
+    Ok(out)
+}
+
 /// The `status` figure: each table's identity and what it means.
 pub(super) fn identity_field(idents: &[(String, &'static str, &'static str)]) -> StatusField {
     let text = (idents.iter())

@@ -56,8 +56,7 @@ impl PgSource {
             }
             let publication =
                 publication_field(&self.publication, via_root, &published, &all_columns);
-            let mut problems = Vec::new();
-            let idents = identities(&c, &published, &mut problems).await?;
+            let idents = root_identities(&c, &published).await?;
             let replica_identity = identity_field(&idents);
             let backfills: Vec<crate::source::backfill::RequestStatus> =
                 super::backfill::requests(&c)
