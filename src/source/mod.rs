@@ -320,4 +320,30 @@ impl ReadLimits {
         }
         Ok(())
     }
+
+    /// Refuse a logical message whose `message` record would be longer than
+    /// the line cap, naming its prefix and LSN, before anything of it is
+    /// written (the cursor stays before it).
+    pub fn check_message(&self, m: &crate::wire::LogicalMessage, lsn: u64) -> Result<()> {
+        let len = crate::wire::batch::message_line_len(m) - 1;
+        let cap = self.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES);
+        if len > cap {
+            let which = match self.max_line_bytes {
+                Some(_) => "given by --max-line-bytes",
+                None => "that mooncdc-apply and the stream tools read by default",
+            };
+            return Err(Error::data(format!(
+                "the logical message with prefix {:?} at LSN {:X}/{:X} ({} bytes of content) encodes to a line of {len} bytes, over the line limit of {cap} bytes {which}; nothing of it was written and the cursor stays before it: read it with --max-line-bytes N (N ≥ {len}) and give every tool that reads the stream the same --max-line-bytes N, or leave its prefix out of --messages",
+                m.prefix,
+                lsn >> 32,
+                lsn & 0xffff_ffff,
+                match &m.content {
+                    crate::wire::Value::Text(s) => s.len(),
+                    crate::wire::Value::Blob(b) => b.len(),
+                    _ => 0,
+                },
+            )));
+        }
+        Ok(())
+    }
 }

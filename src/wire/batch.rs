@@ -337,8 +337,9 @@ pub use super::decoder::BatchDecoder;
 pub use super::jsonl::read_document;
 pub use super::lines::write_schema_change_line as write_schema_line;
 pub use super::lines::{
-    write_commit_line, write_event_line, write_header_line, write_json_open, write_message_line,
-    EVENT_LINE_PREFIX, EVENT_LINE_SUFFIX, MESSAGE_LINE_PREFIX, SCHEMA_LINE_PREFIX,
+    message_line_len, write_commit_line, write_event_line, write_header_line, write_json_open,
+    write_message_line, write_message_line_to, EVENT_LINE_PREFIX, EVENT_LINE_SUFFIX,
+    MESSAGE_LINE_PREFIX, SCHEMA_LINE_PREFIX,
 };
 pub use super::stream::{BatchStreamReader, Lean};
 pub use super::validate::Validator;

@@ -127,9 +127,7 @@ impl<'a> BatchOut<'a> {
     /// belong to. It is not an event: the count leaves it out.
     pub(super) fn write_message(&mut self, m: &crate::wire::LogicalMessage) -> Result<()> {
         self.open_batch()?;
-        self.line.clear();
-        crate::wire::batch::write_message_line(&mut self.line, m);
-        self.out.write_all(&self.line).map_err(io_out)?;
+        crate::wire::batch::write_message_line_to(&mut *self.out, m).map_err(io_out)?;
         self.position = m.sequence;
         Ok(())
     }

@@ -406,11 +406,8 @@ impl PgSource {
                             // transactional one takes the next ordinal of
                             // its transaction whether it is written or not
                             // (so no event's sequence depends on
-                            // --messages); a non-transactional one, outside
-                            // any transaction at its LSN L, is a batch of its
-                            // own, (…, L+1/0] with the message at L/1. The
-                            // capture's own prefixes (mooncdc…) are above or
-                            // ignored below.
+                            // --messages). The capture's own prefixes
+                            // (mooncdc…) are above or ignored below.
                             Message::Message { flags, prefix, content, lsn }
                                 if !prefix.starts_with("mooncdc") =>
                             {
@@ -422,24 +419,53 @@ impl PgSource {
                                     *ordinal += 1;
                                     let seq = sequence(*commit, *ordinal);
                                     if shown && seq > start {
-                                        w.write_message(&LogicalMessage::new(seq, prefix, content, true))?;
+                                        let m = LogicalMessage::new(seq, prefix, content, true);
+                                        limits.check_message(&m, lsn)?;
+                                        w.write_message(&m)?;
                                     }
-                                } else if shown && txn.is_none() {
-                                    if !follow && lsn >= wal_end {
-                                        break 'recv;
-                                    }
-                                    let seq = sequence(lsn, 1);
-                                    let end = sequence(lsn + 1, 0);
+                                    continue;
+                                }
+                                // A non-transactional one comes outside any
+                                // transaction: the server sends it when it
+                                // decodes its record, never inside another
+                                // transaction's messages.
+                                if txn.is_some() {
+                                    return Err(Error::data(format!(
+                                        "a non-transactional logical message (prefix {prefix:?}, LSN {}) inside a transaction: the replication stream is not in the order the server sends",
+                                        lsn_text(lsn)
+                                    )));
+                                }
+                                // Its LSN is where its record ends (where the
+                                // next record, perhaps the COMMIT of the
+                                // transaction that emitted it, starts): it is
+                                // a batch of its own just before that point,
+                                // the message at (L−1)/1 and the batch ending
+                                // at L/0, so a transaction committing at L
+                                // comes after it and one before L before it
+                                // (docs/POSTGRES.md, "Logical messages").
+                                // A read that does not follow and meets one
+                                // ending past its stop point writes it and
+                                // ends there: the server would not send it
+                                // again from a cursor past its start.
+                                let beyond = !follow && lsn > wal_end;
+                                if shown {
+                                    let seq = sequence(lsn.saturating_sub(1), 1);
+                                    let end = sequence(lsn, 0);
                                     if seq > start && seq > w.position {
+                                        let m = LogicalMessage::new(seq, prefix, content, false);
+                                        limits.check_message(&m, lsn)?;
                                         if w.open {
                                             let at = w.position;
                                             w.finish_batch(at)?;
                                         }
                                         w.high_water = w.high_water.max(end);
-                                        w.write_message(&LogicalMessage::new(seq, prefix, content, false))?;
+                                        w.write_message(&m)?;
                                         w.finish_batch(end)?;
                                         w.out.flush().map_err(io_out)?;
                                     }
+                                }
+                                if beyond {
+                                    break 'recv;
                                 }
                             }
                             Message::Insert { .. }
@@ -488,7 +514,9 @@ impl PgSource {
             }
             // Caught up: the batch ends at the WAL position seen at the start
             // (unless it is inside a transaction cut by a limit).
-            if !follow {
+            // A message past the stop point ended the read with its own
+            // batch: nothing is left to end.
+            if !follow && (w.open || w.position <= high_water) {
                 let end = w.position.max(high_water);
                 w.finish_batch(end)?;
             }
