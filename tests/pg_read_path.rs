@@ -427,3 +427,46 @@ fn a_rolled_back_savepoint_leaves_a_streamed_transaction_s_tables_as_they_were()
     p.apply_ok(&raw);
     p.audit_equal();
 }
+
+/// A multi-host URL whose first host accepts connections and never
+/// answers (a stopped old primary): each host has its own connect timeout,
+/// so the second is reached for every session, replication ones included,
+/// and a read goes through.
+#[test]
+fn a_hung_first_host_does_not_keep_the_second_from_being_tried() {
+    let p = Pipe::new("hung_first_host");
+    let s = p.session();
+    s.exec("CREATE TABLE t (id int PRIMARY KEY)");
+    p.init(&["public.t"]);
+    s.exec("INSERT INTO t VALUES (1)");
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in silent.incoming().flatten() {
+            held.push(c);
+        }
+    });
+    let real = format!("127.0.0.1:{}", p.db.cluster.port);
+    let url =
+        p.db.url()
+            .replace(&real, &format!("127.0.0.1:{port},{real}"))
+            + "?connect_timeout=2";
+    let t0 = Instant::now();
+    let r = exec(
+        CAPTURE,
+        &["--source", &url, "--slot", &p.slot, "--max-events", "1"],
+        None,
+    );
+    expect(&r, 0, "a read through the second host");
+    assert_eq!(
+        batches(&r.stdout)
+            .iter()
+            .map(|b| b.events.len())
+            .sum::<usize>(),
+        1
+    );
+    // A few sessions, each waiting 2 s on the first host: not one
+    // timeout for all of them.
+    assert!(t0.elapsed() < Duration::from_secs(40), "{:?}", t0.elapsed());
+}

@@ -391,6 +391,64 @@ mod tests {
         }
     }
 
+    /// A peer that accepts connections, holds them open without a word, and
+    /// counts them.
+    fn counting_silent_peer() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = seen.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for s in l.incoming().flatten() {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(s);
+            }
+        });
+        (port, seen)
+    }
+
+    /// Each host of a multi-host string has its own connect timeout, as in
+    /// libpq: a first host that accepts and never answers does not use up
+    /// the second's, and the error names what each host did.
+    #[test]
+    fn each_host_has_its_own_connect_timeout_and_its_own_error() {
+        let (first, seen_first) = counting_silent_peer();
+        let (second, seen_second) = counting_silent_peer();
+        let url = format!("postgres://u@127.0.0.1:{first},127.0.0.1:{second}/db?connect_timeout=1");
+        let src = PgSource {
+            conn: PgConn::parse_with_env(&url, &|_| None).unwrap(),
+            slot: "s".into(),
+            publication: "p".into(),
+            replica_identity: IdentityChoice::default(),
+        };
+        let rt = runtime().unwrap();
+        let t0 = Instant::now();
+        let e = rt
+            .block_on(src.replication_session())
+            .map(drop)
+            .expect_err("two silent peers");
+        let took = t0.elapsed();
+        assert_eq!(seen_first.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(
+            seen_second.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "the second host was tried: {e}"
+        );
+        let text = e.full_message();
+        for port in [first, second] {
+            assert!(
+                text.contains(&format!("127.0.0.1:{port}: no answer within 1 s")),
+                "{text}"
+            );
+        }
+        assert!(
+            took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+            "{took:?}"
+        );
+        assert!(is_transient(&e), "a follower retries: {text}");
+    }
+
     /// A server without TLS: answers the SSLRequest with `N`, then reports on
     /// `tx` whether the client sent anything more on that connection (a
     /// startup message in plaintext) before closing it.

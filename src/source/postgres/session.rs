@@ -3,24 +3,48 @@
 
 use super::*;
 
+/// Whether `conn` names one server to take as it is (no host to choose).
+fn one_server(conn: &PgConn) -> bool {
+    conn.hosts.len() <= 1 && conn.session_attrs == SessionAttrs::Any
+}
+
+/// One host's part of connecting within `connect_timeout`, as libpq
+/// bounds each host: a host that accepts and never answers (a stopped
+/// server) costs its own timeout, and the next host is tried.
+async fn within_host_timeout<T>(
+    conn: &PgConn,
+    phase: impl std::future::Future<Output = std::result::Result<T, ReplError>>,
+) -> std::result::Result<T, ReplError> {
+    match tokio::time::timeout(conn.connect_timeout, phase).await {
+        Ok(r) => r,
+        Err(_) => Err(ReplError::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "no answer within {} s (connect_timeout)",
+                conn.connect_timeout.as_secs()
+            ),
+        ))),
+    }
+}
+
 /// A replication connection to the first server of `conn` that suits its
-/// `target_session_attrs`, as [`connect_client`] chooses.
+/// `target_session_attrs`, as [`connect_client`] chooses: each host within
+/// its own `connect_timeout`, each host's failure named.
 pub(super) async fn repl_connect(
     conn: &PgConn,
     app: &str,
 ) -> std::result::Result<ReplClient, ReplError> {
-    if conn.hosts.len() <= 1 && conn.session_attrs == SessionAttrs::Any {
+    if one_server(conn) {
         return ReplClient::connect(conn, app).await;
     }
     first_suitable(
         conn,
-        async |cand: &PgConn| ReplClient::connect(cand, app).await,
+        async |cand: &PgConn| within_host_timeout(cand, ReplClient::connect(cand, app)).await,
         async |c: &mut ReplClient| {
-            let rows = c
-                .simple_query(
-                    "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
-                )
-                .await?;
+            let asking = c.simple_query(
+                "SELECT pg_is_in_recovery(), current_setting('transaction_read_only') = 'on'",
+            );
+            let rows = within_host_timeout(conn, asking).await?;
             let flag = |i: usize| {
                 rows.first()
                     .and_then(|r| r.get(i))
@@ -51,12 +75,20 @@ impl PgSource {
     /// and, on a replication session, IDENTIFY_SYSTEM or START_REPLICATION)
     /// within `connect_timeout`: a peer that accepts the connection but never
     /// answers must not hold a tool up forever. The drivers bound at most the
-    /// TCP connect themselves.
+    /// TCP connect themselves. With several hosts to choose from, each host
+    /// has its own `connect_timeout` (`repl_connect`), and the phase as a
+    /// whole one more than all of them.
     pub(super) async fn connecting<T>(
         &self,
         phase: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
-        within_connect_timeout(&self.conn, phase).await
+        if one_server(&self.conn) {
+            return within_connect_timeout(&self.conn, phase).await;
+        }
+        let tries = self.conn.hosts.len() * crate::pg::passes(self.conn.session_attrs).len();
+        let mut whole = self.conn.clone();
+        whole.connect_timeout = self.conn.connect_timeout * (tries as u32 + 1);
+        within_connect_timeout(&whole, phase).await
     }
 
     pub(super) async fn client(&self, role: &str) -> Result<Client> {
