@@ -1,6 +1,8 @@
 //! What the stream knows of each published table: schemas from the
 //! catalog and Relation messages, and row changes turned into events.
 
+use super::backfill::Backfills;
+use super::decode::Catalogue;
 use super::*;
 
 /// What a Relation message says of its table.
@@ -45,28 +47,31 @@ impl Catalog {
         for p in &tables {
             published_schema(c, p).await?;
         }
-        Ok(Catalog {
+        Ok(Catalog::empty())
+    }
+
+    /// Knowing no table yet: the stream describes each before its first
+    /// change.
+    pub(super) fn empty() -> Catalog {
+        Catalog {
             by_oid: HashMap::new(),
             identity: HashMap::new(),
-        })
+        }
     }
 
     /// Take a Relation message: the table's schema at this point of the
     /// stream (the server describes a table before its first change in a
     /// session and again after its columns change).
-    pub(super) async fn relation(&mut self, c: &Client, rel: Relation) -> Result<RelChange> {
+    pub(super) async fn relation(
+        &mut self,
+        db: &impl Catalogue,
+        rel: Relation,
+    ) -> Result<RelChange> {
         let name = crate::wire::names::join(&rel.namespace, &rel.name);
         let mut columns = Vec::with_capacity(rel.columns.len());
         let mut classes = Vec::with_capacity(rel.columns.len());
         for col in &rel.columns {
-            let ty: String = c
-                .query_one(
-                    "SELECT format_type($1::oid, $2::int4)",
-                    &[&col.type_oid, &col.type_modifier],
-                )
-                .await
-                .map_err(pg_err("cannot name a column type"))?
-                .get(0);
+            let ty = db.type_name(col.type_oid, col.type_modifier).await?;
             columns.push((col.name.clone(), ty));
             classes.push(class_of(col.type_oid));
         }
@@ -76,7 +81,7 @@ impl Catalog {
         let (s, t) = (rel.namespace.clone(), rel.name.clone());
         // Generated columns are in the message only when published (18+).
         let named: Vec<String> = rel.columns.iter().map(|c| c.name.clone()).collect();
-        let (fresh, _) = table_schema_with(c, &s, &t, &named).await?;
+        let fresh = db.table(&s, &t, &named).await?;
         let schema = Schema {
             table: name.clone(),
             columns: columns
@@ -279,6 +284,25 @@ impl Catalog {
             before_key,
             after,
         })
+    }
+}
+
+/// The read path asks the server through the read's SQL session.
+impl Catalogue for Client {
+    async fn type_name(&self, oid: u32, typmod: i32) -> Result<String> {
+        Ok(self
+            .query_one("SELECT format_type($1::oid, $2::int4)", &[&oid, &typmod])
+            .await
+            .map_err(pg_err("cannot name a column type"))?
+            .get(0))
+    }
+
+    async fn table(&self, schema: &str, table: &str, named: &[String]) -> Result<Schema> {
+        Ok(table_schema_with(self, schema, table, named).await?.0)
+    }
+
+    async fn note_backfills(&self, bf: &mut Backfills, commit: u64) -> Result<()> {
+        bf.commit(self, commit).await
     }
 }
 

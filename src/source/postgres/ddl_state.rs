@@ -163,7 +163,7 @@ impl DdlState {
 /// (`replaying`: before the resume point, inside a batch already open).
 pub(super) async fn relation_message(
     catalog: &mut Catalog,
-    c: &Client,
+    c: &impl super::decode::Catalogue,
     rel: Relation,
     replaying: bool,
     ddl: &mut DdlState,

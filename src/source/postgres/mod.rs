@@ -28,7 +28,10 @@ mod batch_out;
 mod catalog;
 mod ddl_state;
 mod ddl_trigger;
+mod decode;
 mod identity;
+#[cfg(test)]
+mod model_test;
 pub mod pgoutput;
 mod publication;
 mod reconnect;
@@ -48,12 +51,10 @@ pub use audit::AuditSource;
 use batch_out::*;
 pub use catalog::table_schema;
 use catalog::*;
-use ddl_state::*;
 use identity::*;
 pub use identity::{IdentityChoice, IdentityMode};
 use publication::*;
 pub use publication::{publication_detail, publication_tables, PubTable};
-use reconnect::*;
 use snapshot::*;
 
 use crate::error::{Cause, Error, ErrorKind, Result};
@@ -67,12 +68,11 @@ use crate::wire::batch::{
 };
 use crate::wire::snapshot::SnapshotWriter;
 use crate::wire::{
-    Column, Commit, Cursor, Event, Header, LogicalMessage, Operation, Row, Schema, SchemaChange,
-    Sequence, Value,
+    Column, Commit, Cursor, Event, Header, Operation, Row, Schema, SchemaChange, Sequence, Value,
 };
 use conn::{PgConn, SessionAttrs};
 use pgoutput::{Cell, Message, Relation};
-use replication::{IdentifySystem, ReplClient, ReplError, ReplEvent, StartOptions};
+use replication::{IdentifySystem, ReplClient, ReplError, StartOptions};
 use std::collections::HashMap;
 use std::io::Write;
 use std::time::Duration;

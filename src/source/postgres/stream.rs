@@ -1,7 +1,84 @@
-//! Reading changes: the replication stream decoded into batch streams,
-//! once (`read`) or following, acknowledging what the target holds.
+//! Reading changes: a replication session's messages handed to the read
+//! path's state machine (`decode.rs`), once (`read`) or following, with a
+//! supervisor that keeps the session alive: status updates and pings,
+//! acknowledging what the target holds, heartbeats, backfill chunks,
+//! the receive timeout, and reconnecting after a transient failure.
 
-use super::*;
+use super::backfill::Backfills;
+use super::batch_out::BatchOut;
+use super::catalog::Catalog;
+use super::decode::{Flow, ReadSettings, Reader};
+use super::publication::{partition_not_full, publication_members, Member};
+use super::reconnect::{ack_from, before_confirmed};
+use super::replication::{ReplClient, ReplError, StartOptions};
+use super::{
+    admin::slot_info, io_out, is_transient, lsn_text, parse_lsn, pg_err, repl_err, runtime,
+    sequence, server_version, PgSource, WAL_END,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::source::{FollowTiming, ReadLimits};
+use crate::wire::{Cursor, Sequence};
+use std::io::Write;
+use std::time::{Duration, Instant};
+use tokio_postgres::Client;
+
+/// What a target durably holds, for `--ack-from-target`.
+type AckTarget<'a> = &'a dyn Fn() -> Result<Option<Cursor>>;
+
+/// A read as it opened: the slot and cursor checked, the server's WAL end.
+struct Opened {
+    c: Client,
+    id: String,
+    timeline: String,
+    confirmed: u64,
+    start: Sequence,
+    wal_end: u64,
+    standby: bool,
+    members: Vec<Member>,
+    opts: StartOptions,
+}
+
+/// A session with the server and the clocks of what the supervisor does
+/// between messages.
+struct Link<'a> {
+    /// The SQL session beside the replication one.
+    c: Client,
+    client: Option<ReplClient>,
+    id: String,
+    timeline: String,
+    opts: StartOptions,
+    /// Where the slot is confirmed (raised only by --ack-from-target).
+    acked: u64,
+    standby: bool,
+    members: Vec<Member>,
+    timing: Option<FollowTiming>,
+    ack_target: Option<AckTarget<'a>>,
+    /// Ask the server for a keepalive with the next status update.
+    ping: bool,
+    retries: u32,
+    last_received: Instant,
+    last_heartbeat: Instant,
+    last_slot_look: Instant,
+    last_members_look: Instant,
+    last_ack_check: Instant,
+}
+
+impl Link<'_> {
+    fn follow(&self) -> bool {
+        self.timing.is_some()
+    }
+
+    /// Acknowledge what the target holds, at most every 200 ms.
+    fn ack_now_and_then(&mut self) {
+        let (Some(get), Some(client)) = (self.ack_target, self.client.as_mut()) else {
+            return;
+        };
+        if self.last_ack_check.elapsed() > Duration::from_millis(200) {
+            self.acked = ack_from(get, &self.id, client, self.acked);
+            self.last_ack_check = Instant::now();
+        }
+    }
+}
 
 impl PgSource {
     /// Write one batch stream of the changes after `after` (default: the
@@ -9,7 +86,7 @@ impl PgSource {
     pub fn read(
         &self,
         after: Option<&Cursor>,
-        limits: crate::source::ReadLimits,
+        limits: ReadLimits,
         out: &mut dyn Write,
     ) -> Result<u64> {
         runtime()?.block_on(self.stream(after, limits, None, None, out))
@@ -20,14 +97,14 @@ impl PgSource {
     pub fn follow(
         &self,
         after: Option<&Cursor>,
-        limits: crate::source::ReadLimits,
-        timing: crate::source::FollowTiming,
-        ack_target: Option<&dyn Fn() -> Result<Option<Cursor>>>,
+        limits: ReadLimits,
+        timing: FollowTiming,
+        ack_target: Option<AckTarget<'_>>,
         out: &mut dyn Write,
     ) -> Result<u64> {
         // A follower never stops at a count: only the line cap and what
         // streamed transactions may hold apply.
-        let limits = crate::source::ReadLimits {
+        let limits = ReadLimits {
             max_events: None,
             max_bytes: None,
             ..limits
@@ -38,21 +115,93 @@ impl PgSource {
     pub(super) async fn stream(
         &self,
         after: Option<&Cursor>,
-        limits: crate::source::ReadLimits,
-        timing: Option<crate::source::FollowTiming>,
-        ack_target: Option<&dyn Fn() -> Result<Option<Cursor>>>,
+        limits: ReadLimits,
+        timing: Option<FollowTiming>,
+        ack_target: Option<AckTarget<'_>>,
         out: &mut dyn Write,
     ) -> Result<u64> {
-        let follow = timing.is_some();
-        let idle_batch = timing.map(|t| t.idle_batch);
-        let heartbeat = timing.and_then(|t| t.heartbeat);
-        let receive_timeout = timing.and_then(|t| t.receive_timeout);
-        let mut last_received = std::time::Instant::now();
-        let mut last_heartbeat = std::time::Instant::now();
-        let mut last_slot_look = std::time::Instant::now() - Duration::from_secs(60);
-        let mut last_members_look = std::time::Instant::now();
-        let mut c = self.client("read").await?;
-        let (id, mut timeline) = self.identity_and_timeline().await?;
+        let o = self.open_read(after, &limits, timing).await?;
+        let catalog = Catalog::load(&o.c, &self.publication).await?;
+        let bf = Backfills::load(&o.c, o.start).await?;
+        let client = self
+            .replication_stream((o.start >> 64) as u64, o.confirmed, o.opts)
+            .await?;
+        let high_water = sequence(o.wal_end, 0).max(o.start);
+        // Headers carry the tables as the stream has described them so far
+        // (the schema at this point of the WAL, not the catalog's now).
+        let w = BatchOut::new(o.id.clone(), o.start, high_water, Vec::new(), out);
+        let settings = ReadSettings {
+            follow: timing.is_some(),
+            wal_end: o.wal_end,
+            limits,
+            idle_batch: timing.map(|t| t.idle_batch),
+        };
+        let mut r = Reader::new(settings, o.start, catalog, bf, limits.stream_budget, w);
+        let mut l = Link {
+            c: o.c,
+            client: Some(client),
+            id: o.id,
+            timeline: o.timeline,
+            opts: o.opts,
+            acked: o.confirmed,
+            standby: o.standby,
+            members: o.members,
+            timing,
+            ack_target,
+            ping: false,
+            retries: 0,
+            last_received: Instant::now(),
+            last_heartbeat: Instant::now(),
+            last_slot_look: Instant::now() - Duration::from_secs(60),
+            last_members_look: Instant::now(),
+            last_ack_check: Instant::now(),
+        };
+        crate::metrics::confirmed(l.acked);
+        crate::metrics::started();
+        loop {
+            let session = self.session(&mut r, &mut l).await;
+            if let Some(cl) = l.client.take() {
+                cl.close().await;
+            }
+            let Some(t) = l.timing else {
+                match session? {
+                    Flow::Ended => {}
+                    Flow::Go | Flow::CaughtUp => r.caught_up(high_water)?,
+                }
+                break;
+            };
+            if crate::util::stop::requested() {
+                // Stopping: end an open batch where it stands, exit 0.
+                r.end_open_batch()?;
+                break;
+            }
+            // A following read rides out a broken connection or a
+            // restarting server (anything else, a refusal, ends it).
+            let reason = match session {
+                Err(e) if is_transient(&e) => {
+                    crate::metrics::error(e.kind());
+                    e.full_message()
+                }
+                Err(e) => return Err(e),
+                Ok(_) => "the server ended the replication stream".to_string(),
+            };
+            if !self.reconnect(&mut r, &mut l, &t, &reason).await? {
+                break;
+            }
+        }
+        r.w.out.flush().map_err(io_out)?;
+        Ok(r.total)
+    }
+
+    /// Check the slot and the cursor, and see where the server's WAL ends.
+    async fn open_read(
+        &self,
+        after: Option<&Cursor>,
+        limits: &ReadLimits,
+        timing: Option<FollowTiming>,
+    ) -> Result<Opened> {
+        let c = self.client("read").await?;
+        let (id, timeline) = self.identity_and_timeline().await?;
         let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
             Error::state(format!(
                 "slot {:?} does not exist (run mooncdc-capture init)",
@@ -74,24 +223,11 @@ impl PgSource {
                 self.slot
             )));
         }
-        let mut start = match after {
+        let start = match after {
             None => sequence(slot.confirmed, 0),
             Some(cur) => {
-                if cur.source != id {
-                    return Err(Error::state(format!(
-                        "cursor is for source {:?} but this source is {id:?}",
-                        cur.source
-                    )));
-                }
-                if ((cur.sequence() >> 64) as u64) < slot.confirmed {
-                    return Err(before_confirmed(
-                        (cur.sequence() >> 64) as u64,
-                        slot.confirmed,
-                    ));
-                }
-                self.cursor_past_a_fork(&timeline, (cur.sequence() >> 64) as u64, slot.confirmed)
-                    .await?;
-                cur.sequence()
+                self.cursor_start(cur, &id, &timeline, slot.confirmed)
+                    .await?
             }
         };
         let flushed: String = c
@@ -100,540 +236,293 @@ impl PgSource {
             .map_err(pg_err("cannot read the WAL position"))?
             .get(0);
         let wal_end = parse_lsn(&flushed)?;
-        let start_lsn = (start >> 64) as u64;
         if (start >> 64) as u64 > wal_end {
             return Err(Error::state(format!(
                 "cursor LSN {} is beyond the server's WAL {flushed}",
-                lsn_text(start_lsn)
+                lsn_text((start >> 64) as u64)
             )));
         }
-        let mut catalog = Catalog::load(&c, &self.publication).await?;
-        // A standby takes no writes: no heartbeats there.
         let standby: bool = c
             .query_one("SELECT pg_is_in_recovery()", &[])
             .await
             .map_err(pg_err("cannot ask whether the server is a standby"))?
             .get(0);
-        let heartbeat = if standby && heartbeat.is_some() {
+        if standby && timing.is_some_and(|t| t.heartbeat.is_some()) {
             crate::log::warn(
                 "--heartbeat-ms: this server is a standby, which takes no writes; no heartbeats (write them on the primary)",
                 &[("event", "heartbeats-off".into())],
             );
-            None
-        } else {
-            heartbeat
-        };
+        }
         // The relations the publication publishes rows of: a partition
         // without FULL identity stops the read before anything is written;
         // one attached while following is told (its earlier rows are not in
         // the stream).
-        let mut members = publication_members(&c, &self.publication).await?;
+        let members = publication_members(&c, &self.publication).await?;
         if let Some(e) = partition_not_full(&members) {
             return Err(e);
         }
+        let opts = start_options(limits, server_version(&c).await?);
+        Ok(Opened {
+            c,
+            id,
+            timeline,
+            confirmed: slot.confirmed,
+            start,
+            wal_end,
+            standby,
+            members,
+            opts,
+        })
+    }
 
-        // Reads never acknowledge: the status updates report the slot's own
-        // confirmed position (raised only by --ack-from-target).
-        // With the DDL trigger installed, its logical messages say which
-        // columns a change renamed.
-        // Logical messages (PostgreSQL 14+, which capture needs): the DDL
-        // trigger's and the backfills' (docs/BACKFILL.md).
-        // Large transactions: the highest protocol the server has, with
-        // streaming (docs/POSTGRES.md, "Large transactions"), unless asked
-        // for protocol 1.
-        let server = server_version(&c).await?;
-        let opts = match (limits.pgoutput_v1, server) {
-            (true, _) | (false, ..140_000) => (1, false),
-            (false, 140_000..160_000) => (2, true),
-            (false, _) => (4, true),
-        };
-        let opts = StartOptions {
-            version: opts.0,
-            streaming: opts.1,
-            messages: true,
-        };
-        let mut streams = super::streamed::Streams::new(limits.stream_budget);
-        let mut ddl = DdlState::default();
-        let mut bf = super::backfill::Backfills::load(&c, start).await?;
-        let chunk_rows = timing.map(|t| t.backfill_chunk_rows).unwrap_or(4096);
-        let mut client = Some(
-            self.replication_stream(start_lsn, slot.confirmed, opts)
-                .await?,
-        );
+    /// Where a read after `cur` starts: a cursor of this source, not before
+    /// the slot's confirmed position, not past a timeline fork.
+    async fn cursor_start(
+        &self,
+        cur: &Cursor,
+        id: &str,
+        timeline: &str,
+        confirmed: u64,
+    ) -> Result<Sequence> {
+        if cur.source != id {
+            return Err(Error::state(format!(
+                "cursor is for source {:?} but this source is {id:?}",
+                cur.source
+            )));
+        }
+        let lsn = (cur.sequence() >> 64) as u64;
+        if lsn < confirmed {
+            return Err(before_confirmed(lsn, confirmed));
+        }
+        self.cursor_past_a_fork(timeline, lsn, confirmed).await?;
+        Ok(cur.sequence())
+    }
 
-        let high_water = sequence(wal_end, 0).max(start);
-        // Headers carry the tables as the stream has described them so far
-        // (the schema at this point of the WAL, not the catalog's now).
-        let mut w = BatchOut::new(id.clone(), start, high_water, Vec::new(), out);
-        let mut txn: Option<(u64, u64)> = None; // (commit lsn, ordinal)
-        let mut total = 0u64;
-        let mut bytes = 0u64;
-        let mut acked = slot.confirmed;
-        let mut last_ack_check = std::time::Instant::now();
-        let mut last_idle_batch = std::time::Instant::now();
-        let mut retries = 0u32;
-        let mut ping = false;
-        crate::metrics::confirmed(acked);
-        crate::metrics::started();
-        // Write events of the transaction being read (those at or before
-        // the start were written before: a transaction sent again).
-        macro_rules! write_events {
-            ($events:expr) => {
-                for e in $events {
-                    if e.sequence <= start {
-                        continue;
-                    }
-                    let len = w.encoded_len(&e) as u64;
-                    limits.check_line(&w.line, &e)?;
-                    // Like SQLite reads: stop before the bytes written
-                    // would exceed the limit (one event at least).
-                    if total > 0 && limits.max_bytes.is_some_and(|m| bytes + len > m) {
-                        let at = w.position;
-                        w.finish_batch(at)?;
-                        return Ok(());
-                    }
-                    w.write_encoded(e.sequence)?;
-                    crate::metrics::event(len);
-                    total += 1;
-                    bytes += len;
-                    if limits.max_events.is_some_and(|m| total >= m) {
-                        let at = w.position;
-                        w.finish_batch(at)?;
-                        return Ok(());
-                    }
+    /// One replication session: each message to the reader, the
+    /// supervisor's work between them. Ends with the reader's flow (a read
+    /// caught up, a limit), `Go` when the server ended the stream, or an
+    /// error.
+    async fn session(&self, r: &mut Reader<'_>, l: &mut Link<'_>) -> Result<Flow> {
+        loop {
+            // SIGTERM/SIGINT: end the batch being written at the last event
+            // written (a cursor may stop inside a transaction; reading after
+            // it continues there), then stop.
+            if l.follow() && crate::util::stop::requested() {
+                r.end_open_batch()?;
+                return Ok(Flow::Ended);
+            }
+            if l.follow() && r.txn.is_none() {
+                self.between_transactions(r, l).await?;
+            }
+            // Status updates (and a ping when the stream was quiet: the
+            // server answers with a keepalive saying where its WAL is, which
+            // ends a read and keeps a quiet follower's readiness honest) are
+            // written here, never raced against a timer.
+            let client = l.client.as_mut().expect("a session is open");
+            client
+                .maintain(std::mem::take(&mut l.ping))
+                .await
+                .map_err(repl_err("replication stream failed"))?;
+            let received = tokio::time::timeout(Duration::from_millis(500), client.recv()).await;
+            let ev = match received {
+                Ok(ev) => {
+                    l.last_received = Instant::now();
+                    ev.map_err(repl_err("replication stream failed"))?
+                }
+                Err(_) => {
+                    self.quiet(l).await?;
+                    continue;
                 }
             };
-        }
-        let result: Result<()> = loop {
-            let session: Result<()> = async {
-            let client = client.as_mut().expect("a session is open");
-            'recv: loop {
-                // SIGTERM/SIGINT: end the batch being written at the last
-                // event written (a cursor may stop inside a transaction;
-                // reading after it continues there), then stop.
-                if follow && crate::util::stop::requested() {
-                    if w.open {
-                        let at = w.position;
-                        w.finish_batch(at)?;
-                    }
-                    return Ok(());
-                }
-                // A backfill waiting and no chunk of ours in flight: write
-                // the next chunk (it comes back through the stream).
-                if follow && !standby && txn.is_none() {
-                    bf.write_next(&c, &self.publication, chunk_rows).await?;
-                }
-                // The publication's relations again, between transactions
-                // on a timer of their own (a busy stream is never quiet).
-                if follow && txn.is_none() && last_members_look.elapsed() >= Duration::from_secs(5) {
-                    last_members_look = std::time::Instant::now();
-                    members = self.look_at_members(&c, std::mem::take(&mut members)).await?;
-                }
-                // Status updates (and a ping when the stream was quiet: the
-                // server answers with a keepalive saying where its WAL is,
-                // which ends a read and keeps a quiet follower's readiness
-                // honest) are written here, never raced against a timer.
-                client
-                    .maintain(std::mem::take(&mut ping))
-                    .await
-                    .map_err(repl_err("replication stream failed"))?;
-                let ev = {
-                    match tokio::time::timeout(Duration::from_millis(500), client.recv()).await {
-                        Ok(r) => {
-                            last_received = std::time::Instant::now();
-                            r.map_err(repl_err("replication stream failed"))?
-                        }
-                        Err(_) => {
-                            ping = true;
-                            if !follow {
-                                continue;
-                            }
-                            // Nothing at all, although each quiet half
-                            // second asks for a keepalive: the walsender
-                            // is stalled or the network gone. Reconnect.
-                            if let Some(limit) = receive_timeout {
-                                if last_received.elapsed() >= limit {
-                                    return Err(repl_err("replication stream stalled")(ReplError::Io(
-                                        std::io::Error::new(
-                                            std::io::ErrorKind::TimedOut,
-                                            format!(
-                                                "nothing came from the server for {} ms, not even a keepalive (--receive-timeout-ms)",
-                                                limit.as_millis()
-                                            ),
-                                        ),
-                                    )));
-                                }
-                            }
-                            if let Some(get) = ack_target {
-                                acked = ack_from(get, &id, client, acked);
-                            }
-                            // The slot as the server sees it, for the metrics.
-                            if last_slot_look.elapsed() >= Duration::from_secs(5) {
-                                last_slot_look = std::time::Instant::now();
-                                // Also the server's WAL position, so the
-                                // byte lags grow while keepalives stop.
-                                if let Ok(row) = c
-                                    .query_one(
-                                        &format!(
-                                            "SELECT coalesce(pg_wal_lsn_diff({WAL_END}, restart_lsn)::bigint, 0), \
-                                             coalesce(wal_status, ''), {WAL_END}::text \
-                                             FROM pg_replication_slots WHERE slot_name = $1"
-                                        ),
-                                        &[&self.slot],
-                                    )
-                                    .await
-                                {
-                                    crate::metrics::slot(row.get(0), row.get::<_, String>(1).as_str());
-                                    if let Ok(lsn) = parse_lsn(&row.get::<_, String>(2)) {
-                                        crate::metrics::server_wal(lsn);
-                                    }
-                                }
-                            }
-                            // A heartbeat: a transactional logical message,
-                            // never an event (its transaction reads as an
-                            // empty batch), which moves the WAL, so the
-                            // keepalives, idle batches and lag move too.
-                            if heartbeat.is_some_and(|every| last_heartbeat.elapsed() >= every) {
-                                last_heartbeat = std::time::Instant::now();
-                                c.batch_execute(
-                                    "SELECT pg_logical_emit_message(true, 'mooncdc_heartbeat', '')",
-                                )
-                                .await
-                                .map_err(pg_err("cannot write a heartbeat"))?;
-                            }
-                            continue;
-                        }
-                    }
-                };
-                let Some(ev) = ev else { break };
-                // The stream delivers again: the retry budget is renewed.
-                retries = 0;
-                // Acknowledge what the target holds on every kind of event,
-                // not only when the stream pauses: a server waiting for a
-                // reply (shutting down) sends keepalives back to back.
-                if let Some(get) = ack_target {
-                    if last_ack_check.elapsed() > Duration::from_millis(200) {
-                        acked = ack_from(get, &id, client, acked);
-                        last_ack_check = std::time::Instant::now();
-                    }
-                }
-                match ev {
-                    ReplEvent::KeepAlive { wal_end: we, reply } => {
-                        crate::metrics::server_wal(we);
-                        crate::metrics::progress();
-                        if !follow && txn.is_none() && we >= wal_end {
-                            break;
-                        }
-                        // Idle progress: the server has decoded its WAL up to
-                        // `we` and sent every transaction that commits before
-                        // it; with none in flight, nothing we still owe lies
-                        // before it, so an empty batch may carry the cursor
-                        // there (the target stores it, the acknowledgement
-                        // follows it, the slot releases its WAL).
-                        let end = sequence(we, 0);
-                        if let Some(every) = idle_batch {
-                            if txn.is_none()
-                                && !w.open
-                                && end > w.position
-                                && (reply || last_idle_batch.elapsed() >= every)
-                            {
-                                w.high_water = w.high_water.max(end);
-                                w.finish_batch(end)?;
-                                w.out.flush().map_err(io_out)?;
-                                last_idle_batch = std::time::Instant::now();
-                            }
-                        }
-                    }
-                    ReplEvent::XLogData { data, .. } => {
-                        // A message as it came, or a streamed transaction
-                        // that committed, read back whole.
-                        let mut feed = streams.take(&data)?;
-                        crate::metrics::streamed(streams.open_count(), streams.held());
-                        while let Some(msg) = feed.next()? {
-                        match msg {
-                            Message::Begin { final_lsn, .. } => {
-                                if !follow && final_lsn >= wal_end {
-                                    break 'recv;
-                                }
-                                txn = Some((final_lsn, 0));
-                                if follow {
-                                    w.high_water = w.high_water.max(sequence(final_lsn + 1, 0));
-                                }
-                            }
-                            Message::Commit {
-                                commit_lsn, timestamp, ..
-                            } => {
-                                // Where backfill messages are, noted before
-                                // their batch is written.
-                                bf.commit(&c, commit_lsn).await?;
-                                // Microseconds since 2000-01-01 -> ms since 1970.
-                                crate::metrics::commit_time_ms(timestamp / 1000 + 946_684_800_000);
-                                crate::metrics::position(commit_lsn);
-                                txn = None;
-                                if follow {
-                                    let end = sequence(commit_lsn + 1, 0);
-                                    if end > w.position {
-                                        w.high_water = w.high_water.max(end);
-                                        w.finish_batch(end)?;
-                                        w.out.flush().map_err(io_out)?;
-                                    }
-                                }
-                            }
-                            Message::Relation(rel) => {
-                                // Before the resume point (a transaction sent
-                                // again after a reconnect, or a cursor inside
-                                // one), the stream only catches up with what
-                                // was written: the table's shape there.
-                                let replaying = txn.is_some_and(|(c, o)| sequence(c, o + 1) <= start);
-                                relation_message(&mut catalog, &c, rel, replaying, &mut ddl, &mut w).await?;
-                            }
-                            Message::Message { prefix, content, lsn, .. } if prefix == super::ddl_trigger::PREFIX => {
-                                ddl.take(lsn, &content)?;
-                            }
-                            Message::Message { flags, prefix, content, .. }
-                                if prefix == super::backfill::PREFIX && flags & 1 == 1 =>
-                            {
-                                let Some((commit, ordinal)) = txn.as_mut() else {
-                                    return Err(Error::data("a backfill message outside a transaction"));
-                                };
-                                let (described, events) = bf.message(&content, *commit, ordinal)?;
-                                if let Some((s, classes)) = described {
-                                    super::backfill::describe(&mut w, &mut catalog, s, classes)?;
-                                }
-                                write_events!(events);
-                            }
-                            // The application's logical messages: a
-                            // transactional one takes the next ordinal of
-                            // its transaction whether it is written or not
-                            // (so no event's sequence depends on
-                            // --messages). The capture's own prefixes
-                            // (mooncdc…) are above or ignored below.
-                            Message::Message { flags, prefix, content, lsn }
-                                if !prefix.starts_with("mooncdc") =>
-                            {
-                                let shown = limits.messages.contains(&prefix);
-                                if flags & 1 == 1 {
-                                    let Some((commit, ordinal)) = txn.as_mut() else {
-                                        return Err(Error::data("a transactional logical message outside a transaction"));
-                                    };
-                                    *ordinal += 1;
-                                    let seq = sequence(*commit, *ordinal);
-                                    if shown && seq > start {
-                                        let m = LogicalMessage::new(seq, prefix, content, true);
-                                        limits.check_message(&m, lsn)?;
-                                        w.write_message(&m)?;
-                                    }
-                                    continue;
-                                }
-                                // A non-transactional one comes outside any
-                                // transaction: the server sends it when it
-                                // decodes its record, never inside another
-                                // transaction's messages.
-                                if txn.is_some() {
-                                    return Err(Error::data(format!(
-                                        "a non-transactional logical message (prefix {prefix:?}, LSN {}) inside a transaction: the replication stream is not in the order the server sends",
-                                        lsn_text(lsn)
-                                    )));
-                                }
-                                // Its LSN is where its record ends (where the
-                                // next record, perhaps the COMMIT of the
-                                // transaction that emitted it, starts): it is
-                                // a batch of its own just before that point,
-                                // the message at (L−1)/1 and the batch ending
-                                // at L/0, so a transaction committing at L
-                                // comes after it and one before L before it
-                                // (docs/POSTGRES.md, "Logical messages").
-                                // A read that does not follow and meets one
-                                // ending past its stop point writes it and
-                                // ends there: the server would not send it
-                                // again from a cursor past its start.
-                                let beyond = !follow && lsn > wal_end;
-                                if shown {
-                                    let seq = sequence(lsn.saturating_sub(1), 1);
-                                    let end = sequence(lsn, 0);
-                                    if seq > start && seq > w.position {
-                                        let m = LogicalMessage::new(seq, prefix, content, false);
-                                        limits.check_message(&m, lsn)?;
-                                        if w.open {
-                                            let at = w.position;
-                                            w.finish_batch(at)?;
-                                        }
-                                        w.high_water = w.high_water.max(end);
-                                        w.write_message(&m)?;
-                                        w.finish_batch(end)?;
-                                        w.out.flush().map_err(io_out)?;
-                                    }
-                                }
-                                if beyond {
-                                    break 'recv;
-                                }
-                            }
-                            Message::Insert { .. }
-                            | Message::Update { .. }
-                            | Message::Delete { .. }
-                            | Message::Truncate { .. } => {
-                                let Some((commit, ordinal)) = txn.as_mut() else {
-                                    return Err(Error::data("row change outside a transaction"));
-                                };
-                                // A TRUNCATE of several tables is one event per
-                                // table, each with its own ordinal.
-                                let events = match msg {
-                                    Message::Truncate { options, relations } => {
-                                        let op = Operation::Truncate {
-                                            cascade: options & 1 != 0,
-                                            restart_identity: options & 2 != 0,
-                                        };
-                                        let mut v = Vec::with_capacity(relations.len());
-                                        for r in relations {
-                                            *ordinal += 1;
-                                            v.push(catalog.truncate_event(sequence(*commit, *ordinal), r, op)?);
-                                        }
-                                        v
-                                    }
-                                    msg => {
-                                        *ordinal += 1;
-                                        vec![catalog.event(sequence(*commit, *ordinal), msg)?]
-                                    }
-                                };
-                                // Tables being backfilled: their changes pass
-                                // as far as their chunks have reached.
-                                let events = bf.pass_all(events, &catalog)?;
-                                write_events!(events);
-                            }
-                            Message::Type { .. } | Message::Origin { .. } | Message::Message { .. } => {}
-                            Message::StreamStart { .. }
-                            | Message::StreamStop
-                            | Message::StreamCommit { .. }
-                            | Message::StreamAbort { .. } => {
-                                return Err(Error::data("a streaming control message inside a transaction read back"));
-                            }
-                        }
-                        }
-                    }
-                }
-            }
-            // Caught up: the batch ends at the WAL position seen at the start
-            // (unless it is inside a transaction cut by a limit).
-            // A message past the stop point ended the read with its own
-            // batch: nothing is left to end.
-            if !follow && (w.open || w.position <= high_water) {
-                let end = w.position.max(high_water);
-                w.finish_batch(end)?;
-            }
-            Ok(())
-        }
-        .await;
-            if let Some(cl) = client.take() {
-                cl.close().await;
-            }
-            // A following read rides out a broken connection or a restarting
-            // server: it reconnects and resumes after the last position written
-            // to standard output (the batches in the pipe will be applied). A
-            // transaction cut in the middle is sent again whole, with the same
-            // commit position and ordinals, so the events already written are
-            // skipped and the open batch goes on with the rest: the stream stays
-            // valid. Anything else (a refusal) ends the read.
-            let Some(t) = timing else { break session };
-            if crate::util::stop::requested() {
-                // Stopping: end an open batch where it stands, exit 0.
-                if w.open {
-                    let at = w.position;
-                    if let Err(e) = w.finish_batch(at) {
-                        break Err(e);
-                    }
-                }
-                break Ok(());
-            }
-            let reason = match session {
-                Err(e) if is_transient(&e) => {
-                    crate::metrics::error(e.kind());
-                    e.full_message()
-                }
-                Err(e) => break Err(e),
-                Ok(()) => "the server ended the replication stream".to_string(),
+            let Some(ev) = ev else {
+                return Ok(Flow::Go);
             };
-            loop {
-                if retries >= t.max_retries {
-                    break;
+            // The stream delivers again: the retry budget is renewed.
+            l.retries = 0;
+            // Acknowledge on every kind of message, not only when the
+            // stream pauses: a server waiting for a reply (shutting down)
+            // sends keepalives back to back.
+            l.ack_now_and_then();
+            let flow = match ev {
+                super::replication::ReplEvent::KeepAlive { wal_end, reply } => {
+                    r.keepalive(wal_end, reply)?
                 }
-                retries += 1;
-                crate::metrics::retry();
-                let delay =
-                    (t.retry_delay * 2u32.saturating_pow(retries - 1)).min(Duration::from_secs(30));
-                crate::log::warn(
-                    &format!(
-                        "{reason}; reconnecting in {} ms (attempt {retries} of {})",
-                        delay.as_millis(),
-                        t.max_retries
+                super::replication::ReplEvent::XLogData { data } => r.data(data, &l.c).await?,
+            };
+            if flow != Flow::Go {
+                return Ok(flow);
+            }
+        }
+    }
+
+    /// Between transactions, following: the next backfill chunk when one
+    /// waits and none of ours is in flight (it comes back through the
+    /// stream), and the publication's relations again on a timer of their
+    /// own (a busy stream is never quiet).
+    async fn between_transactions(&self, r: &mut Reader<'_>, l: &mut Link<'_>) -> Result<()> {
+        if !l.standby {
+            let chunk_rows = l.timing.map_or(4096, |t| t.backfill_chunk_rows);
+            r.bf.write_next(&l.c, &self.publication, chunk_rows).await?;
+        }
+        if l.last_members_look.elapsed() >= Duration::from_secs(5) {
+            l.last_members_look = Instant::now();
+            l.members = self
+                .look_at_members(&l.c, std::mem::take(&mut l.members))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Half a second without a message. Following: nothing at all for the
+    /// receive timeout (although each quiet half second asks for a
+    /// keepalive) means the walsender is stalled or the network gone, so
+    /// reconnect; otherwise acknowledge, look at the slot for the metrics,
+    /// and write a heartbeat when one is due.
+    async fn quiet(&self, l: &mut Link<'_>) -> Result<()> {
+        l.ping = true;
+        let Some(t) = l.timing else { return Ok(()) };
+        if let Some(limit) = t.receive_timeout {
+            if l.last_received.elapsed() >= limit {
+                return Err(repl_err("replication stream stalled")(ReplError::Io(
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "nothing came from the server for {} ms, not even a keepalive (--receive-timeout-ms)",
+                            limit.as_millis()
+                        ),
                     ),
-                    &[
-                        ("event", "reconnecting".into()),
-                        ("attempt", retries.into()),
-                        ("delay_ms", (delay.as_millis() as u64).into()),
-                    ],
-                );
-                let until = std::time::Instant::now() + delay;
-                while std::time::Instant::now() < until && !crate::util::stop::requested() {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                if crate::util::stop::requested() {
-                    break;
-                }
-                match self
-                    .resume(&id, &timeline, (w.position >> 64) as u64, acked, opts)
-                    .await
-                {
-                    Ok((sql, repl, now_timeline)) => {
-                        c = sql;
-                        client = Some(repl);
-                        timeline = now_timeline;
-                        break;
-                    }
-                    Err(e) if is_transient(&e) => {}
-                    Err(e) => return Err(e),
-                }
+                )));
             }
-            if client.is_none() && crate::util::stop::requested() {
-                if w.open {
-                    let at = w.position;
-                    if let Err(e) = w.finish_batch(at) {
-                        break Err(e);
-                    }
-                }
-                break Ok(());
+        }
+        if let (Some(get), Some(client)) = (l.ack_target, l.client.as_mut()) {
+            l.acked = ack_from(get, &l.id, client, l.acked);
+        }
+        if l.last_slot_look.elapsed() >= Duration::from_secs(5) {
+            l.last_slot_look = Instant::now();
+            self.slot_metrics(&l.c).await;
+        }
+        // A heartbeat: a transactional logical message, never an event (its
+        // transaction reads as an empty batch), which moves the WAL, so the
+        // keepalives, idle batches and lag move too. A standby takes none.
+        let due = t
+            .heartbeat
+            .is_some_and(|every| l.last_heartbeat.elapsed() >= every);
+        if due && !l.standby {
+            l.last_heartbeat = Instant::now();
+            l.c.batch_execute("SELECT pg_logical_emit_message(true, 'mooncdc_heartbeat', '')")
+                .await
+                .map_err(pg_err("cannot write a heartbeat"))?;
+        }
+        Ok(())
+    }
+
+    /// The slot as the server sees it, and the server's WAL position, for
+    /// the metrics (so the byte lags grow while keepalives stop).
+    async fn slot_metrics(&self, c: &Client) {
+        let q = format!(
+            "SELECT coalesce(pg_wal_lsn_diff({WAL_END}, restart_lsn)::bigint, 0), \
+             coalesce(wal_status, ''), {WAL_END}::text \
+             FROM pg_replication_slots WHERE slot_name = $1"
+        );
+        if let Ok(row) = c.query_one(&q, &[&self.slot]).await {
+            crate::metrics::slot(row.get(0), row.get::<_, String>(1).as_str());
+            if let Ok(lsn) = parse_lsn(&row.get::<_, String>(2)) {
+                crate::metrics::server_wal(lsn);
             }
-            if client.is_none() {
-                break Err(Error::new(
+        }
+    }
+
+    /// After a transient failure: reconnect and resume after the last
+    /// position written to standard output (the batches in the pipe will
+    /// be applied). A transaction cut in the middle is sent again whole,
+    /// with the same commit position and ordinals, so the events already
+    /// written are skipped and the open batch goes on with the rest: the
+    /// stream stays valid. `false`: stopped, asked to.
+    async fn reconnect(
+        &self,
+        r: &mut Reader<'_>,
+        l: &mut Link<'_>,
+        t: &FollowTiming,
+        reason: &str,
+    ) -> Result<bool> {
+        let at = (r.w.position >> 64) as u64;
+        while l.client.is_none() && l.retries < t.max_retries {
+            l.retries += 1;
+            crate::metrics::retry();
+            let delay =
+                (t.retry_delay * 2u32.saturating_pow(l.retries - 1)).min(Duration::from_secs(30));
+            crate::log::warn(
+                &format!(
+                    "{reason}; reconnecting in {} ms (attempt {} of {})",
+                    delay.as_millis(),
+                    l.retries,
+                    t.max_retries
+                ),
+                &[
+                    ("event", "reconnecting".into()),
+                    ("attempt", l.retries.into()),
+                    ("delay_ms", (delay.as_millis() as u64).into()),
+                ],
+            );
+            let until = Instant::now() + delay;
+            while Instant::now() < until && !crate::util::stop::requested() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            if crate::util::stop::requested() {
+                break;
+            }
+            match self.resume(&l.id, &l.timeline, at, l.acked, l.opts).await {
+                Ok((sql, repl, now_timeline)) => {
+                    l.c = sql;
+                    l.client = Some(repl);
+                    l.timeline = now_timeline;
+                }
+                Err(e) if is_transient(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if l.client.is_none() {
+            if crate::util::stop::requested() {
+                r.end_open_batch()?;
+                return Ok(false);
+            }
+            return Err(Error::new(
                 ErrorKind::Database,
                 format!(
                     "gave up after {} reconnects ({reason}); start the pipeline again when the server is back",
                     t.max_retries
                 ),
             ));
-            }
-            crate::log::write(
-                "info",
-                &format!(
-                    "reconnected; resuming after {}",
-                    lsn_text((w.position >> 64) as u64)
-                ),
-                &[("event", "reconnected".into())],
-            );
-            crate::metrics::reconnected();
-            // The receive timeout counts from the new session's start.
-            last_received = std::time::Instant::now();
-            start = w.position;
-            txn = None;
-            // Streamed transactions in progress come again from their start.
-            streams.clear();
-            // What backfills have reached there (a transaction cut off is
-            // sent again, its messages with it).
-            if let Err(e) = bf.reload(&c, start).await {
-                break Err(e);
-            }
-        };
-        result?;
-        w.out.flush().map_err(io_out)?;
-        Ok(total)
+        }
+        crate::log::write(
+            "info",
+            &format!("reconnected; resuming after {}", lsn_text(at)),
+            &[("event", "reconnected".into())],
+        );
+        crate::metrics::reconnected();
+        // The receive timeout counts from the new session's start.
+        l.last_received = Instant::now();
+        r.resumed();
+        // What backfills have reached there (a transaction cut off is sent
+        // again, its messages with it).
+        r.bf.reload(&l.c, r.start).await?;
+        Ok(true)
+    }
+}
+
+/// Large transactions: the highest protocol the server has, with streaming
+/// (docs/POSTGRES.md, "Large transactions"), unless asked for protocol 1.
+/// Logical messages always (the DDL trigger's and the backfills', and the
+/// application's with --messages).
+fn start_options(limits: &ReadLimits, server: i32) -> StartOptions {
+    let (version, streaming) = match (limits.pgoutput_v1, server) {
+        (true, _) | (false, ..140_000) => (1, false),
+        (false, 140_000..160_000) => (2, true),
+        (false, _) => (4, true),
+    };
+    StartOptions {
+        version,
+        streaming,
+        messages: true,
     }
 }

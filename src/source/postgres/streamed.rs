@@ -17,12 +17,14 @@
 //! A Relation message cut off that way may still be needed: the server
 //! describes a table once per streamed transaction, so a change after the
 //! cut may come without one. But it may also describe the table as a
-//! rolled-back `ALTER TABLE` left it. So it is put back only where it was
-//! the table's one description in the transaction, and only before the
-//! table's next change, unless the server describes the table again first
-//! (as it does after DDL, with the shape the rollback left). A table
-//! described before the cut keeps that description. Type messages cut off
-//! are not put back: the read uses none.
+//! rolled-back `ALTER TABLE` left it. So it is put back only right before
+//! the table's next change, and not at all when the server describes the
+//! table again first. It does so in every block after one in which the
+//! transaction changed the catalog (it runs the transaction's invalidations
+//! at the end of each block), so after a rolled-back `ALTER TABLE` the
+//! table comes described as the rollback left it; without DDL the
+//! description put back is the one the table still has. Type messages cut
+//! off are not put back: the read uses none.
 
 use super::pgoutput::{self, Message};
 use crate::error::{Error, Result};
@@ -382,11 +384,9 @@ impl Streams {
         }
         let kept = open.described.partition_point(|(o, _, _)| *o < at);
         for (_, relid, m) in open.described.split_off(kept) {
-            // The first description cut is the nearest to the table's shape
-            // before the subtransaction; one kept before the cut is in force.
-            if !open.described.iter().any(|(_, r, _)| *r == relid) {
-                open.undescribed.entry(relid).or_insert(m);
-            }
+            // The first description cut is the nearest to the table's
+            // shape before the subtransaction.
+            open.undescribed.entry(relid).or_insert(m);
         }
         let (len_before, mem_before) = (open.spool.len(), open.spool.in_memory());
         open.spool.truncate(at)?;
