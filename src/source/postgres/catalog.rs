@@ -21,15 +21,15 @@ pub(super) struct Catalog {
     /// schema, classes per column.
     pub(super) by_oid: HashMap<u32, (Schema, Vec<Class>)>,
     /// By relation OID, the replica identity its last Relation message gave.
-    identity: HashMap<u32, Identity>,
+    pub(super) identity: HashMap<u32, Identity>,
 }
 
 /// A table's replica identity as the stream reports it.
-struct Identity {
+pub(super) struct Identity {
     /// FULL: every change carries its whole old row.
-    full: bool,
+    pub(super) full: bool,
     /// The places of the identity's columns (the key's, under DEFAULT).
-    key: Vec<usize>,
+    pub(super) key: Vec<usize>,
 }
 
 impl Catalog {
@@ -120,169 +120,6 @@ impl Catalog {
         Ok(match before {
             None => RelChange::New(schema),
             Some(old) => RelChange::Changed(old, schema),
-        })
-    }
-
-    /// A truncate of one relation.
-    pub(super) fn truncate_event(
-        &self,
-        seq: Sequence,
-        relation: u32,
-        op: Operation,
-    ) -> Result<Event> {
-        let (schema, _) = self.by_oid.get(&relation).ok_or_else(|| {
-            Error::data(format!(
-                "truncate of relation {relation} before its Relation message"
-            ))
-        })?;
-        Ok(Event::truncate(seq, schema.table.clone(), op))
-    }
-
-    pub(super) fn event(&self, seq: Sequence, msg: Message) -> Result<Event> {
-        let (relation, op, old, new) = match msg {
-            Message::Insert { relation, new } => (relation, Operation::Insert, None, Some(new)),
-            Message::Update { relation, old, new } => (relation, Operation::Update, old, Some(new)),
-            Message::Delete { relation, old } => (relation, Operation::Delete, Some(old), None),
-            _ => unreachable!("row changes only"),
-        };
-        let (schema, classes) = self.by_oid.get(&relation).ok_or_else(|| {
-            Error::data(format!(
-                "row change for relation {relation} before its Relation message"
-            ))
-        })?;
-        let here = |e: String| Error::data(format!("table {:?}, change {seq}: {e}", schema.table));
-        let convert = |t: &[Cell], fallback: Option<&Row>| -> Result<Row> {
-            if t.len() != classes.len() {
-                return Err(here(format!(
-                    "row has {} values, the table {}",
-                    t.len(),
-                    classes.len()
-                )));
-            }
-            t.iter()
-                .zip(classes)
-                .enumerate()
-                .map(|(i, (cell, cls))| match cell {
-                    Cell::Null => Ok(Value::Null),
-                    Cell::Text(b) => from_text(*cls, Some(b)).map_err(&here),
-                    Cell::Binary(_) => Err(here(
-                        "binary-format value (the stream must be in text format)".into(),
-                    )),
-                    // Filled from a whole old row; marked unchanged without one.
-                    Cell::Unchanged => Ok(fallback.map_or(Value::Unchanged, |r| r[i].clone())),
-                })
-                .collect()
-        };
-        // What helps when an old row is missing under FULL: the WAL already
-        // holds this change without it, so setting the identity again
-        // carries only later changes.
-        const NOT_FULL: &str = "the table's REPLICA IDENTITY was not FULL when this change was made (changed after init, or a \
-             partition attached later). `mooncdc-capture upgrade` sets it again for later changes, but this change is in the WAL \
-             without its old values and cannot be carried exactly: after upgrade, take a new snapshot into a new target and \
-             follow from its cursor (docs/OPERATIONS.md, \"Starting over\")";
-        let ident = self.identity.get(&relation);
-        let full = ident.is_none_or(|i| i.full);
-        // Under the default identity (or one by an index on the key
-        // columns) the old row is known by its key: the key of the old
-        // tuple the server sent ('K'), else, when the key did not change
-        // and nothing was sent, the new row's.
-        let key_only = |t: Option<&[Cell]>, new: Option<&Row>| -> Result<Row> {
-            let ident = ident.expect("not full, so described");
-            let pk = &schema.key;
-            if ident.key.len() != pk.len()
-                || ident
-                    .key
-                    .iter()
-                    .any(|&i| !pk.iter().any(|k| *k == schema.columns[i].name))
-            {
-                return Err(here(format!(
-                    "the table's replica identity is an index whose columns are not its primary key ({:?}); \
-                     rows are identified by the primary key, so set REPLICA IDENTITY DEFAULT (or USING INDEX on an index \
-                     of exactly the key columns, or FULL)",
-                    pk
-                )));
-            }
-            schema
-                .key_indices()
-                .into_iter()
-                .map(|i| {
-                    let v = match (t, new) {
-                        (Some(t), _) => match t.get(i) {
-                            Some(Cell::Text(b)) => from_text(classes[i], Some(b)).map_err(&here)?,
-                            _ => return Err(here(format!("the old key came without a value for key column {:?}", schema.columns[i].name))),
-                        },
-                        (None, Some(row)) => row[i].clone(),
-                        (None, None) => unreachable!("a delete always has an old key"),
-                    };
-                    if matches!(v, Value::Null | Value::Unchanged) {
-                        return Err(here(format!(
-                            "key column {:?} has no value in the change (a NULL or unsent key cannot identify the row)",
-                            schema.columns[i].name
-                        )));
-                    }
-                    Ok(v)
-                })
-                .collect()
-        };
-        let mut before = None;
-        let mut before_key = None;
-        match old {
-            None if op == Operation::Update && full => {
-                return Err(here(format!(
-                    "the update came without its old row: {NOT_FULL}"
-                )))
-            }
-            None => {}
-            Some((kind, t)) if kind != b'O' => {
-                if full {
-                    return Err(here(format!(
-                        "only the key of the old row came: {NOT_FULL}"
-                    )));
-                }
-                before_key = Some(key_only(Some(&t), None)?);
-            }
-            Some((_, t)) => {
-                let row = convert(&t, None)?;
-                // A partition whose identity is not FULL, published through
-                // its root, sends NULL for the columns it did not log, under
-                // the root's FULL mark: a NULL where none can be is that.
-                if let Some((c, _)) = schema
-                    .columns
-                    .iter()
-                    .zip(&row)
-                    .find(|(c, v)| !c.nullable && matches!(v, Value::Null))
-                {
-                    return Err(here(format!(
-                        "the old row came with NULL in NOT NULL column {:?}: only its key was logged; {NOT_FULL}",
-                        c.name
-                    )));
-                }
-                before = Some(row);
-            }
-        };
-        let mut after = match new {
-            None => None,
-            Some(t) => Some(convert(&t, before.as_ref())?),
-        };
-        // A key value stored out of line comes unchanged in the new row;
-        // the server then sends the old key, which is that value.
-        if let (Some(a), Some(k)) = (after.as_mut(), before_key.as_ref()) {
-            for (&i, v) in schema.key_indices().iter().zip(k) {
-                if a[i].is_unchanged() {
-                    a[i] = v.clone();
-                }
-            }
-        }
-        if op == Operation::Update && before.is_none() && before_key.is_none() {
-            before_key = Some(key_only(None, after.as_ref())?);
-        }
-        Ok(Event {
-            sequence: seq,
-            table: schema.table.clone(),
-            operation: op,
-            before,
-            before_key,
-            after,
         })
     }
 }

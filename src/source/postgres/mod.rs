@@ -41,6 +41,7 @@ mod snapshot;
 mod status;
 mod stream;
 mod streamed;
+mod tuple;
 pub use streamed::{Budget as StreamBudget, DEFAULT_MEMORY as DEFAULT_STREAM_MEMORY};
 
 use crate::pg::{bin_of, first_suitable, server_version, tls, within_connect_timeout, Bin};
@@ -71,7 +72,7 @@ use crate::wire::{
     Column, Commit, Cursor, Event, Header, Operation, Row, Schema, SchemaChange, Sequence, Value,
 };
 use conn::{PgConn, SessionAttrs};
-use pgoutput::{Cell, Message, Relation};
+use pgoutput::Relation;
 use replication::{IdentifySystem, ReplClient, ReplError, StartOptions};
 use std::collections::HashMap;
 use std::io::Write;
