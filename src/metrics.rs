@@ -52,6 +52,9 @@ const SLOT_STATUSES: [&str; 5] = ["unknown", "reserved", "extended", "unreserved
 static STREAMED_OPEN: AtomicU64 = AtomicU64::new(0);
 static STREAMED_BYTES: AtomicU64 = AtomicU64::new(0);
 static STARTED: AtomicBool = AtomicBool::new(false);
+/// A standby source: whether it receives its primary's WAL (1, 0); -1: the
+/// source is no standby, or was not looked at.
+static STANDBY_RECEIVING: AtomicI64 = AtomicI64::new(-1);
 /// Backfills seen by this process: table → (rows logged, rows left by the
 /// estimate).
 static BACKFILLS: std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64)>> =
@@ -129,6 +132,11 @@ pub fn slot(retained: i64, status: &str) {
 pub fn streamed(open: usize, bytes: u64) {
     STREAMED_OPEN.store(open as u64, Ordering::Relaxed);
     STREAMED_BYTES.store(bytes, Ordering::Relaxed);
+}
+
+/// A standby source receives its primary's WAL, or not.
+pub fn standby_receiving(yes: bool) {
+    STANDBY_RECEIVING.store(yes as i64, Ordering::Relaxed);
 }
 
 pub fn retry() {
@@ -288,6 +296,12 @@ pub fn render(tool: &str) -> String {
                 ));
             }
         }
+    }
+    let standby = STANDBY_RECEIVING.load(Ordering::Relaxed);
+    if standby >= 0 {
+        out.push_str(&format!(
+            "# HELP mooncdc_standby_receiving Whether the standby this capture reads from receives its primary's WAL (1) or not (0).\n# TYPE mooncdc_standby_receiving gauge\nmooncdc_standby_receiving{{{label}}} {standby}\n"
+        ));
     }
     let last = LAST_ERROR.load(Ordering::Relaxed);
     out.push_str("# HELP mooncdc_last_error The kind of the last error (1 for that kind).\n# TYPE mooncdc_last_error gauge\n");

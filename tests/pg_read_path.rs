@@ -470,3 +470,177 @@ fn a_hung_first_host_does_not_keep_the_second_from_being_tried() {
     // timeout for all of them.
     assert!(t0.elapsed() < Duration::from_secs(40), "{:?}", t0.elapsed());
 }
+
+/// Capture on a standby (PostgreSQL 16+) whose primary is lost and then
+/// replaced by a promoted standby that had less WAL: the follower says,
+/// within the receive timeout, that the standby receives nothing (a
+/// warning and `status`), and once the standby is pointed at the new
+/// primary, whose history forked before the standby's position, it stops
+/// with the way out instead of following a history that is no longer the
+/// primary's.
+#[test]
+fn a_standby_that_cannot_follow_its_new_primary_stops_the_follower() {
+    if pg::major_version() < 16 {
+        eprintln!(
+            "SKIPPED a_standby_that_cannot_follow_its_new_primary_stops_the_follower: PostgreSQL {} has no logical decoding on a standby (the matrix runs it on 16, 17 and 18)",
+            pg::major_version()
+        );
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let primary: &'static pg::Cluster = pg::private_cluster();
+    let db = primary.create_db("standby_fork");
+    let s = db.session();
+    s.exec("CREATE TABLE a (id int8 PRIMARY KEY, v text)");
+    s.exec("INSERT INTO a SELECT g, 'first' FROM generate_series(1, 10) g");
+    // To see whether the standby's WAL receiver streams (docs/POSTGRES.md).
+    primary.admin(&format!("GRANT pg_monitor TO {}", pg::ROLE));
+    let capture_sb = primary.standby("fork_sb1", "hot_standby_feedback = on");
+    let behind: &'static pg::Cluster = Box::leak(Box::new(primary.standby("fork_sb2", "")));
+    let url_on = |port: u16| {
+        format!(
+            "postgres://{}:{}@127.0.0.1:{port}/{}",
+            pg::ROLE,
+            pg::url_encode(pg::PASSWORD),
+            db.dbname
+        )
+    };
+    let url = url_on(capture_sb.port);
+    // A slot on a standby waits for the primary's next running-transactions
+    // record: log one often until the slot is made.
+    let stop = Arc::new(AtomicBool::new(false));
+    let logger = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                primary.admin("SELECT pg_log_standby_snapshot()");
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        })
+    };
+    let r = exec(
+        CAPTURE,
+        &[
+            "init",
+            "--no-slot",
+            "--source",
+            &db.url(),
+            "--slot",
+            "s_fork",
+            "--table",
+            "public.a",
+        ],
+        None,
+    );
+    expect(&r, 0, "init --no-slot on the primary");
+    let made = s.flush_lsn();
+    let on_sb = Session::connect(capture_sb.port, &db.dbname);
+    common::sqlite::wait_for_every(60, 50, "the standby to replay init", || {
+        pg::parse_lsn(&on_sb.value("SELECT pg_last_wal_replay_lsn()")) >= made
+    });
+    let r = exec(
+        CAPTURE,
+        &[
+            "init", "--source", &url, "--slot", "s_fork", "--table", "public.a",
+        ],
+        None,
+    );
+    expect(&r, 0, "init on the standby");
+    stop.store(true, Ordering::Relaxed);
+    logger.join().unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let (out, log) = (dir.path().join("out.jsonl"), dir.path().join("capture.log"));
+    let mut capture = Command::new(common::sqlite::bin(CAPTURE))
+        .args(["--source", &url, "--slot", "s_fork", "--follow"])
+        .args(["--receive-timeout-ms", "3000", "--idle-batch-ms", "200"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(std::fs::File::create(&out).unwrap()))
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .spawn()
+        .expect("start capture --follow on the standby");
+    // The second standby stops; the primary writes 20 rows that only the
+    // capture's standby receives, and the follower writes them.
+    assert!(
+        behind.stop_fast(Duration::from_secs(30)),
+        "the second standby stops"
+    );
+    s.exec("INSERT INTO a SELECT g, 'only the old primary' FROM generate_series(11, 30) g");
+    common::sqlite::wait_for_every(60, 100, "the follower to write the 20 rows", || {
+        std::fs::read_to_string(&out)
+            .unwrap_or_default()
+            .contains("[\"integer\",\"30\"]")
+    });
+    // The primary is lost: the standby receives nothing, and says so.
+    primary.stop_immediate();
+    common::sqlite::wait_for_every(
+        30,
+        100,
+        "a warning that the standby receives nothing",
+        || {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("has received no WAL from its primary")
+        },
+    );
+    let r = exec(
+        CAPTURE,
+        &["status", "--source", &url, "--slot", "s_fork"],
+        None,
+    );
+    expect(&r, 0, "status on the standby");
+    assert!(
+        r.stdout_str().contains("standby_receiving: no"),
+        "{}",
+        r.stdout_str()
+    );
+    // The standby with less WAL is promoted and the capture's standby is
+    // pointed at it: its history forked before the standby's position.
+    behind.start_again();
+    behind.promote();
+    capture_sb.admin(&format!(
+        "ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port={} user=postgres password={} dbname=postgres'",
+        behind.port,
+        pg::SUPERUSER_PASSWORD
+    ));
+    capture_sb.admin("ALTER SYSTEM SET primary_slot_name = ''");
+    capture_sb.admin("SELECT pg_reload_conf()");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(st) = capture.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = capture.kill();
+            panic!(
+                "the follower did not stop:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{said}");
+    for needle in [
+        "cannot follow its primary",
+        "timeline 2",
+        "new slot",
+        "Starting over",
+    ] {
+        assert!(said.contains(needle), "{needle}: {said}");
+    }
+    let r = exec(
+        CAPTURE,
+        &["status", "--source", &url, "--slot", "s_fork"],
+        None,
+    );
+    expect(&r, 0, "status on the standby after the fork");
+    assert!(
+        r.stdout_str().contains("cannot follow timeline 2"),
+        "{}",
+        r.stdout_str()
+    );
+    // What was written before is a valid stream.
+    batches(&std::fs::read(&out).unwrap());
+}

@@ -36,7 +36,7 @@ pub const PASSWORD: &str = "s3cr3tMoon/@:%pw";
 /// A part of the password no tool output may ever contain.
 pub const PASSWORD_MARK: &str = "s3cr3tMoon";
 /// The superuser's password (only the harness uses the superuser).
-const SUPERUSER_PASSWORD: &str = "superuser-only-pw";
+pub const SUPERUSER_PASSWORD: &str = "superuser-only-pw";
 
 /// The PostgreSQL binaries.
 pub fn pg_bin(name: &str) -> PathBuf {

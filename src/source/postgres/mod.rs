@@ -38,6 +38,7 @@ mod reconnect;
 mod replication;
 mod session;
 mod snapshot;
+mod standby;
 mod status;
 mod stream;
 mod streamed;

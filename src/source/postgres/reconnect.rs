@@ -160,7 +160,7 @@ impl PgSource {
     /// The timelines timeline `tl` forked from, each with the LSN it ended
     /// at (`TIMELINE_HISTORY`: `tli<TAB>switchpoint<TAB>reason` lines);
     /// empty for timeline 1.
-    async fn history(&self, tl: &str) -> Result<Vec<(String, u64)>> {
+    pub(super) async fn history(&self, tl: &str) -> Result<Vec<(String, u64)>> {
         if tl.parse::<u32>().is_ok_and(|n| n <= 1) {
             return Ok(Vec::new());
         }

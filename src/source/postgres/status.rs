@@ -9,7 +9,7 @@ impl PgSource {
     pub fn status(&self) -> Result<SourceStatus> {
         runtime()?.block_on(async {
             let c = self.client("status").await?;
-            let id = self.identity().await?;
+            let (id, timeline) = self.identity_and_timeline().await?;
             let s = slot_info(&c, &self.slot).await?.ok_or_else(|| {
                 Error::state(format!("slot {:?} does not exist (run init)", self.slot))
             })?;
@@ -81,6 +81,15 @@ impl PgSource {
                         done_at: r.done_lsn,
                     })
                     .collect();
+            let standby: bool = c
+                .query_one("SELECT pg_is_in_recovery()", &[])
+                .await
+                .map_err(pg_err("cannot ask whether the server is a standby"))?
+                .get(0);
+            let receiving = match standby {
+                true => Some(super::standby::status_field(self, &c, &timeline).await?),
+                false => None,
+            };
             Ok(SourceStatus {
                 identity: id.clone(),
                 fields: {
@@ -119,6 +128,9 @@ impl PgSource {
                         replica_identity,
                         crate::source::backfill::status_field(&backfills),
                     ]
+                    .into_iter()
+                    .chain(receiving)
+                    .collect()
                 },
             })
         })

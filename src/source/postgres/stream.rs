@@ -11,6 +11,7 @@ use super::decode::{Flow, ReadSettings, Reader};
 use super::publication::{partition_not_full, publication_members, Member};
 use super::reconnect::{ack_from, before_confirmed};
 use super::replication::{ReplClient, ReplError, StartOptions};
+use super::standby;
 use super::{
     admin::slot_info, io_out, is_transient, lsn_text, parse_lsn, pg_err, repl_err, runtime,
     sequence, server_version, PgSource, WAL_END,
@@ -61,6 +62,8 @@ struct Link<'a> {
     last_slot_look: Instant,
     last_members_look: Instant,
     last_ack_check: Instant,
+    /// A standby source's link to its primary.
+    watch: standby::Watch,
 }
 
 impl Link<'_> {
@@ -155,6 +158,7 @@ impl PgSource {
             last_slot_look: Instant::now() - Duration::from_secs(60),
             last_members_look: Instant::now(),
             last_ack_check: Instant::now(),
+            watch: standby::Watch::default(),
         };
         crate::metrics::confirmed(l.acked);
         crate::metrics::started();
@@ -396,6 +400,12 @@ impl PgSource {
         }
         if let (Some(get), Some(client)) = (l.ack_target, l.client.as_mut()) {
             l.acked = ack_from(get, &l.id, client, l.acked);
+        }
+        // A standby that stopped receiving its primary's WAL reads as a
+        // quiet stream: say so, and stop on a fork it cannot follow.
+        if l.standby {
+            let limit = t.receive_timeout.unwrap_or(Duration::from_secs(60));
+            l.watch.look(self, &l.c, &l.timeline, limit).await?;
         }
         if l.last_slot_look.elapsed() >= Duration::from_secs(5) {
             l.last_slot_look = Instant::now();
