@@ -644,3 +644,77 @@ fn a_standby_that_cannot_follow_its_new_primary_stops_the_follower() {
     // What was written before is a valid stream.
     batches(&std::fs::read(&out).unwrap());
 }
+
+/// Peak resident memory of a tool run, in bytes (GNU time).
+fn peak_rss(args: &[&str]) -> (u64, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("rss");
+    let out = Command::new("/usr/bin/time")
+        .arg("-o")
+        .arg(&report)
+        .args(["-f", "%M"])
+        .arg(common::sqlite::bin(CAPTURE))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run capture under /usr/bin/time");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kib: u64 = std::fs::read_to_string(&report)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (kib * 1024, out.stdout)
+}
+
+/// A 24 MiB logical message costs capture at most twice its size in
+/// memory: it is not copied from buffer to buffer, and its line (twice as
+/// long, in hex) is written in pieces.
+#[test]
+fn a_large_message_costs_capture_at_most_twice_its_size() {
+    let p = Pipe::new("msg_memory");
+    let s = p.session();
+    s.exec("CREATE TABLE t (id int PRIMARY KEY)");
+    p.init(&["public.t"]);
+    const SIZE: u64 = 24 << 20;
+    s.exec(&format!(
+        "BEGIN; INSERT INTO t VALUES (1); \
+         SELECT pg_logical_emit_message(true, 'outbox', decode(repeat('ab', {SIZE}), 'hex')); COMMIT"
+    ));
+    let url = p.db.url();
+    let args = [
+        "--source",
+        &url,
+        "--slot",
+        &p.slot,
+        "--messages",
+        "outbox",
+        "--max-line-bytes",
+        "100000000",
+    ];
+    let (peak, out) = peak_rss(&args);
+    let stream = batches(&out);
+    let m = messages(&stream);
+    assert_eq!(m.len(), 1);
+    assert!(
+        matches!(&m[0].0, Value::Blob(b) if b.len() as u64 == SIZE && b.iter().all(|&x| x == 0xab))
+    );
+    // The same tool reading nothing: what it costs without the message.
+    let end = Cursor::new(
+        stream[0].start.source.clone(),
+        stream.last().unwrap().end.sequence(),
+    );
+    let end = end.to_json();
+    let mut quiet = args.to_vec();
+    quiet.extend(["--after", &end]);
+    let (base, _) = peak_rss(&quiet);
+    assert!(
+        peak.saturating_sub(base) <= 2 * SIZE,
+        "a {SIZE}-byte message cost {} bytes over a read of nothing ({base})",
+        peak - base
+    );
+}

@@ -138,6 +138,15 @@ impl<'w> Reader<'w> {
 
     /// A replication message (XLogData's payload).
     pub(super) async fn data(&mut self, data: Vec<u8>, db: &impl Catalogue) -> Result<Flow> {
+        // A logical message outside a stream block, perhaps a large one:
+        // its content taken from the buffer, not copied.
+        if data.first() == Some(&b'M') && !self.streams.in_block() {
+            let msg = super::pgoutput::decode_owned(data).map_err(|e| {
+                Error::data("the replication stream sent a message this version cannot read")
+                    .with_source(e)
+            })?;
+            return self.message(msg, db).await;
+        }
         // A message as it came, or a streamed transaction that committed,
         // read back whole.
         let mut feed = self.streams.take(&data)?;

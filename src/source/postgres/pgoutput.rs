@@ -136,6 +136,35 @@ pub fn in_stream(buf: &[u8]) -> Result<Option<(u32, Vec<u8>)>, DecodeError> {
     Ok(Some((xid, plain)))
 }
 
+/// Decode a message that may be large, taking a logical message's content
+/// from `buf` itself instead of copying it (a 40 MiB message then stands in
+/// memory once, not twice).
+pub fn decode_owned(mut buf: Vec<u8>) -> Result<Message, DecodeError> {
+    if buf.first() != Some(&b'M') {
+        return decode(&buf);
+    }
+    let mut r = Reader { buf: &buf, pos: 1 };
+    let flags = r.u8("Message flags")?;
+    let lsn = r.u64("Message LSN")?;
+    let prefix = r.string("Message prefix")?;
+    let len = r.u32("Message length")? as usize;
+    let start = r.pos;
+    r.take(len, "Message content")?;
+    if r.pos != buf.len() {
+        return Err(DecodeError(format!(
+            "{} bytes after the end of a Message",
+            buf.len() - r.pos
+        )));
+    }
+    buf.drain(..start);
+    Ok(Message::Message {
+        flags,
+        lsn,
+        prefix,
+        content: buf,
+    })
+}
+
 /// Why a message could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError(pub String);

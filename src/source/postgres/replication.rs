@@ -21,7 +21,7 @@
 //! only in `maintain`, which the caller runs between receives.
 
 use super::conn::{PgConn, SslMode};
-use bytes::BytesMut;
+use bytes::{Buf, BytesMut};
 use postgres_protocol::authentication::sasl::{ChannelBinding, ScramSha256, SCRAM_SHA_256};
 use postgres_protocol::message::frontend;
 use std::fmt;
@@ -113,10 +113,15 @@ pub struct ReplClient {
     reply_due: bool,
 }
 
-/// A server message: its tag and body.
+/// A message this large (bytes) that arrives alone is handed over with the
+/// read buffer it fills instead of copied out of it.
+const LARGE: usize = 1 << 20;
+
+/// A server message: its tag and body (a part of the read buffer, not a
+/// copy: XLogData may carry a logical message of many megabytes).
 struct Msg {
     tag: u8,
-    body: Vec<u8>,
+    body: BytesMut,
 }
 
 fn be_u64(b: &[u8]) -> R<u64> {
@@ -219,11 +224,24 @@ impl ReplClient {
                     return Err(ReplError::Protocol("a message length is below 4".into()));
                 }
                 if self.rbuf.len() > len {
-                    let frame = self.rbuf.split_to(1 + len);
-                    return Ok(Msg {
-                        tag: frame[0],
-                        body: frame[5..].to_vec(),
-                    });
+                    // A large message that fills the buffer takes it whole,
+                    // so its bytes become the event's without a copy.
+                    let mut body = if len > LARGE && self.rbuf.len() == 1 + len {
+                        std::mem::take(&mut self.rbuf)
+                    } else {
+                        self.rbuf.split_to(1 + len)
+                    };
+                    let tag = body[0];
+                    body.advance(5);
+                    return Ok(Msg { tag, body });
+                }
+            }
+            // Room for the whole of a large message at once, so the buffer
+            // does not grow (and copy itself) step by step.
+            if self.rbuf.len() >= 5 {
+                let len = u32::from_be_bytes(self.rbuf[1..5].try_into().expect("4 bytes")) as usize;
+                if len > LARGE {
+                    self.rbuf.reserve(1 + len - self.rbuf.len());
                 }
             }
             if self.io.read_buf(&mut self.rbuf).await? == 0 {
@@ -441,11 +459,11 @@ impl ReplClient {
             match m.tag {
                 b'd' => match m.body.first() {
                     Some(b'w') => {
-                        let data = m
-                            .body
-                            .get(25..)
-                            .ok_or_else(|| ReplError::Protocol("XLogData is truncated".into()))?
-                            .to_vec();
+                        if m.body.len() < 25 {
+                            return Err(ReplError::Protocol("XLogData is truncated".into()));
+                        }
+                        let mut data = Vec::from(m.body);
+                        data.drain(..25);
                         return Ok(Some(ReplEvent::XLogData { data }));
                     }
                     Some(b'k') => {

@@ -202,6 +202,11 @@ impl Streams {
         self.open.len()
     }
 
+    /// A stream block is being received: its messages go to a spool.
+    pub(super) fn in_block(&self) -> bool {
+        self.block.is_some()
+    }
+
     /// Bytes held now.
     pub(super) fn held(&self) -> u64 {
         self.held
