@@ -572,6 +572,11 @@ fn a_standby_that_cannot_follow_its_new_primary_stops_the_follower() {
             .unwrap_or_default()
             .contains("[\"integer\",\"30\"]")
     });
+    // An idle, healthy link for more than twice the receive timeout: no
+    // word of it.
+    std::thread::sleep(Duration::from_secs(7));
+    let said = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!said.contains("received no WAL"), "{said}");
     // The primary is lost: the standby receives nothing, and says so.
     primary.stop_immediate();
     common::sqlite::wait_for_every(

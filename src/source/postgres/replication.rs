@@ -117,6 +117,9 @@ pub struct ReplClient {
 /// read buffer it fills instead of copied out of it.
 const LARGE: usize = 1 << 20;
 
+/// No PostgreSQL message is longer (its allocations stop at 1 GiB).
+const MAX_MESSAGE: usize = 1 << 30;
+
 /// A server message: its tag and body (a part of the read buffer, not a
 /// copy: XLogData may carry a logical message of many megabytes).
 struct Msg {
@@ -227,7 +230,7 @@ impl ReplClient {
                     // A large message that fills the buffer takes it whole,
                     // so its bytes become the event's without a copy.
                     let mut body = if len > LARGE && self.rbuf.len() == 1 + len {
-                        std::mem::take(&mut self.rbuf)
+                        std::mem::replace(&mut self.rbuf, BytesMut::with_capacity(1 << 16))
                     } else {
                         self.rbuf.split_to(1 + len)
                     };
@@ -240,6 +243,11 @@ impl ReplClient {
             // does not grow (and copy itself) step by step.
             if self.rbuf.len() >= 5 {
                 let len = u32::from_be_bytes(self.rbuf[1..5].try_into().expect("4 bytes")) as usize;
+                if len > MAX_MESSAGE {
+                    return Err(ReplError::Protocol(format!(
+                        "a message of {len} bytes, over the 1 GiB a PostgreSQL server sends (is this a PostgreSQL server?)"
+                    )));
+                }
                 if len > LARGE {
                     self.rbuf.reserve(1 + len - self.rbuf.len());
                 }

@@ -85,9 +85,11 @@ impl PgSource {
         if one_server(&self.conn) {
             return within_connect_timeout(&self.conn, phase).await;
         }
+        // Each try: connecting, then asking whether the server suits.
         let tries = self.conn.hosts.len() * crate::pg::passes(self.conn.session_attrs).len();
         let mut whole = self.conn.clone();
-        whole.connect_timeout = self.conn.connect_timeout * (tries as u32 + 1);
+        whole.connect_timeout = (self.conn.connect_timeout)
+            .saturating_mul(u32::try_from(2 * tries + 1).unwrap_or(u32::MAX));
         within_connect_timeout(&whole, phase).await
     }
 

@@ -22,7 +22,8 @@ pub(super) struct Receiver {
     pub(super) running: bool,
     /// Whether it streams, and seconds since it last heard from the
     /// upstream: only with the rights to see them (`pg_read_all_stats`,
-    /// which `pg_monitor` has); `None` without.
+    /// which `pg_monitor` has); `None` without. No receiver at all is not
+    /// streaming, whatever the rights.
     pub(super) streaming: Option<bool>,
     pub(super) quiet_for: Option<f64>,
     /// The WAL the standby has replayed.
@@ -30,14 +31,13 @@ pub(super) struct Receiver {
 }
 
 impl Receiver {
-    /// Receiving, as far as can be seen: streaming and heard from within
-    /// `limit`, or (without the rights to see that) a receiver seen
-    /// within `limit` (`seen`).
-    fn receiving(&self, limit: Duration, seen: Option<Instant>) -> bool {
-        match self.streaming {
-            Some(streaming) => streaming && self.quiet_for.is_none_or(|q| q < limit.as_secs_f64()),
-            None => seen.is_some_and(|t| t.elapsed() < limit),
-        }
+    /// Streaming now, as far as can be seen: without the rights to see its
+    /// state, a receiver that runs. How long since it last heard from the
+    /// upstream is no sign: an idle, healthy link hears a keepalive only
+    /// every half `wal_sender_timeout`, and the standby itself ends a link
+    /// that hears nothing for its `wal_receiver_timeout`.
+    fn streams(&self) -> bool {
+        self.streaming.unwrap_or(self.running)
     }
 }
 
@@ -53,26 +53,30 @@ pub(super) async fn receiver(c: &Client) -> Result<Receiver> {
         )
         .await
         .map_err(pg_err("cannot ask the standby about its WAL receiver"))?;
+    let running: bool = row.get(0);
     Ok(Receiver {
-        running: row.get(0),
-        streaming: row.get(1),
+        running,
+        streaming: if running { row.get(1) } else { Some(false) },
         quiet_for: row.get(2),
         replay: parse_lsn(&row.get::<_, String>(3))?,
     })
 }
 
 /// A newer timeline the standby knows of (its WAL receiver fetched the
-/// history from the upstream) that forked from the standby's `timeline`
-/// before `replay`: (that timeline, where it forked).
-pub(super) async fn fork_behind(src: &PgSource, timeline: &str, replay: u64) -> Option<(u32, u64)> {
+/// history from the upstream) that forked from the standby's own timeline
+/// (as it is now: a standby that followed a failover is on the new one)
+/// before `replay`: (its timeline, the newer one, where it forked).
+pub(super) async fn fork_behind(src: &PgSource, replay: u64) -> Option<(String, u32, u64)> {
+    let (_, timeline) = src.identity_and_timeline().await.ok()?;
     let next = timeline.parse::<u32>().ok()? + 1;
     // No history of the next timeline: no fork the standby knows of.
     let history = src.history(&next.to_string()).await.ok()?;
-    history
+    let at = history
         .into_iter()
-        .find(|(t, _)| t == timeline)
-        .filter(|(_, at)| *at < replay)
-        .map(|(_, at)| (next, at))
+        .find(|(t, _)| *t == timeline)
+        .map(|(_, at)| at)
+        .filter(|at| *at < replay)?;
+    Some((timeline, next, at))
 }
 
 /// The follower stops: the standby cannot follow its new primary.
@@ -88,102 +92,97 @@ fn cannot_follow(timeline: &str, next: u32, at: u64, replay: u64) -> Error {
     ))
 }
 
-/// How long a standby has not been receiving, as the follower saw it.
+/// What the follower has seen of a standby's WAL receiver.
 #[derive(Default)]
 pub(super) struct Watch {
-    /// Not receiving since.
-    since: Option<Instant>,
+    /// Said that the standby receives nothing (and not since that it does).
     warned: bool,
     last_look: Option<Instant>,
-    /// A WAL receiver last seen running.
+    /// The first look; a receiver last seen streaming.
+    first_look: Option<Instant>,
     seen: Option<Instant>,
     /// The replay position, and since when it has not moved.
     replay: u64,
     still_since: Option<Instant>,
     last_fork_look: Option<Instant>,
-    /// The first look: a receiver never seen counts from there.
-    first_look: Option<Instant>,
 }
 
 impl Watch {
-    /// Look at the standby (at most every second or half the limit): say
-    /// when it has received nothing for `limit`, and again when it
-    /// receives; fail when it holds a fork it cannot follow.
-    pub(super) async fn look(
-        &mut self,
-        src: &PgSource,
-        c: &Client,
-        timeline: &str,
-        limit: Duration,
-    ) -> Result<()> {
+    /// Look at the standby (at most every second, or every half `limit`):
+    /// say when no receiver has streamed for `limit`, and again when one
+    /// does; fail when the standby holds a fork it cannot follow.
+    pub(super) async fn look(&mut self, src: &PgSource, c: &Client, limit: Duration) -> Result<()> {
         let every = (limit / 2).clamp(Duration::from_millis(200), Duration::from_secs(1));
         if self.last_look.is_some_and(|t| t.elapsed() < every) {
             return Ok(());
         }
-        self.last_look = Some(Instant::now());
+        let now = Instant::now();
+        self.last_look = Some(now);
         let Ok(r) = receiver(c).await else {
             return Ok(());
         };
-        let now = Instant::now();
         self.first_look.get_or_insert(now);
-        if r.running {
+        if r.streams() {
             self.seen = Some(now);
         }
         if r.replay != self.replay || self.still_since.is_none() {
             self.replay = r.replay;
             self.still_since = Some(now);
         }
-        // Its position still for the limit: a newer timeline that forked
-        // before it (looked for every few seconds: a replication session).
-        let still = self.still_since.is_some_and(|t| t.elapsed() >= limit);
-        let fork_due = self
-            .last_fork_look
-            .is_none_or(|t| t.elapsed() >= Duration::from_secs(5));
-        if still && fork_due {
-            self.last_fork_look = Some(now);
-            if let Some((next, at)) = fork_behind(src, timeline, r.replay).await {
-                return Err(cannot_follow(timeline, next, at, r.replay));
-            }
-        }
-        let receiving = r.receiving(limit, self.seen.or(self.first_look));
+        self.fork(src, r.replay, limit).await?;
+        // Not streaming for the limit (never seen streaming: since the
+        // first look).
+        let quiet = self
+            .seen
+            .or(self.first_look)
+            .map_or(Duration::ZERO, |t| t.elapsed());
+        let receiving = quiet < limit;
         crate::metrics::standby_receiving(receiving);
-        if receiving {
-            if self.warned {
-                crate::log::write(
-                    "info",
-                    "the standby receives its primary's WAL again",
-                    &[("event", "standby-receiving".into())],
-                );
-            }
-            self.since = None;
-            self.warned = false;
-            return Ok(());
+        if receiving && self.warned {
+            crate::log::write(
+                "info",
+                "the standby receives its primary's WAL again",
+                &[("event", "standby-receiving".into())],
+            );
         }
-        let since = *self.since.get_or_insert(now);
-        if !self.warned && since.elapsed() >= limit {
-            self.warned = true;
+        if !receiving && !self.warned {
             crate::log::warn(
                 &format!(
                     "this source is a standby that has received no WAL from its primary for {} s (no WAL receiver \
                      streaming): changes made on the primary since do not reach the stream. Is the primary up, and \
                      the standby's primary_conninfo right? After a failover, re-point the standby at the new primary",
-                    since.elapsed().as_secs()
+                    quiet.as_secs()
                 ),
                 &[("event", "standby-not-receiving".into())],
             );
         }
+        self.warned = !receiving;
         Ok(())
+    }
+
+    /// The standby's position still for `limit`: a newer timeline that
+    /// forked before it, looked for every few seconds (it takes a
+    /// replication session or two).
+    async fn fork(&mut self, src: &PgSource, replay: u64, limit: Duration) -> Result<()> {
+        let still = self.still_since.is_some_and(|t| t.elapsed() >= limit);
+        let due = self
+            .last_fork_look
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(5));
+        if !(still && due) {
+            return Ok(());
+        }
+        self.last_fork_look = Some(Instant::now());
+        match fork_behind(src, replay).await {
+            Some((timeline, next, at)) => Err(cannot_follow(&timeline, next, at, replay)),
+            None => Ok(()),
+        }
     }
 }
 
 /// `status` on a standby: whether it receives its primary's WAL.
-pub(super) async fn status_field(
-    src: &PgSource,
-    c: &Client,
-    timeline: &str,
-) -> Result<StatusField> {
+pub(super) async fn status_field(src: &PgSource, c: &Client) -> Result<StatusField> {
     let r = receiver(c).await?;
-    if let Some((next, at)) = fork_behind(src, timeline, r.replay).await {
+    if let Some((_, next, at)) = fork_behind(src, r.replay).await {
         return Ok(StatusField::new("standby_receiving", false).with_text(format!(
             "no: cannot follow timeline {next}, which forked at {} before this standby's position {}",
             lsn_text(at),

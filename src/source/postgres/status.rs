@@ -9,7 +9,7 @@ impl PgSource {
     pub fn status(&self) -> Result<SourceStatus> {
         runtime()?.block_on(async {
             let c = self.client("status").await?;
-            let (id, timeline) = self.identity_and_timeline().await?;
+            let id = self.identity().await?;
             let s = slot_info(&c, &self.slot).await?.ok_or_else(|| {
                 Error::state(format!("slot {:?} does not exist (run init)", self.slot))
             })?;
@@ -87,7 +87,7 @@ impl PgSource {
                 .map_err(pg_err("cannot ask whether the server is a standby"))?
                 .get(0);
             let receiving = match standby {
-                true => Some(super::standby::status_field(self, &c, &timeline).await?),
+                true => Some(super::standby::status_field(self, &c).await?),
                 false => None,
             };
             Ok(SourceStatus {

@@ -405,7 +405,7 @@ impl PgSource {
         // quiet stream: say so, and stop on a fork it cannot follow.
         if l.standby {
             let limit = t.receive_timeout.unwrap_or(Duration::from_secs(60));
-            l.watch.look(self, &l.c, &l.timeline, limit).await?;
+            l.watch.look(self, &l.c, limit).await?;
         }
         if l.last_slot_look.elapsed() >= Duration::from_secs(5) {
             l.last_slot_look = Instant::now();
@@ -483,6 +483,14 @@ impl PgSource {
             }
             match self.resume(&l.id, &l.timeline, at, l.acked, l.opts).await {
                 Ok((sql, repl, now_timeline)) => {
+                    // A failover may have made the standby a primary (or
+                    // a multi-host URL reached another server).
+                    l.standby = sql
+                        .query_one("SELECT pg_is_in_recovery()", &[])
+                        .await
+                        .map_err(pg_err("cannot ask whether the server is a standby"))?
+                        .get(0);
+                    l.watch = standby::Watch::default();
                     l.c = sql;
                     l.client = Some(repl);
                     l.timeline = now_timeline;
