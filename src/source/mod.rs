@@ -298,6 +298,17 @@ pub struct ReadLimits {
 }
 
 impl ReadLimits {
+    /// The longest line a read writes, and where that limit comes from.
+    fn line_cap(&self) -> (u64, &'static str) {
+        match self.max_line_bytes {
+            Some(cap) => (cap, "given by --max-line-bytes"),
+            None => (
+                DEFAULT_MAX_LINE_BYTES,
+                "that mooncdc-apply and the stream tools read by default",
+            ),
+        }
+    }
+
     /// Refuse an event whose line is longer than the line cap, naming it, so
     /// a huge value stops capture with a way forward instead of a stream that
     /// no tool downstream will read.
@@ -305,12 +316,8 @@ impl ReadLimits {
     /// line cap does not count.
     pub fn check_line(&self, line: &[u8], e: &Event) -> Result<()> {
         let len = line.strip_suffix(b"\n").unwrap_or(line).len() as u64;
-        let cap = self.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES);
+        let (cap, which) = self.line_cap();
         if len > cap {
-            let which = match self.max_line_bytes {
-                Some(_) => "given by --max-line-bytes",
-                None => "that mooncdc-apply and the stream tools read by default",
-            };
             return Err(Error::data(format!(
                 "event {} ({} on table {:?}) encodes to a line of {len} bytes, over the line limit of {cap} bytes {which}; read it with --max-line-bytes N (N ≥ {len}) and give every tool that reads the stream the same --max-line-bytes N",
                 e.sequence,
@@ -326,12 +333,8 @@ impl ReadLimits {
     /// written (the cursor stays before it).
     pub fn check_message(&self, m: &crate::wire::LogicalMessage, lsn: u64) -> Result<()> {
         let len = crate::wire::batch::message_line_len(m) - 1;
-        let cap = self.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES);
+        let (cap, which) = self.line_cap();
         if len > cap {
-            let which = match self.max_line_bytes {
-                Some(_) => "given by --max-line-bytes",
-                None => "that mooncdc-apply and the stream tools read by default",
-            };
             return Err(Error::data(format!(
                 "the logical message with prefix {:?} at LSN {:X}/{:X} ({} bytes of content) encodes to a line of {len} bytes, over the line limit of {cap} bytes {which}; nothing of it was written and the cursor stays before it: read it with --max-line-bytes N (N ≥ {len}) and give every tool that reads the stream the same --max-line-bytes N, or leave its prefix out of --messages",
                 m.prefix,
