@@ -1,8 +1,19 @@
 //! Installing, checking and acknowledging capture: publication, replica
 //! identity, slot (status is in status.rs).
 
-use super::*;
+use super::catalog::{published_schema, table_schema};
+use super::identity::{identities, index_is_key, set_identity, word, IdentityChoice, IdentityMode};
+use super::publication::{
+    column_list_conflict, identity_of, publication_detail, publication_tables, publish_gap,
+    PubTable,
+};
+use super::{lsn_text, parse_lsn, repl_err, split_table, sqlstate, table_arg, PgSource, WAL_END};
+use crate::error::{Error, Result};
+use crate::pg::{pg_err, runtime, server_version};
 use crate::source::Verified;
+use crate::util::quote_ident;
+use crate::wire::Cursor;
+use tokio_postgres::Client;
 
 impl PgSource {
     /// Install capture for `tables` (`schema.table`; default: every table with a

@@ -1,7 +1,16 @@
 //! A source's rows for the audit, table by table in key order, in one
 //! REPEATABLE READ transaction.
 
-use super::*;
+use super::catalog::published_schema;
+use super::publication::publication_detail;
+use super::snapshot::{copy_table, ReadAs};
+use super::types::Class;
+use super::{parse_lsn, sequence, table_arg, PgSource, WAL_END};
+use crate::error::{Error, Result};
+use crate::pg::{pg_err, runtime};
+use crate::source::AuditRows;
+use crate::wire::{Cursor, Row, Schema, Sequence};
+use tokio_postgres::Client;
 
 /// Rows of every table for an audit, read in one REPEATABLE READ transaction.
 pub struct AuditSource {

@@ -1,7 +1,13 @@
 //! The batch stream a read writes: a header when the first event or the
 //! end comes, events encoded once, a commit at each end.
 
-use super::*;
+use super::io_out;
+use crate::error::Result;
+use crate::wire::batch::{
+    write_commit_line, write_event_line, write_header_line, write_schema_line,
+};
+use crate::wire::{Commit, Cursor, Event, Header, Schema, SchemaChange, Sequence};
+use std::io::Write;
 
 /// Streams batches: a header when the first event or the end comes, events,
 /// a commit at each end.

@@ -3,7 +3,14 @@
 
 use super::backfill::Backfills;
 use super::decode::Catalogue;
-use super::*;
+use super::pgoutput::Relation;
+use super::publication::{publication_detail, publish_gap, PubTable};
+use super::types::{class_of, Class};
+use crate::error::{Error, Result};
+use crate::pg::pg_err;
+use crate::wire::{Column, Schema};
+use std::collections::HashMap;
+use tokio_postgres::Client;
 
 /// What a Relation message says of its table.
 pub(super) enum RelChange {

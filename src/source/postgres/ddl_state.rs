@@ -3,7 +3,12 @@
 //! columns dropped and added again), and each Relation message turned into
 //! the header's tables or schema records.
 
-use super::*;
+use super::batch_out::BatchOut;
+use super::catalog::{Catalog, RelChange};
+use super::pgoutput::Relation;
+use crate::error::{Error, Result};
+use crate::wire::{Column, Schema, SchemaChange};
+use std::collections::HashMap;
 
 /// `s` without the columns named (dropped, before they are added again).
 pub(super) fn without(s: &Schema, names: &[String]) -> Schema {

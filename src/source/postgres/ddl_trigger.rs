@@ -20,7 +20,9 @@
 //! columns before the command, so a read whose first description of the
 //! table comes after the change still knows what it changed from).
 
-use super::*;
+use super::PgSource;
+use crate::error::{Cause, Error, ErrorKind, Result};
+use crate::pg::{pg_err, runtime};
 
 /// The message prefix.
 pub(super) const PREFIX: &str = "mooncdc_ddl";

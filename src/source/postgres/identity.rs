@@ -12,8 +12,13 @@
 //!   names rows by columns the targets do not key on; PostgreSQL refuses
 //!   the updates and deletes of the second while it is published).
 
-use super::*;
+use super::publication::{identity_of, PubTable};
+use super::table_arg;
+use crate::error::{Error, Result};
+use crate::pg::pg_err;
 use crate::source::StatusField;
+use crate::util::quote_ident;
+use tokio_postgres::Client;
 
 /// An identity `init` sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

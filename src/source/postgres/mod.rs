@@ -45,41 +45,23 @@ mod streamed;
 mod tuple;
 pub use streamed::{Budget as StreamBudget, DEFAULT_MEMORY as DEFAULT_STREAM_MEMORY};
 
-use crate::pg::{bin_of, first_suitable, server_version, tls, within_connect_timeout, Bin};
 pub use crate::pg::{conn, types};
 pub use crate::pg::{connect_client, pg_err, runtime, select_in_key_order, CopyRows};
-use admin::*;
+use crate::pg::{server_version, tls};
 pub use audit::AuditSource;
-use batch_out::*;
 pub use catalog::table_schema;
-use catalog::*;
-use identity::*;
 pub use identity::{IdentityChoice, IdentityMode};
-use publication::*;
 pub use publication::{publication_detail, publication_tables, PubTable};
-use snapshot::*;
 
 use crate::error::{Cause, Error, ErrorKind, Result};
 use crate::source::{
     AuditRows, FollowTiming, HeldCursor, ReadLimits, SnapshotRequest, Source, SourceKind,
     SourceStatus,
 };
-use crate::util::quote_ident;
-use crate::wire::batch::{
-    write_commit_line, write_event_line, write_header_line, write_schema_line,
-};
-use crate::wire::snapshot::SnapshotWriter;
-use crate::wire::{
-    Column, Commit, Cursor, Event, Header, Operation, Row, Schema, SchemaChange, Sequence, Value,
-};
-use conn::{PgConn, SessionAttrs};
-use pgoutput::Relation;
-use replication::{IdentifySystem, ReplClient, ReplError, StartOptions};
-use std::collections::HashMap;
+use crate::wire::{Cursor, Sequence};
+use conn::PgConn;
+use replication::ReplError;
 use std::io::Write;
-use std::time::Duration;
-use tokio_postgres::Client;
-use types::{class_of, from_text, Class};
 
 /// Default slot and publication names.
 pub const DEFAULT_SLOT: &str = "mooncdc_main";
@@ -308,10 +290,11 @@ impl Source for PgSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use replication::StartOptions;
     use std::io::{Read, Write};
     use std::net::TcpListener;
     use std::sync::mpsc;
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     /// A source at 127.0.0.1:`port` with `connect_timeout=1` and `query`
     /// appended to the URL; the process environment is not read.

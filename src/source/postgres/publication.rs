@@ -3,8 +3,12 @@
 //! publishes and their replica identities, and what FULL identity cannot
 //! be set on without breaking the application's writes.
 
-use super::*;
+use super::catalog::table_schema;
+use crate::error::{Error, Result};
+use crate::pg::{pg_err, server_version};
 use crate::source::StatusField;
+use crate::util::quote_ident;
+use tokio_postgres::Client;
 
 /// What the publication publishes, for `status`: each table with its row
 /// filter and column list, and whether partitions are published through

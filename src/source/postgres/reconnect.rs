@@ -3,7 +3,14 @@
 //! publication's relations looked at again, and acknowledging what the
 //! target holds.
 
-use super::*;
+use super::admin::slot_info;
+use super::publication::{partition_not_full, publication_members, Member};
+use super::replication::{ReplClient, StartOptions};
+use super::{lsn_text, parse_lsn, repl_err, PgSource};
+use crate::error::{Error, Result};
+use crate::util::quote_ident;
+use crate::wire::Cursor;
+use tokio_postgres::Client;
 
 impl PgSource {
     /// The publication's relations again: a new partition or table holding

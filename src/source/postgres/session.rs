@@ -1,7 +1,12 @@
 //! Connecting: SQL sessions, replication sessions and streams, each
 //! phase bounded by `connect_timeout`, and snapshot-importing sessions.
 
-use super::*;
+use super::conn::{PgConn, SessionAttrs};
+use super::replication::{IdentifySystem, ReplClient, ReplError, StartOptions};
+use super::{repl_err, PgSource};
+use crate::error::Result;
+use crate::pg::{connect_client, first_suitable, pg_err, within_connect_timeout};
+use tokio_postgres::Client;
 
 /// Whether `conn` names one server to take as it is (no host to choose).
 fn one_server(conn: &PgConn) -> bool {

@@ -1,7 +1,20 @@
 //! Snapshots: an exported snapshot copied table by table in key order,
 //! whose cursor hands over exactly to `read`.
 
-use super::*;
+use super::admin::slot_info;
+use super::catalog::published_schema;
+use super::publication::{publication_detail, PubTable};
+use super::types::Class;
+use super::{io_out, lsn_text, parse_lsn, repl_err, sequence, table_arg, PgSource};
+use crate::error::{Error, Result};
+use crate::pg::{bin_of, pg_err, runtime, Bin, CopyRows};
+use crate::util::quote_ident;
+use crate::wire::snapshot::SnapshotWriter;
+use crate::wire::{Cursor, Schema};
+use std::collections::HashMap;
+use std::io::Write;
+use std::time::Duration;
+use tokio_postgres::Client;
 
 impl PgSource {
     /// Write a snapshot consistent with a cursor that hands over exactly to `read`.

@@ -1,8 +1,16 @@
 //! `status`: identity, slot positions, WAL retained and lag, what the
 //! publication publishes, each table's replica identity, backfills.
 
-use super::*;
+use super::admin::slot_info;
+use super::catalog::table_schema;
+use super::identity::{identity_field, root_identities};
+use super::publication::{publication_detail, publication_field};
+use super::{lsn_text, sequence, PgSource, WAL_END};
+use crate::error::{Error, Result};
+use crate::pg::{pg_err, runtime};
+use crate::source::SourceStatus;
 use crate::source::StatusField;
+use crate::wire::Cursor;
 
 impl PgSource {
     /// Identity, slot positions, WAL retained and lag.

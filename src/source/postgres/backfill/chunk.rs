@@ -1,7 +1,16 @@
 //! Writing a chunk: one short transaction of a follower under a SHARE lock
 //! on the table (docs/BACKFILL.md, "How it works (PostgreSQL)").
 
-use super::*;
+use super::super::split_table;
+use super::read::Backfills;
+use super::{appended_only, described, literal, shape, TableIs, PREFIX};
+use crate::error::{Error, Result};
+use crate::pg::pg_err;
+use crate::source::backfill::key_positions;
+use crate::util::quote_ident;
+use serde_json::json;
+use std::time::Duration;
+use tokio_postgres::Client;
 
 /// What one chunk write did.
 enum Wrote {

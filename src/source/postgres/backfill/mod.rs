@@ -20,9 +20,16 @@ mod request;
 
 pub(super) use read::{describe, Backfills};
 
-use super::*;
+use super::catalog::published_schema;
+use super::publication::publication_detail;
+use super::types::{from_text, Class};
+use crate::error::{Error, Result};
+use crate::pg::pg_err;
 use crate::source::backfill::key_positions;
+use crate::util::quote_ident;
+use crate::wire::{Schema, Value};
 use serde_json::json;
+use tokio_postgres::Client;
 
 pub(super) const PREFIX: &str = "mooncdc_backfill";
 

@@ -1,8 +1,18 @@
 //! Reading backfill messages from the stream: the state at a position, the
 //! events each message stands for, the filter, the notes of positions.
 
-use super::*;
+use super::super::batch_out::BatchOut;
+use super::super::catalog::Catalog;
+use super::super::types::{from_text, Class};
+use super::super::{lsn_text, parse_lsn, sequence};
+use super::{class_from_name, kept_columns, key_values, requests, TableIs};
+use crate::error::{Error, Result};
+use crate::pg::pg_err;
+use crate::source::backfill::key_positions;
 use crate::source::backfill::{key_of, Reached};
+use crate::wire::{Event, Operation, Row, Schema, SchemaChange, Sequence};
+use std::collections::HashMap;
+use tokio_postgres::Client;
 
 /// A table as a message describes it: its schema and value classes.
 pub(crate) type Described = (Schema, Vec<Class>);

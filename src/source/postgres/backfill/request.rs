@@ -1,6 +1,14 @@
 //! `capture backfill`: the requests, recorded in one transaction.
 
-use super::*;
+use super::super::catalog::table_schema;
+use super::super::publication::{identity_of, publication_detail, publication_tables};
+use super::super::{split_table, table_arg, PgSource};
+use super::{described, requests, shape, PREFIX, SETUP};
+use crate::error::{Error, Result};
+use crate::pg::{pg_err, runtime, server_version};
+use crate::util::quote_ident;
+use serde_json::json;
+use tokio_postgres::Client;
 
 impl PgSource {
     /// `capture backfill`: one transaction records each request (a row of
