@@ -723,3 +723,110 @@ fn a_large_message_costs_capture_at_most_twice_its_size() {
         peak - base
     );
 }
+
+/// A backfill request whose commit waits for a synchronous standby
+/// (`synchronous_commit = remote_apply`, the standby applying 3 s late):
+/// the follower decodes the request before the request is visible to its
+/// session, waits for it, and carries it out.
+#[test]
+fn a_request_decoded_before_it_is_visible_is_carried_out() {
+    let primary: &'static pg::Cluster = pg::private_cluster();
+    let db = primary.create_db("bf_sync");
+    let s = db.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text); INSERT INTO a VALUES (1, 'a')");
+    s.exec("CREATE TABLE b (id int PRIMARY KEY, v text)");
+    s.exec("INSERT INTO b SELECT g, 'b' || g FROM generate_series(1, 1000) g");
+    let _standby = primary.standby("bf_sync_sb", "recovery_min_apply_delay = '3s'");
+    primary.admin("ALTER SYSTEM SET synchronous_standby_names = '*'");
+    primary.admin("ALTER SYSTEM SET synchronous_commit = 'remote_apply'");
+    primary.admin("SELECT pg_reload_conf()");
+    let (url, slot) = (db.url(), "s_bf_sync");
+    pg::init_capture(&url, slot, &["public.a"]);
+    let dir = tempfile::tempdir().unwrap();
+    let target = format!("sqlite:{}", dir.path().join("proj.db").display());
+    let r = pg::snapshot_into(&url, slot, &target);
+    expect(&r, 0, "snapshot | apply");
+    let after = exec(APPLY, &["cursor", "--target", &target], None)
+        .stdout_str()
+        .trim()
+        .to_string();
+    let log = dir.path().join("capture.log");
+    let mut capture = Command::new(common::sqlite::bin(CAPTURE))
+        .args([
+            "--source", &url, "--slot", slot, "--follow", "--after", &after,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(std::fs::File::create(&log).unwrap()))
+        .spawn()
+        .expect("start capture --follow");
+    let mut apply = Command::new(common::sqlite::bin(APPLY))
+        .args(["--target", &target, "-q"])
+        .stdin(Stdio::from(capture.stdout.take().unwrap()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start apply");
+    let r = exec(
+        CAPTURE,
+        &[
+            "backfill", "--source", &url, "--slot", slot, "--table", "public.b",
+        ],
+        None,
+    );
+    expect(&r, 0, "capture backfill");
+    let status = || {
+        let r = exec(
+            CAPTURE,
+            &[
+                "status",
+                "--source",
+                &url,
+                "--slot",
+                slot,
+                "--output-format",
+                "json",
+            ],
+            None,
+        );
+        expect(&r, 0, "status");
+        serde_json::from_str::<serde_json::Value>(r.stdout_str().trim()).expect("status JSON")
+    };
+    let t0 = Instant::now();
+    while status()["backfills"][0]["state"] != "done" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "the backfill did not end: {}\n{}",
+            status()["backfills"],
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    // Everything through the backfill's end is in the target.
+    s.exec("INSERT INTO a VALUES (2, 'after')");
+    let end = s.insert_lsn();
+    common::sqlite::wait_for_every(60, 200, "the target to catch up", || {
+        let r = exec(APPLY, &["cursor", "--target", &target], None);
+        Cursor::parse_json(r.stdout_str().trim()).is_ok_and(|c| (c.sequence() >> 64) as u64 >= end)
+    });
+    for c in [&mut capture, &mut apply] {
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let _ = c.wait();
+    }
+    let r = exec(
+        AUDIT,
+        &["--source", &url, "--slot", slot, "--target", &target],
+        None,
+    );
+    expect(&r, 0, "audit");
+    assert!(r.stdout_str().contains("public.b"), "{}", r.stdout_str());
+    assert!(
+        r.stdout_str().trim_end().ends_with("equal"),
+        "{}",
+        r.stdout_str()
+    );
+    primary.admin("ALTER SYSTEM RESET synchronous_standby_names");
+    primary.admin("SELECT pg_reload_conf()");
+}

@@ -330,11 +330,10 @@ impl Backfills {
             .map_err(pg_err("cannot note where a backfill message is"))?;
         for s in std::mem::take(&mut self.seen) {
             let (sql, id, chunk) = match s {
-                Seen::Request(id) => (
-                    "UPDATE mooncdc.backfill SET requested_lsn = $1::text::pg_lsn WHERE id = $2 AND requested_lsn IS NULL AND $3::int4 = 0",
-                    id,
-                    0,
-                ),
+                Seen::Request(id) => {
+                    note_request(c, &at, id).await?;
+                    continue;
+                }
                 Seen::Chunk(id, n) => (
                     "UPDATE mooncdc.backfill_chunks SET lsn = $1::text::pg_lsn WHERE request = $2 AND chunk = $3 AND lsn IS NULL",
                     id,
@@ -354,6 +353,53 @@ impl Backfills {
             .await
             .map_err(pg_err("cannot note where a backfill message is"))?;
         Ok(())
+    }
+}
+
+/// How long a follower waits for a request it decoded to be visible to its
+/// own session.
+const REQUEST_VISIBLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Note where request `id`'s message is. The stream can carry a request
+/// before the request is visible to other sessions: its commit is in the
+/// WAL while it waits for a synchronous standby (`remote_apply`), or the
+/// session has not caught up yet. So a request not visible yet is waited
+/// for, not skipped (a request never noted is never carried out). One
+/// noted already (its transaction read again) is left as it is; one still
+/// not visible after the wait (cancelled meanwhile, or a standby that does
+/// not answer) is named in a warning with the way out.
+async fn note_request(c: &Client, at: &str, id: i64) -> Result<()> {
+    let deadline = std::time::Instant::now() + REQUEST_VISIBLE_WITHIN;
+    loop {
+        let noted = c
+            .execute(
+                "UPDATE mooncdc.backfill SET requested_lsn = $1::text::pg_lsn WHERE id = $2 AND requested_lsn IS NULL",
+                &[&at, &id],
+            )
+            .await
+            .map_err(pg_err("cannot note where a backfill message is (a backfill needs capture against the primary)"))?;
+        let visible = noted > 0
+            || c.query_opt("SELECT 1 FROM mooncdc.backfill WHERE id = $1", &[&id])
+                .await
+                .map_err(pg_err("cannot read a backfill request"))?
+                .is_some();
+        if visible {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            crate::log::warn(
+                &format!(
+                    "backfill request {id} is in the stream (LSN {at}) but not visible to this session after {} s \
+                     (cancelled meanwhile, or its commit still waits for a synchronous standby): it is not carried \
+                     out; see `mooncdc-capture status`, and request it again (backfill --table NAME, with --resync \
+                     for a table already in the target)",
+                    REQUEST_VISIBLE_WITHIN.as_secs()
+                ),
+                &[("event", "backfill-request-not-visible".into()), ("request", id.into())],
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 
