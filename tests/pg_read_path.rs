@@ -4,8 +4,13 @@
 //! a sequence with a transaction nor ends a batch past one it did not
 //! write; a read that does not follow writes every message below its end;
 //! a rolled-back savepoint leaves a streamed transaction's tables in the
-//! shape they had; a message over the line cap is refused at capture
-//! (docs/POSTGRES.md, "Logical messages" and "Large transactions").
+//! shape they had; a message over the line cap is refused at capture, and a
+//! large one costs capture at most twice its size; each host of a
+//! multi-host URL has its own connect timeout; a standby that cannot follow
+//! its new primary stops the follower; a backfill request decoded before it
+//! is visible is carried out (docs/POSTGRES.md, "Logical messages", "Large
+//! transactions", "Multi-host URLs", "Capture from a standby";
+//! docs/BACKFILL.md §4).
 
 mod common;
 
