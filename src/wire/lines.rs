@@ -280,8 +280,8 @@ pub fn write_json_open(out: &mut Vec<u8>, h: &Header, end: &Cursor) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use proptest::prelude::*;
+    use super::{message_line_len, write_message_line, write_message_line_to, LogicalMessage};
+    use proptest::prelude::{any, prop, prop_assert_eq, proptest};
 
     fn message(content: Vec<u8>, transactional: bool, prefix: String) -> LogicalMessage {
         LogicalMessage::new((7u128 << 64) | 3, prefix, content, transactional)

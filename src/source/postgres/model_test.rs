@@ -232,294 +232,8 @@ fn wal(txns: Vec<Txn>, loose: &[u16], dice: &mut Dice) -> Wal {
     }
 }
 
-// ---------------------------------------------------------------- the server
-
-fn put_u32(m: &mut Vec<u8>, v: u32) {
-    m.extend(v.to_be_bytes());
-}
-fn put_u64(m: &mut Vec<u8>, v: u64) {
-    m.extend(v.to_be_bytes());
-}
-
-/// A message's tag, and the (sub)transaction inside a stream block.
-fn head(tag: u8, in_block: Option<u32>) -> Vec<u8> {
-    let mut m = vec![tag];
-    if let Some(x) = in_block {
-        put_u32(&mut m, x);
-    }
-    m
-}
-
-fn columns(shape: usize) -> Vec<String> {
-    let mut c = vec!["id".to_string(), "v".to_string()];
-    c.extend((1..=shape).map(|n| format!("c{n}")));
-    c
-}
-
-fn relation(in_block: Option<u32>, shape: usize) -> Vec<u8> {
-    let mut m = head(b'R', in_block);
-    put_u32(&mut m, RELID);
-    m.extend(b"public\0t\0");
-    m.push(b'd');
-    m.extend((2 + shape as u16).to_be_bytes());
-    for (i, c) in columns(shape).iter().enumerate() {
-        m.push((i == 0) as u8);
-        m.extend(c.as_bytes());
-        m.push(0);
-        put_u32(&mut m, if i == 0 { 20 } else { 25 });
-        m.extend((-1i32).to_be_bytes());
-    }
-    m
-}
-
-/// The row of `id` with `shape` added columns, as the model has it: the
-/// value of `v` says which change wrote it.
-fn row(id: i64, version: u64, shape: usize) -> Vec<Option<String>> {
-    let mut r = vec![Some(id.to_string()), Some(format!("v{version}"))];
-    r.extend((1..=shape).map(|n| (n % 2 == 0).then(|| format!("{id}.{n}"))));
-    r
-}
-
-fn tuple(m: &mut Vec<u8>, cells: &[Option<String>]) {
-    m.extend((cells.len() as u16).to_be_bytes());
-    for c in cells {
-        match c {
-            None => m.push(b'n'),
-            Some(s) => {
-                m.push(b't');
-                put_u32(m, s.len() as u32);
-                m.extend(s.as_bytes());
-            }
-        }
-    }
-}
-
-/// What the server sends for one change (after a Relation when due).
-fn change(in_block: Option<u32>, op: &Op, version: u64, shape: usize, msg_end: u64) -> Vec<u8> {
-    match op {
-        Op::Insert(id) | Op::Update(id) => {
-            let tag = if matches!(op, Op::Insert(_)) {
-                b'I'
-            } else {
-                b'U'
-            };
-            let mut m = head(tag, in_block);
-            put_u32(&mut m, RELID);
-            m.push(b'N');
-            tuple(&mut m, &row(*id, version, shape));
-            m
-        }
-        Op::Delete(id) => {
-            let mut m = head(b'D', in_block);
-            put_u32(&mut m, RELID);
-            m.push(b'K');
-            let mut key = vec![Some(id.to_string())];
-            key.extend(std::iter::repeat_n(None, 1 + shape));
-            tuple(&mut m, &key);
-            m
-        }
-        Op::Note(n) => message(in_block, true, msg_end, *n),
-        Op::AddColumn => unreachable!("DDL sends no message of its own"),
-    }
-}
-
-fn message(in_block: Option<u32>, transactional: bool, lsn: u64, n: u16) -> Vec<u8> {
-    let mut m = head(b'M', in_block);
-    m.push(transactional as u8);
-    put_u64(&mut m, lsn);
-    m.extend(PREFIX.as_bytes());
-    m.push(0);
-    let content = format!("note {n}");
-    put_u32(&mut m, content.len() as u32);
-    m.extend(content.as_bytes());
-    m
-}
-
-/// What reaches the reader.
-#[derive(Debug, Clone)]
-enum Sent {
-    Data(Vec<u8>),
-    KeepAlive(u64),
-}
-
-/// A change waiting in the server for its transaction: the message(s).
-struct Pending {
-    sub: u32,
-    op: Op,
-    shape: usize,
-    end: u64,
-    version: u64,
-}
-
-/// What a walsender sends from `start` with `streaming` or protocol 1.
-fn server(w: &Wal, start: u64, streaming: bool, dice: &mut Dice) -> Vec<Sent> {
-    let mut out = Vec::new();
-    let mut pending: HashMap<usize, Vec<Pending>> = HashMap::new();
-    // Streamed so far, per transaction: subtransactions that have
-    // messages out, and the shape last described in the transaction.
-    let mut streamed: HashMap<usize, (Vec<u32>, Option<usize>)> = HashMap::new();
-    let mut session_shape: Option<usize> = None;
-    let mut version = 0u64;
-    // Transactions that changed the catalog (rolled back or not): the
-    // server runs their invalidations at the end of each block, and
-    // describes their tables again in the next.
-    let mut changed_catalog: Vec<usize> = Vec::new();
-    for (rs, re, rec) in &w.recs {
-        let (rs, re) = (*rs, *re);
-        match rec {
-            Rec::Change {
-                txn,
-                sub,
-                op,
-                shape,
-            } => {
-                version += 1;
-                if matches!(op, Op::AddColumn) {
-                    changed_catalog.push(*txn);
-                } else {
-                    pending.entry(*txn).or_default().push(Pending {
-                        sub: *sub,
-                        op: op.clone(),
-                        shape: *shape,
-                        end: re,
-                        version,
-                    });
-                }
-                let stream_now =
-                    streaming && w.txns[*txn].streamed && rs >= start && dice.chance(50);
-                if stream_now {
-                    block(&mut out, *txn, &mut pending, &mut streamed);
-                    forget_if_changed(&mut streamed, &changed_catalog, *txn);
-                }
-            }
-            Rec::SubAbort { txn, sub } => {
-                if let Some(p) = pending.get_mut(txn) {
-                    p.retain(|c| c.sub != *sub);
-                }
-                if let Some((subs, _)) = streamed.get_mut(txn) {
-                    if subs.contains(sub) {
-                        let mut m = head(b'A', None);
-                        put_u32(&mut m, xid(*txn));
-                        put_u32(&mut m, *sub);
-                        out.push(Sent::Data(m));
-                        subs.retain(|s| s != sub);
-                    }
-                }
-            }
-            Rec::Abort(txn) => {
-                pending.remove(txn);
-                if streamed.remove(txn).is_some() {
-                    let mut m = head(b'A', None);
-                    put_u32(&mut m, xid(*txn));
-                    put_u32(&mut m, xid(*txn));
-                    out.push(Sent::Data(m));
-                }
-            }
-            Rec::Commit(txn) => {
-                if rs < start {
-                    pending.remove(txn);
-                    streamed.remove(txn);
-                    continue;
-                }
-                if streamed.contains_key(txn) {
-                    if pending.get(txn).is_some_and(|p| !p.is_empty()) {
-                        block(&mut out, *txn, &mut pending, &mut streamed);
-                    }
-                    streamed.remove(txn);
-                    let mut m = head(b'c', None);
-                    put_u32(&mut m, xid(*txn));
-                    m.push(0);
-                    put_u64(&mut m, rs);
-                    put_u64(&mut m, re);
-                    put_u64(&mut m, 0);
-                    out.push(Sent::Data(m));
-                } else {
-                    let mut m = head(b'B', None);
-                    put_u64(&mut m, rs);
-                    put_u64(&mut m, 0);
-                    put_u32(&mut m, xid(*txn));
-                    out.push(Sent::Data(m));
-                    for c in pending.remove(txn).unwrap_or_default() {
-                        if !matches!(c.op, Op::Note(_)) && session_shape != Some(c.shape) {
-                            out.push(Sent::Data(relation(None, c.shape)));
-                            session_shape = Some(c.shape);
-                        }
-                        out.push(Sent::Data(change(None, &c.op, c.version, c.shape, c.end)));
-                    }
-                    let mut m = head(b'C', None);
-                    m.push(0);
-                    put_u64(&mut m, rs);
-                    put_u64(&mut m, re);
-                    put_u64(&mut m, 0);
-                    out.push(Sent::Data(m));
-                }
-            }
-            Rec::Loose(n) => {
-                if rs >= start {
-                    out.push(Sent::Data(message(None, false, re, *n)));
-                }
-            }
-        }
-        if rs >= start && dice.chance(25) {
-            out.push(Sent::KeepAlive(re));
-        }
-    }
-    out.push(Sent::KeepAlive(w.end));
-    out
-}
-
-/// After a block of a transaction that changed the catalog, its tables are
-/// described again before their next change.
-fn forget_if_changed(
-    streamed: &mut HashMap<usize, (Vec<u32>, Option<usize>)>,
-    changed_catalog: &[usize],
-    txn: usize,
-) {
-    if changed_catalog.contains(&txn) {
-        if let Some((_, described)) = streamed.get_mut(&txn) {
-            *described = None;
-        }
-    }
-}
-
-/// A stream block of transaction `txn`: every change of it not sent yet.
-fn block(
-    out: &mut Vec<Sent>,
-    txn: usize,
-    pending: &mut HashMap<usize, Vec<Pending>>,
-    streamed: &mut HashMap<usize, (Vec<u32>, Option<usize>)>,
-) {
-    let changes = pending.remove(&txn).unwrap_or_default();
-    let first = !streamed.contains_key(&txn);
-    let (subs, described) = streamed.entry(txn).or_default();
-    let mut m = head(b'S', None);
-    put_u32(&mut m, xid(txn));
-    m.push(first as u8);
-    out.push(Sent::Data(m));
-    for c in changes {
-        // A transactional message goes under the top transaction's id.
-        let tagged = if matches!(c.op, Op::Note(_)) || c.sub == 0 {
-            xid(txn)
-        } else {
-            c.sub
-        };
-        if c.sub != 0 && !subs.contains(&c.sub) {
-            subs.push(c.sub);
-        }
-        if !matches!(c.op, Op::Note(_)) && *described != Some(c.shape) {
-            out.push(Sent::Data(relation(Some(tagged), c.shape)));
-            *described = Some(c.shape);
-        }
-        out.push(Sent::Data(change(
-            Some(tagged),
-            &c.op,
-            c.version,
-            c.shape,
-            c.end,
-        )));
-    }
-    out.push(Sent::Data(vec![b'E']));
-}
+mod server;
+use server::{columns, row, server, Sent};
 
 // ---------------------------------------------------------------- the model
 
@@ -886,36 +600,26 @@ fn follow(w: &Wal, streaming: bool, dice: &mut Dice) {
     assert_eq!(got, expected(w), "a follower across reconnects");
 }
 
-fn op() -> impl Strategy<Value = Op> {
+/// One change; `ddl` weighs `ADD COLUMN` (likelier inside a savepoint,
+/// whose rollback is what the read path must not carry).
+fn op(ddl: u32) -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (1i64..6).prop_map(Op::Insert),
         3 => (1i64..6).prop_map(Op::Update),
         2 => (1i64..6).prop_map(Op::Delete),
         2 => (0u16..100).prop_map(Op::Note),
-        1 => Just(Op::AddColumn),
-    ]
-}
-
-/// Inside a savepoint, DDL is likelier: its rollback is what the read
-/// path must not carry.
-fn savepoint_op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        3 => (1i64..6).prop_map(Op::Insert),
-        2 => (1i64..6).prop_map(Op::Update),
-        1 => (1i64..6).prop_map(Op::Delete),
-        2 => (0u16..100).prop_map(Op::Note),
-        3 => Just(Op::AddColumn),
+        ddl => Just(Op::AddColumn),
     ]
 }
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        3 => op().prop_map(Step::Op),
+        3 => op(1).prop_map(Step::Op),
         // A savepoint opens with a row change: PostgreSQL sends a streamed
         // transaction's messages under the top transaction's id, so one
         // before the savepoint's first change cannot be cut with it
         // (docs/POSTGRES.md, "Logical messages").
-        2 => ((1i64..6), prop::collection::vec(savepoint_op(), 0..5), any::<bool>())
+        2 => ((1i64..6), prop::collection::vec(op(3), 0..5), any::<bool>())
             .prop_map(|(id, mut ops, back)| {
                 ops.insert(0, Op::Insert(id));
                 Step::Savepoint(ops, back)
