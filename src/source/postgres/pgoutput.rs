@@ -144,10 +144,7 @@ pub fn decode_owned(mut buf: Vec<u8>) -> Result<Message, DecodeError> {
         return decode(&buf);
     }
     let mut r = Reader { buf: &buf, pos: 1 };
-    let flags = r.u8("Message flags")?;
-    let lsn = r.u64("Message LSN")?;
-    let prefix = r.string("Message prefix")?;
-    let len = r.u32("Message length")? as usize;
+    let (flags, lsn, prefix, len) = r.message_head()?;
     let start = r.pos;
     r.take(len, "Message content")?;
     if r.pos != buf.len() {
@@ -275,6 +272,118 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The messages with a body of their own, each read whole.
+impl Reader<'_> {
+    /// A Relation: the table and its columns.
+    fn relation(&mut self) -> Result<Relation, DecodeError> {
+        let oid = self.u32("Relation id")?;
+        let namespace = self.string("Relation namespace")?;
+        let name = self.string("Relation name")?;
+        let replica_identity = self.u8("Relation replica identity")?;
+        let n = self.u16("Relation column count")? as usize;
+        if n > MAX_COLUMNS {
+            return Err(DecodeError(format!(
+                "Relation has {n} columns, more than PostgreSQL allows"
+            )));
+        }
+        let mut columns = Vec::with_capacity(n);
+        for _ in 0..n {
+            let flags = self.u8("Relation column flags")?;
+            columns.push(RelColumn {
+                key: flags & 1 == 1,
+                name: self.string("Relation column name")?,
+                type_oid: self.u32("Relation column type")?,
+                type_modifier: self.u32("Relation column type modifier")? as i32,
+            });
+        }
+        Ok(Relation {
+            oid,
+            namespace,
+            name,
+            replica_identity,
+            columns,
+        })
+    }
+
+    fn insert(&mut self) -> Result<Message, DecodeError> {
+        let relation = self.u32("Insert relation id")?;
+        match self.u8("Insert tuple marker")? {
+            b'N' => Ok(Message::Insert {
+                relation,
+                new: self.tuple()?,
+            }),
+            other => Err(DecodeError(format!(
+                "Insert expects 'N', got 0x{other:02x}"
+            ))),
+        }
+    }
+
+    /// An Update: the old row or key if sent ('O' or 'K'), then the new.
+    fn update(&mut self) -> Result<Message, DecodeError> {
+        let relation = self.u32("Update relation id")?;
+        let mut marker = self.u8("Update tuple marker")?;
+        let old = if marker == b'K' || marker == b'O' {
+            let kind = marker;
+            let t = self.tuple()?;
+            marker = self.u8("Update new tuple marker")?;
+            Some((kind, t))
+        } else {
+            None
+        };
+        if marker != b'N' {
+            return Err(DecodeError(format!(
+                "Update expects 'N', got 0x{marker:02x}"
+            )));
+        }
+        Ok(Message::Update {
+            relation,
+            old,
+            new: self.tuple()?,
+        })
+    }
+
+    fn delete(&mut self) -> Result<Message, DecodeError> {
+        let relation = self.u32("Delete relation id")?;
+        let kind = self.u8("Delete tuple marker")?;
+        if kind != b'K' && kind != b'O' {
+            return Err(DecodeError(format!(
+                "Delete expects 'K' or 'O', got 0x{kind:02x}"
+            )));
+        }
+        Ok(Message::Delete {
+            relation,
+            old: (kind, self.tuple()?),
+        })
+    }
+
+    fn truncate(&mut self) -> Result<Message, DecodeError> {
+        let n = self.u32("Truncate relation count")? as usize;
+        let options = self.u8("Truncate options")?;
+        if n > self.buf.len() / 4 {
+            return Err(DecodeError(format!(
+                "Truncate claims {n} relations in {} bytes",
+                self.buf.len()
+            )));
+        }
+        let mut relations = Vec::with_capacity(n);
+        for _ in 0..n {
+            relations.push(self.u32("Truncate relation id")?);
+        }
+        Ok(Message::Truncate { options, relations })
+    }
+
+    /// A logical message up to its content: flags, LSN, prefix, and the
+    /// content's length.
+    fn message_head(&mut self) -> Result<(u8, u64, String, usize), DecodeError> {
+        Ok((
+            self.u8("Message flags")?,
+            self.u64("Message LSN")?,
+            self.string("Message prefix")?,
+            self.u32("Message length")? as usize,
+        ))
+    }
+}
+
 /// Decode one message.
 pub fn decode(buf: &[u8]) -> Result<Message, DecodeError> {
     let mut r = Reader { buf, pos: 0 };
@@ -295,110 +404,18 @@ pub fn decode(buf: &[u8]) -> Result<Message, DecodeError> {
             lsn: r.u64("Origin LSN")?,
             name: r.string("Origin name")?,
         },
-        b'R' => {
-            let oid = r.u32("Relation id")?;
-            let namespace = r.string("Relation namespace")?;
-            let name = r.string("Relation name")?;
-            let replica_identity = r.u8("Relation replica identity")?;
-            let n = r.u16("Relation column count")? as usize;
-            if n > MAX_COLUMNS {
-                return Err(DecodeError(format!(
-                    "Relation has {n} columns, more than PostgreSQL allows"
-                )));
-            }
-            let mut columns = Vec::with_capacity(n);
-            for _ in 0..n {
-                let flags = r.u8("Relation column flags")?;
-                columns.push(RelColumn {
-                    key: flags & 1 == 1,
-                    name: r.string("Relation column name")?,
-                    type_oid: r.u32("Relation column type")?,
-                    type_modifier: r.u32("Relation column type modifier")? as i32,
-                });
-            }
-            Message::Relation(Relation {
-                oid,
-                namespace,
-                name,
-                replica_identity,
-                columns,
-            })
-        }
+        b'R' => Message::Relation(r.relation()?),
         b'Y' => Message::Type {
             oid: r.u32("Type id")?,
             namespace: r.string("Type namespace")?,
             name: r.string("Type name")?,
         },
-        b'I' => {
-            let relation = r.u32("Insert relation id")?;
-            match r.u8("Insert tuple marker")? {
-                b'N' => {}
-                other => {
-                    return Err(DecodeError(format!(
-                        "Insert expects 'N', got 0x{other:02x}"
-                    )))
-                }
-            }
-            Message::Insert {
-                relation,
-                new: r.tuple()?,
-            }
-        }
-        b'U' => {
-            let relation = r.u32("Update relation id")?;
-            let mut marker = r.u8("Update tuple marker")?;
-            let old = if marker == b'K' || marker == b'O' {
-                let kind = marker;
-                let t = r.tuple()?;
-                marker = r.u8("Update new tuple marker")?;
-                Some((kind, t))
-            } else {
-                None
-            };
-            if marker != b'N' {
-                return Err(DecodeError(format!(
-                    "Update expects 'N', got 0x{marker:02x}"
-                )));
-            }
-            Message::Update {
-                relation,
-                old,
-                new: r.tuple()?,
-            }
-        }
-        b'D' => {
-            let relation = r.u32("Delete relation id")?;
-            let kind = r.u8("Delete tuple marker")?;
-            if kind != b'K' && kind != b'O' {
-                return Err(DecodeError(format!(
-                    "Delete expects 'K' or 'O', got 0x{kind:02x}"
-                )));
-            }
-            Message::Delete {
-                relation,
-                old: (kind, r.tuple()?),
-            }
-        }
-        b'T' => {
-            let n = r.u32("Truncate relation count")? as usize;
-            let options = r.u8("Truncate options")?;
-            if n > buf.len() / 4 {
-                return Err(DecodeError(format!(
-                    "Truncate claims {n} relations in {} bytes",
-                    buf.len()
-                )));
-            }
-            let mut relations = Vec::with_capacity(n);
-            for _ in 0..n {
-                relations.push(r.u32("Truncate relation id")?);
-            }
-            Message::Truncate { options, relations }
-        }
+        b'I' => r.insert()?,
+        b'U' => r.update()?,
+        b'D' => r.delete()?,
+        b'T' => r.truncate()?,
         b'M' => {
-            let flags = r.u8("Message flags")?;
-            let lsn = r.u64("Message LSN")?;
-            let prefix = r.string("Message prefix")?;
-            let len = r.u32("Message length")? as usize;
+            let (flags, lsn, prefix, len) = r.message_head()?;
             let content = r.take(len, "Message content")?.to_vec();
             Message::Message {
                 flags,
