@@ -11,6 +11,7 @@ use crate::pg::{pg_err, runtime};
 use crate::source::SourceStatus;
 use crate::source::StatusField;
 use crate::wire::Cursor;
+use tokio_postgres::Client;
 
 impl PgSource {
     /// Identity, slot positions, WAL retained and lag.
@@ -66,29 +67,7 @@ impl PgSource {
                 publication_field(&self.publication, via_root, &published, &all_columns);
             let idents = root_identities(&c, &published).await?;
             let replica_identity = identity_field(&idents);
-            let backfills: Vec<crate::source::backfill::RequestStatus> =
-                super::backfill::requests(&c)
-                    .await?
-                    .into_iter()
-                    .map(|r| crate::source::backfill::RequestStatus {
-                        id: r.id,
-                        state: if r.failed.is_some() {
-                            "failed"
-                        } else if r.done {
-                            "done"
-                        } else if r.chunks > 0 {
-                            "in progress"
-                        } else {
-                            "requested"
-                        },
-                        table: r.table,
-                        resync: r.resync,
-                        rows: r.rows.max(0) as u64,
-                        estimate: r.estimate.max(0) as u64,
-                        requested_at: r.requested_lsn,
-                        done_at: r.done_lsn,
-                    })
-                    .collect();
+            let backfills = backfill_statuses(&c).await?;
             let standby: bool = c
                 .query_one("SELECT pg_is_in_recovery()", &[])
                 .await
@@ -143,4 +122,30 @@ impl PgSource {
             })
         })
     }
+}
+
+/// Each backfill request as `status` shows it.
+async fn backfill_statuses(c: &Client) -> Result<Vec<crate::source::backfill::RequestStatus>> {
+    Ok(super::backfill::requests(c)
+        .await?
+        .into_iter()
+        .map(|r| crate::source::backfill::RequestStatus {
+            id: r.id,
+            state: if r.failed.is_some() {
+                "failed"
+            } else if r.done {
+                "done"
+            } else if r.chunks > 0 {
+                "in progress"
+            } else {
+                "requested"
+            },
+            table: r.table,
+            resync: r.resync,
+            rows: r.rows.max(0) as u64,
+            estimate: r.estimate.max(0) as u64,
+            requested_at: r.requested_lsn,
+            done_at: r.done_lsn,
+        })
+        .collect())
 }
