@@ -107,6 +107,17 @@ impl PgSource {
                 "the server is now source {now:?}, not {id:?} (restored from a backup, or another server): take a new snapshot"
             )));
         }
+        // The slot first: after a failover to a server without it, that is
+        // what to fix (a fork past the read is then beside the point).
+        let c = self.client("read").await?;
+        let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
+            Error::state(format!(
+                "slot {:?} is not on this server: after a failover, only a slot made with `mooncdc-capture init --failover` \
+                 (PostgreSQL 17+, with a standby that synchronizes slots) is on the new primary. Take a new snapshot into a new \
+                 target (docs/OPERATIONS.md, \"Starting over\"), and make the slot with init --failover to survive the next one",
+                self.slot
+            ))
+        })?;
         if now_timeline != timeline {
             // A promotion (a failover) or a point-in-time recovery: the new
             // timeline's history says where the old one ended; what was
@@ -130,15 +141,6 @@ impl PgSource {
                 &[("event", "timeline-changed".into())],
             );
         }
-        let c = self.client("read").await?;
-        let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
-            Error::state(format!(
-                "slot {:?} is not on this server: after a failover, only a slot made with `mooncdc-capture init --failover` \
-                 (PostgreSQL 17+, with a standby that synchronizes slots) is on the new primary. Take a new snapshot into a new \
-                 target (docs/OPERATIONS.md, \"Starting over\"), and make the slot with init --failover to survive the next one",
-                self.slot
-            ))
-        })?;
         if slot.lost {
             return Err(slot.invalidated(&self.slot));
         }
