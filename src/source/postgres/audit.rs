@@ -2,7 +2,7 @@
 //! REPEATABLE READ transaction.
 
 use super::catalog::published_schema;
-use super::publication::publication_detail;
+use super::publication::{publication_detail, refuse_hidden_rows};
 use super::snapshot::{copy_table, ReadAs};
 use super::types::Class;
 use super::{parse_lsn, sequence, table_arg, PgSource, WAL_END};
@@ -52,6 +52,8 @@ impl AuditSource {
                 }
                 published = want;
             }
+            let names: Vec<&str> = published.iter().map(|p| p.name.as_str()).collect();
+            refuse_hidden_rows(&c, &names, "an audit").await?;
             // Each table as the publication publishes it: its own rows
             // (not an inheritance child's), its row filter's rows and its
             // column list's columns.

@@ -315,3 +315,31 @@ pub async fn publication_detail(c: &Client, publication: &str) -> Result<Vec<Pub
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
 }
+
+/// Refuse to copy a table whose row-level security hides rows from this
+/// session's role (no BYPASSRLS, not its owner, or FORCE ROW LEVEL
+/// SECURITY): a copy, a chunk or an audit would see part of it and call it
+/// whole. `what` names the copy ("a snapshot", …).
+pub(super) async fn refuse_hidden_rows(c: &Client, tables: &[&str], what: &str) -> Result<()> {
+    for name in tables {
+        let (s, t) = super::split_table(name)?;
+        let row = c
+            .query_one(
+                "SELECT row_security_active(format('%I.%I', $1::text, $2::text)::regclass), current_user::text",
+                &[&s, &t],
+            )
+            .await
+            .map_err(pg_err("cannot ask whether row-level security applies"))?;
+        let (active, role): (bool, String) = (row.get(0), row.get(1));
+        if active {
+            return Err(Error::state(format!(
+                "table {name:?} has row-level security that applies to role {role:?}: {what} would see only the rows its \
+                 policies show and call that the whole table. Run it as a role that bypasses them (ALTER ROLE {} BYPASSRLS, \
+                 or the table's owner when the table is not FORCE ROW LEVEL SECURITY), or leave the table out \
+                 (docs/POSTGRES.md, \"Rights\")",
+                quote_ident(&role)
+            )));
+        }
+    }
+    Ok(())
+}

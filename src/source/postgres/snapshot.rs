@@ -3,7 +3,7 @@
 
 use super::admin::slot_info;
 use super::catalog::published_schema;
-use super::publication::{publication_detail, PubTable};
+use super::publication::{publication_detail, refuse_hidden_rows, PubTable};
 use super::types::Class;
 use super::{io_out, lsn_text, parse_lsn, repl_err, sequence, table_arg, PgSource};
 use crate::error::{Error, Result};
@@ -59,6 +59,8 @@ impl PgSource {
                 }
                 v
             };
+            let names: Vec<&str> = chosen.iter().map(|p| p.name.as_str()).collect();
+            refuse_hidden_rows(&c, &names, "a snapshot").await?;
             // A table being backfilled, or whose backfill's end no reader
             // has noted yet: the stream after the snapshot would leave out
             // changes its chunks have not reached, which the snapshot holds.

@@ -1,6 +1,8 @@
 //! Writing a chunk: one short transaction of a follower under a SHARE lock
-//! on the table (docs/BACKFILL.md, "How it works (PostgreSQL)").
+//! on the table, taken only when no other session holds a lock that
+//! conflicts with it (docs/BACKFILL.md, "How it works (PostgreSQL)").
 
+use super::super::publication::refuse_hidden_rows;
 use super::super::split_table;
 use super::read::Backfills;
 use super::{appended_only, described, literal, shape, TableIs, PREFIX};
@@ -16,8 +18,14 @@ use tokio_postgres::Client;
 enum Wrote {
     /// No request is waiting.
     Nothing,
-    /// The table is locked by a writer now; try again later.
-    Busy,
+    /// Another session holds a lock on the table that conflicts with the
+    /// chunk's (an open write, CREATE INDEX CONCURRENTLY, VACUUM); try again
+    /// later.
+    Busy(String),
+    /// The follower's role may not lock the table (the chunk's SHARE lock
+    /// needs UPDATE, DELETE, TRUNCATE or, on 17+, MAINTAIN); the other
+    /// tables keep streaming, and the chunk is tried again now and then.
+    Denied(String),
     /// A chunk (or, with no row left, the end) of a request.
     Chunk {
         request: i64,
@@ -33,8 +41,13 @@ enum Wrote {
 /// Write the next chunk of the oldest request not done: one transaction
 /// that locks the table against writers, reads the rows after the last key
 /// in key order, and writes them as a message.
+///
+/// READ COMMITTED whatever the server's default: each statement then sees
+/// what committed before it, so the rows read after the lock is granted
+/// include every write that ended before it (under REPEATABLE READ the
+/// snapshot would be the first statement's, taken before the lock).
 async fn write_chunk(c: &Client, publication: &str, max_rows: u64) -> Result<Wrote> {
-    c.batch_execute("BEGIN")
+    c.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
         .await
         .map_err(pg_err("cannot begin a transaction"))?;
     let wrote = chunk_in(c, publication, max_rows).await;
@@ -65,7 +78,7 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
         .await
     {
         Ok(r) => r,
-        Err(e) if busy(&e) => return Ok(Wrote::Busy),
+        Err(e) if busy(&e) => return Ok(Wrote::Busy("another follower is writing a chunk".into())),
         Err(e) => return Err(pg_err("cannot read backfill requests")(e)),
     };
     let Some(row) = row else {
@@ -81,11 +94,18 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
     );
     let before: Option<String> = row.get(6);
     // The lock first, then the table's shape: a schema change cannot come
-    // between what the chunk reads and the columns it names.
+    // between what the chunk reads and the columns it names. A lock
+    // request that waits queues every later writer of the table behind it,
+    // so it waits at most LOCK_WAIT: enough for the writes in flight on a
+    // busy table to end (a request that never waited would never be
+    // granted there), never long enough to hold the application up.
     let (sch, tbl) = split_table(&table)?;
-    tx.batch_execute("SAVEPOINT bf_lock")
-        .await
-        .map_err(pg_err("cannot set up a backfill chunk"))?;
+    tx.batch_execute(&format!(
+        "SAVEPOINT bf_lock; SET LOCAL lock_timeout = '{}ms'",
+        LOCK_WAIT.as_millis()
+    ))
+    .await
+    .map_err(pg_err("cannot set up a backfill chunk"))?;
     let gone = match tx
         .batch_execute(&format!(
             "LOCK TABLE ONLY {}.{} IN SHARE MODE",
@@ -95,7 +115,10 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
         .await
     {
         Ok(()) => None,
-        Err(e) if busy(&e) => return Ok(Wrote::Busy),
+        Err(e) if busy(&e) => return Ok(Wrote::Busy(table)),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
+            return Ok(Wrote::Denied(table))
+        }
         Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE) => {
             tx.batch_execute("ROLLBACK TO SAVEPOINT bf_lock")
                 .await
@@ -108,6 +131,15 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
     // longer published, dropped, given a row filter) or whose columns
     // changed other than by columns added at the end ends the backfill
     // here, its table held at the rows it reached (docs/BACKFILL.md).
+    // Row-level security that applies to the follower's role (the request
+    // may have been made by another) would make the chunk a part of the rows.
+    let gone = match gone {
+        None => refuse_hidden_rows(tx, &[table.as_str()], "a backfill chunk")
+            .await
+            .err()
+            .map(|e| e.full_message()),
+        some => some,
+    };
     let (sh, why) = match gone {
         Some(why) => (None, Some(why)),
         None => match shape(tx, publication, &table).await {
@@ -205,8 +237,8 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
         })
         .to_string();
         tx.execute(
-            "SELECT pg_logical_emit_message(true, $1, $2)",
-            &[&PREFIX, &content],
+            "SELECT pg_logical_emit_message(true, $1, $2::bytea)",
+            &[&PREFIX, &content.as_bytes()],
         )
         .await
         .map_err(pg_err("cannot write a backfill chunk"))?;
@@ -243,8 +275,8 @@ async fn end(tx: &Client, id: i64, table: &str, failed: Option<&str>) -> Result<
     }
     .to_string();
     tx.execute(
-        "SELECT pg_logical_emit_message(true, $1, $2)",
-        &[&PREFIX, &content],
+        "SELECT pg_logical_emit_message(true, $1, $2::bytea)",
+        &[&PREFIX, &content.as_bytes()],
     )
     .await
     .map_err(pg_err("cannot write the end of a backfill"))?;
@@ -257,11 +289,20 @@ async fn end(tx: &Client, id: i64, table: &str, failed: Option<&str>) -> Result<
     Ok(())
 }
 
+/// How long a chunk's lock request waits (and so the longest the table's
+/// writers queue behind it).
+const LOCK_WAIT: Duration = Duration::from_millis(50);
+
+/// How long a busy table waits before the next try: 50 ms, doubling to 1 s.
+fn busy_delay(tries: u32) -> Duration {
+    Duration::from_millis(50 << tries.min(5)).min(Duration::from_secs(1))
+}
+
 impl Backfills {
     /// Write the next chunk when a request may be waiting, none of this
-    /// follower's chunks is in flight, and no wait for the table's lock is
-    /// running (a busy table is tried again a second later, and said every
-    /// 30 seconds).
+    /// follower's chunks is in flight, and the last busy try is far enough
+    /// behind (a busy table is tried again after 50 ms, then less often,
+    /// at most a second apart, and said every 30 seconds).
     pub(crate) async fn write_next(
         &mut self,
         c: &Client,
@@ -275,18 +316,46 @@ impl Backfills {
         self.retry_at = None;
         match write_chunk(c, publication, rows).await? {
             Wrote::Nothing => self.work = false,
-            Wrote::Busy => {
-                self.retry_at = Some(now + Duration::from_secs(1));
+            Wrote::Busy(table) => {
+                // From the end of the try: a try never follows one at once.
+                self.retry_at = Some(std::time::Instant::now() + busy_delay(self.busy_tries));
+                self.busy_tries += 1;
                 if self
                     .busy_said
                     .is_none_or(|t| t.elapsed() >= Duration::from_secs(30))
                 {
                     self.busy_said = Some(now);
                     crate::log::warn(
-                        "a backfill chunk waits for its table's lock: a transaction that wrote the table is still open (or prepared); trying again each second",
-                        &[("event", "backfill-waits".into())],
+                        &format!(
+                            "a backfill chunk of table {table:?} waits: another session holds a lock on it that conflicts with the chunk's \
+                             SHARE lock (a write in a transaction not yet ended or prepared, CREATE INDEX CONCURRENTLY, VACUUM, ANALYZE); \
+                             each try queues the table's writers for at most {} ms, then gives up and tries again later \
+                             (pg_locks shows who holds the table)",
+                            LOCK_WAIT.as_millis()
+                        ),
+                        &[("event", "backfill-waits".into()), ("table", table.into())],
                     );
                 }
+            }
+            Wrote::Denied(table) => {
+                self.retry_at = Some(std::time::Instant::now() + Duration::from_secs(30));
+                let role: String = c
+                    .query_one("SELECT current_user::text", &[])
+                    .await
+                    .map(|r| r.get(0))
+                    .unwrap_or_default();
+                let (s, t) = split_table(&table)?;
+                crate::log::warn(
+                    &format!(
+                        "a backfill chunk of table {table:?} cannot run: role {role:?} may not take the chunk's SHARE lock on it; \
+                         the other tables keep streaming and the chunk is tried again every 30 s. Grant it: \
+                         GRANT UPDATE ON {}.{} TO {} (docs/POSTGRES.md, \"Rights\")",
+                        quote_ident(&s),
+                        quote_ident(&t),
+                        quote_ident(&role)
+                    ),
+                    &[("event", "backfill-denied".into()), ("table", table.into())],
+                );
             }
             Wrote::Chunk {
                 request,
@@ -297,6 +366,7 @@ impl Backfills {
                 estimate,
                 done,
             } => {
+                self.busy_tries = 0;
                 self.in_flight = Some((request, chunk));
                 self.progress.chunk(
                     request,

@@ -56,8 +56,8 @@ CREATE TABLE IF NOT EXISTS mooncdc.backfill_chunks (
     PRIMARY KEY (request, chunk));";
 
 /// Key column types whose `ORDER BY` is the stream's key order
-/// (docs/FORMAT.md §9) for their wire values; text types only in the "C"
-/// order (added to the query), and only where the key's index is in it.
+/// (docs/FORMAT.md §9) for their wire values; text types in a byte-ordered
+/// collation, or ordered in "C" in the query.
 const ORDERED_KEY_TYPES: &[&str] = &[
     "smallint", "integer", "bigint", "oid", "boolean", "bytea", "uuid",
 ];
@@ -135,6 +135,9 @@ pub(super) struct Shape {
     pub order: Vec<String>,
     /// Each key column's type, for literals.
     pub key_types: Vec<String>,
+    /// Text key columns whose collation is not byte-ordered: the chunk
+    /// orders them in "C", which their own index cannot serve.
+    pub scanned: Vec<String>,
 }
 
 /// The shape of a published table, or why it cannot be backfilled.
@@ -161,36 +164,44 @@ pub(super) async fn shape(c: &Client, publication: &str, name: &str) -> Result<S
     let (schema, classes) = published_schema(c, p).await?;
     let mut order = Vec::new();
     let mut key_types = Vec::new();
+    let mut scanned = Vec::new();
     for k in &schema.key {
+        // The key column's type and collation: its own, or the database's
+        // for "default" (provider: c libc, i ICU, b builtin; before
+        // PostgreSQL 15 a database's is always libc).
         let row = c
             .query_one(
                 "SELECT format_type(a.atttypid, NULL), coalesce(co.collname, '')::text, \
-                        (SELECT datcollate FROM pg_database WHERE datname = current_database())::text \
-                 FROM pg_attribute a LEFT JOIN pg_collation co ON co.oid = a.attcollation \
+                        CASE WHEN co.collname = 'default' THEN d.provider ELSE coalesce(co.collprovider::text, '') END, \
+                        CASE WHEN co.collname = 'default' THEN d.datcollate::text ELSE coalesce(co.collcollate, '')::text END \
+                 FROM pg_attribute a LEFT JOIN pg_collation co ON co.oid = a.attcollation, \
+                      (SELECT datcollate, coalesce(to_jsonb(db) ->> 'datlocprovider', 'c') AS provider \
+                       FROM pg_database db WHERE datname = current_database()) d \
                  WHERE a.attrelid = format('%I.%I', $1::text, $2::text)::regclass AND a.attname = $3",
                 &[&p.schema, &p.table, k],
             )
             .await
             .map_err(pg_err("cannot read the key's types"))?;
         let ty: String = row.get(0);
-        let coll: String = row.get(1);
-        let db: String = row.get(2);
+        let (provider, collate): (String, String) = (row.get(2), row.get(3));
         let q = quote_ident(k);
         if ORDERED_KEY_TYPES.contains(&ty.as_str()) {
             order.push(q);
         } else if TEXT_KEY_TYPES.contains(&ty.as_str()) {
-            let c_order = matches!(coll.as_str(), "C" | "POSIX")
-                || (coll == "default" && matches!(db.as_str(), "C" | "POSIX"));
-            if !c_order {
-                return Err(refuse(format!(
-                    "its key column {k:?} is text in collation {:?}, whose order is not the byte order the stream compares keys in (a key in COLLATE \"C\" can be)",
-                    if coll == "default" { db.as_str() } else { coll.as_str() }
-                )));
+            if byte_ordered(&provider, &collate) {
+                // Its own collation is the byte order the stream compares
+                // keys in: its index serves the chunk's range.
+                order.push(q);
+            } else {
+                // Another order (a language's): the chunk orders in "C",
+                // which an index on the key in its own collation cannot
+                // serve; each chunk then reads the table through.
+                order.push(format!("{q} COLLATE \"C\""));
+                scanned.push(k.clone());
             }
-            order.push(format!("{q} COLLATE \"C\""));
         } else {
             return Err(refuse(format!(
-                "its key column {k:?} is of type {ty}, whose order is not the order of its text (keys of integers, booleans, bytea, uuid and C-collated text can be)"
+                "its key column {k:?} is of type {ty}, whose order is not the order of its text (keys of integers, booleans, bytea, uuid and text can be)"
             )));
         }
         key_types.push(ty);
@@ -201,7 +212,19 @@ pub(super) async fn shape(c: &Client, publication: &str, name: &str) -> Result<S
         qualified: format!("ONLY {}.{}", quote_ident(&p.schema), quote_ident(&p.table)),
         order,
         key_types,
+        scanned,
     })
+}
+
+/// Whether a collation orders text as its UTF-8 bytes (code points): libc's
+/// C, POSIX and C.UTF-8, and every builtin one (PostgreSQL 17+).
+fn byte_ordered(provider: &str, collate: &str) -> bool {
+    provider == "b"
+        || (provider == "c"
+            && matches!(
+                collate,
+                "C" | "POSIX" | "C.UTF-8" | "C.utf8" | "C.UTF8" | "C.utf-8"
+            ))
 }
 
 /// A value class as a message names it.

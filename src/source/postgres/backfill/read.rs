@@ -59,6 +59,8 @@ pub(crate) struct Backfills {
     pub(super) retry_at: Option<std::time::Instant>,
     /// When the follower last said a chunk waits for the table's lock.
     pub(super) busy_said: Option<std::time::Instant>,
+    /// Busy tries in a row (the next waits longer, up to a second).
+    pub(super) busy_tries: u32,
     pub(super) progress: crate::source::backfill::Progress,
 }
 
@@ -325,7 +327,7 @@ impl Backfills {
         let at = lsn_text(commit);
         // Durable before the batch is written, whatever the server's or the
         // role's synchronous_commit.
-        c.batch_execute("BEGIN; SET LOCAL synchronous_commit = on")
+        c.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = on")
             .await
             .map_err(pg_err("cannot note where a backfill message is"))?;
         for s in std::mem::take(&mut self.seen) {

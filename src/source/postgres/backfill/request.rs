@@ -1,13 +1,16 @@
 //! `capture backfill`: the requests, recorded in one transaction.
 
 use super::super::catalog::table_schema;
-use super::super::publication::{identity_of, publication_detail, publication_tables};
+use super::super::publication::{
+    identity_of, publication_detail, publication_tables, refuse_hidden_rows,
+};
 use super::super::{split_table, table_arg, PgSource};
 use super::{described, requests, shape, PREFIX, SETUP};
 use crate::error::{Error, Result};
 use crate::pg::{pg_err, runtime, server_version};
 use crate::util::quote_ident;
 use serde_json::json;
+use std::time::{Duration, Instant};
 use tokio_postgres::Client;
 
 impl PgSource {
@@ -70,29 +73,76 @@ impl PgSource {
             c.batch_execute(SETUP)
                 .await
                 .map_err(pg_err("cannot create the backfill tables"))?;
-            c.batch_execute("BEGIN")
-                .await
-                .map_err(pg_err("cannot begin a transaction"))?;
-            let done = self
-                .record(&c, &names, &published, resync)
-                .await;
-            let end = if done.is_ok() { "COMMIT" } else { "ROLLBACK" };
-            c.batch_execute(end)
-                .await
-                .map_err(pg_err("cannot commit"))?;
-            done?;
+            self.record_when_free(&c, &names, &published, resync).await?;
             Ok(names)
         })
     }
 
-    /// The requests of [`backfill`](Self::backfill), inside its transaction.
+    /// The requests' transaction, tried again while a table it must alter
+    /// is held by another session: each try waits at most
+    /// [`LOCK_TIMEOUT`] for a lock, so the application's sessions never
+    /// queue behind the request for longer (an ALTER TABLE that waited
+    /// would hold every later reader and writer of the table behind it).
+    async fn record_when_free(
+        &self,
+        c: &Client,
+        names: &[String],
+        published: &[String],
+        resync: bool,
+    ) -> Result<()> {
+        let deadline = Instant::now() + LOCK_WAIT;
+        let mut tries = 0u32;
+        loop {
+            c.batch_execute(&format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = '{}ms'",
+                LOCK_TIMEOUT.as_millis()
+            ))
+            .await
+            .map_err(pg_err("cannot begin a transaction"))?;
+            let done = self.record(c, names, published, resync).await;
+            let end = if matches!(done, Ok(None)) {
+                "COMMIT"
+            } else {
+                "ROLLBACK"
+            };
+            c.batch_execute(end)
+                .await
+                .map_err(pg_err("cannot commit"))?;
+            let Some(table) = done? else {
+                return Ok(());
+            };
+            if Instant::now() >= deadline {
+                return Err(Error::state(format!(
+                    "table {table:?} was held by other sessions for {} s (a transaction still open on it, a long query, \
+                     CREATE INDEX, VACUUM): adding it takes an exclusive lock for a moment, which the request takes only when \
+                     it is free, so as never to hold the application up; nothing was recorded. See who holds it \
+                     (pg_locks, pg_stat_activity) and try again",
+                    LOCK_WAIT.as_secs()
+                )));
+            }
+            if tries == 0 {
+                crate::log::info(&format!(
+                    "table {table:?} is held by another session: waiting for a moment when it is free (each try queues \
+                     the application behind it for at most {} ms; up to {} s)",
+                    LOCK_TIMEOUT.as_millis(),
+                    LOCK_WAIT.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100 << tries.min(3))).await;
+            tries += 1;
+        }
+    }
+
+    /// The requests of [`backfill`](Self::backfill), inside its
+    /// transaction; `Some(table)` when a lock on `table` was not granted
+    /// within the transaction's lock timeout (nothing is kept then).
     async fn record(
         &self,
         tx: &Client,
         names: &[String],
         published: &[String],
         resync: bool,
-    ) -> Result<()> {
+    ) -> Result<Option<String>> {
         {
             let known = requests(tx).await?;
             for n in names {
@@ -109,16 +159,21 @@ impl PgSource {
                     return Err(Error::usage(format!("table {n:?} does not exist")));
                 }
                 table_schema(tx, &s, &t).await?;
+                refuse_hidden_rows(tx, &[n.as_str()], "a backfill").await?;
                 let added = !published.contains(n);
                 if added {
-                    tx.batch_execute(&format!(
-                        "ALTER PUBLICATION {} ADD TABLE {}.{}",
-                        quote_ident(&self.publication),
-                        quote_ident(&s),
-                        quote_ident(&t)
-                    ))
-                    .await
-                    .map_err(pg_err("cannot add a table to the publication"))?;
+                    match tx
+                        .batch_execute(&format!(
+                            "ALTER PUBLICATION {} ADD TABLE {}.{}",
+                            quote_ident(&self.publication),
+                            quote_ident(&s),
+                            quote_ident(&t)
+                        ))
+                        .await
+                    {
+                        Err(e) if lock_timeout(&e) => return Ok(Some(n.clone())),
+                        r => r.map_err(pg_err("cannot add a table to the publication"))?,
+                    }
                 }
                 let p = publication_detail(tx, &self.publication)
                     .await?
@@ -130,16 +185,38 @@ impl PgSource {
                 // (docs/POSTGRES.md, "Replica identity").
                 for (s, t, ident) in identity_of(tx, &p).await? {
                     if ident == "n" || (added && ident != "f") {
-                        tx.batch_execute(&format!(
-                            "ALTER TABLE {}.{} REPLICA IDENTITY FULL",
-                            quote_ident(&s),
-                            quote_ident(&t)
-                        ))
-                        .await
-                        .map_err(pg_err("cannot set REPLICA IDENTITY FULL"))?;
+                        match tx
+                            .batch_execute(&format!(
+                                "ALTER TABLE {}.{} REPLICA IDENTITY FULL",
+                                quote_ident(&s),
+                                quote_ident(&t)
+                            ))
+                            .await
+                        {
+                            Err(e) if lock_timeout(&e) => return Ok(Some(n.clone())),
+                            r => r.map_err(pg_err("cannot set REPLICA IDENTITY FULL"))?,
+                        }
                     }
                 }
                 let sh = shape(tx, &self.publication, n).await?;
+                if !sh.scanned.is_empty() {
+                    let cols: Vec<String> = sh
+                        .scanned
+                        .iter()
+                        .map(|k| format!("{} COLLATE \"C\"", quote_ident(k)))
+                        .collect();
+                    crate::log::warn(
+                        &format!(
+                            "table {n:?}: its key is text in a collation that does not order by bytes, so each chunk reads the \
+                             table through to find its next rows in byte order (slow on a large table); an index in that order \
+                             makes each chunk a range read: CREATE INDEX CONCURRENTLY ON {}.{} ({})",
+                            quote_ident(&s),
+                            quote_ident(&t),
+                            cols.join(", ")
+                        ),
+                        &[("event", "backfill-scans".into()), ("table", n.clone().into())],
+                    );
+                }
                 if let Some(r) = known.iter().find(|r| &r.table == n && !r.done) {
                     return Err(Error::state(format!(
                         "table {n:?} is being backfilled already (request {}); nothing was recorded",
@@ -192,13 +269,22 @@ impl PgSource {
                 }
                 let content = json!({"kind": "request", "request": id, "table": n, "table_is": described(&sh)}).to_string();
                 tx.execute(
-                    "SELECT pg_logical_emit_message(true, $1, $2)",
-                    &[&PREFIX, &content],
+                    "SELECT pg_logical_emit_message(true, $1, $2::bytea)",
+                    &[&PREFIX, &content.as_bytes()],
                 )
                 .await
                 .map_err(pg_err("cannot write the backfill request"))?;
             }
-            Ok(())
+            Ok(None)
         }
     }
+}
+
+/// How long one try of the requests' transaction waits for a lock.
+const LOCK_TIMEOUT: Duration = Duration::from_millis(100);
+/// How long `capture backfill` keeps trying.
+const LOCK_WAIT: Duration = Duration::from_secs(120);
+
+fn lock_timeout(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
 }
