@@ -143,6 +143,9 @@ if [ $# -eq 0 ]; then
     # Where messages and streamed transactions meet (the message's LSN is
     # the server's to give).
     MOONCDC_PG_BIN="$bin" cargo test --no-fail-fast --test pg_read_path || status=1
+    # Backfill under production settings (isolation, encodings, collations,
+    # row-level security, held locks).
+    MOONCDC_PG_BIN="$bin" cargo test --no-fail-fast --test pg_backfill || status=1
     MOONCDC_PG_BIN="$bin" cargo test --no-fail-fast --test replica_identity -- \
       default_identity_reaches_sqlite_and_postgres_exactly a_column_list_publication_works_with_the_default_identity || status=1
   done

@@ -259,10 +259,30 @@ pub fn audit(
         target_cursor: target.cursor()?,
         ..Default::default()
     };
+    // Positions of two different sources say nothing of each other: an
+    // audit against the wrong slot or database would compare rows the
+    // pipeline never promised to hold.
+    if let (Some(s), Some(t)) = (&report.source_cursor, &report.target_cursor) {
+        if s.source != t.source {
+            return Err(Error::state(format!(
+                "the target was filled from source {:?}, and this audit reads source {:?}: their positions say nothing of \
+                 each other, so no verdict is given. Audit with the source the target's pipeline reads (PostgreSQL: its \
+                 --slot and --publication)",
+                t.source, s.source
+            )));
+        }
+    }
     let kind = source.kind();
+    let schemas = src.schemas();
+    if schemas.is_empty() {
+        return Err(Error::state(
+            "the source has no table to compare (a PostgreSQL publication with no table, or the wrong --publication, \
+             or a SQLite source that captures none): no verdict is given",
+        ));
+    }
     let mut findings = Findings { out, format };
     let mut seen = 0u64;
-    for (i, s) in src.schemas().into_iter().enumerate() {
+    for (i, s) in schemas.into_iter().enumerate() {
         if let Some(msg) = schema_difference(&*target, &s, kind)? {
             findings.schema(&s.table, &msg)?;
             report.tables.push(TableAudit {

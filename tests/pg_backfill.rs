@@ -11,28 +11,48 @@
 mod common;
 
 use common::pg::{self, PgDb, Session};
-use common::sqlite::{bin, exec, expect, APPLY, AUDIT, CAPTURE};
+use common::sqlite::{bin, exec, expect, pipeline, shell_quote, APPLY, AUDIT, CAPTURE};
 use common::Run;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// One test's source database and slot, a SQLite projection, and the
-/// follower's log.
+/// One pipeline: a source database, its slot and publication, a SQLite
+/// projection, and the follower's log.
 struct Bf {
     db: PgDb,
     slot: String,
+    publication: String,
     dir: tempfile::TempDir,
 }
 
 impl Bf {
     fn new(db: PgDb) -> Bf {
         let slot = format!("s_{}", db.dbname);
+        Bf::pipeline(db, &slot, "mooncdc_main")
+    }
+
+    fn pipeline(db: PgDb, slot: &str, publication: &str) -> Bf {
         Bf {
             db,
-            slot,
+            slot: slot.into(),
+            publication: publication.into(),
             dir: tempfile::tempdir().expect("temporary folder"),
         }
+    }
+
+    /// `--source URL --slot S --publication P`.
+    fn source_args(&self) -> Vec<String> {
+        [
+            "--source",
+            &self.db.url(),
+            "--slot",
+            &self.slot,
+            "--publication",
+            &self.publication,
+        ]
+        .map(String::from)
+        .to_vec()
     }
 
     fn session(&self) -> Session {
@@ -52,16 +72,26 @@ impl Bf {
     }
 
     fn capture(&self, cmd: &str, extra: &[&str]) -> Run {
-        let url = self.db.url();
-        let mut args = vec![cmd, "--source", &url, "--slot", &self.slot];
+        let src = self.source_args();
+        let mut args = vec![cmd];
+        args.extend(src.iter().map(String::as_str));
         args.extend_from_slice(extra);
         exec(CAPTURE, &args, None)
     }
 
     /// `init` of `tables`, then a snapshot into the projection.
     fn start(&self, tables: &[&str]) {
-        pg::init_capture(&self.db.url(), &self.slot, tables);
-        let r = pg::snapshot_into(&self.db.url(), &self.slot, &self.target());
+        let mut args = Vec::new();
+        for t in tables {
+            args.extend(["--table", t]);
+        }
+        expect(&self.capture("init", &args), 0, "capture init");
+        let src: Vec<String> = self.source_args().iter().map(|a| shell_quote(a)).collect();
+        let r = pipeline(&format!(
+            "{{snapshot}} -q {} | {{apply}} --target {} -q",
+            src.join(" "),
+            shell_quote(&self.target())
+        ));
         expect(&r, 0, "snapshot | apply");
     }
 
@@ -77,11 +107,9 @@ impl Bf {
             .stdout_str()
             .trim()
             .to_string();
-        let url = self.db.url();
         let mut capture = Command::new(bin(CAPTURE))
-            .args([
-                "--source", &url, "--slot", &self.slot, "--follow", "--after", &after,
-            ])
+            .args(self.source_args())
+            .args(["--follow", "--after", &after])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -139,12 +167,10 @@ impl Bf {
     }
 
     fn audit(&self) -> Run {
-        let (url, t) = (self.db.url(), self.target());
-        exec(
-            AUDIT,
-            &["--source", &url, "--slot", &self.slot, "--target", &t],
-            None,
-        )
+        let mut args = self.source_args();
+        args.extend(["--target".into(), self.target()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        exec(AUDIT, &args, None)
     }
 
     #[track_caller]
@@ -497,4 +523,67 @@ fn row_level_security_that_hides_rows_is_refused_before_copying() {
     let r = audit();
     expect(&r, 2, "audit of a table whose policies hide rows (trouble)");
     assert!(r.stderr.contains("row-level security"), "{}", r.stderr);
+}
+
+/// Two pipelines on one database (their own slots and publications): a
+/// backfill requested for one is carried out by it alone; the other's
+/// follower, status and target never see it; the audit gives no verdict
+/// against a target filled from another slot, nor for a publication with no
+/// table.
+#[test]
+fn one_pipelines_backfill_is_never_anothers() {
+    let db = pg::db("bf_two");
+    let s = db.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY, v text); INSERT INTO a VALUES (1, 'a')");
+    s.exec("CREATE TABLE t (id int PRIMARY KEY, v text)");
+    s.exec("INSERT INTO t SELECT g, 't' || g FROM generate_series(1, 3000) g");
+    let pa = Bf::pipeline(db.clone(), "s_bf_a", "pub_a");
+    let pb = Bf::pipeline(db.clone(), "s_bf_b", "pub_b");
+    pa.start(&["public.a"]);
+    pb.start(&["public.a"]);
+    let (fa, fb) = (pa.follow(), pb.follow());
+    // B adds t; A adds it later, for itself.
+    let r = pb.capture("backfill", &["--table", "public.t"]);
+    expect(&r, 0, "backfill for pipeline B");
+    pb.finish(0, fb);
+    let st = pa.capture("status", &["--output-format", "json"]);
+    let st: serde_json::Value = serde_json::from_str(st.stdout_str().trim()).unwrap();
+    assert_eq!(st["backfills"].as_array().map(Vec::len), Some(0), "{st}");
+    pb.audit_equal("public.t");
+    s.exec("UPDATE t SET v = 'later' WHERE id <= 10");
+    let r = pa.capture("backfill", &["--table", "public.t"]);
+    expect(&r, 0, "backfill for pipeline A");
+    pa.finish(0, fa);
+    pa.audit_equal("public.t");
+    let a_log = pa.log_text();
+    assert!(
+        !a_log.contains("request 1)"),
+        "A carried out B's request\n{a_log}"
+    );
+    // A target filled from slot A, audited through slot B: no verdict.
+    let mut args = pb.source_args();
+    args.extend(["--target".into(), pa.target()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let r = exec(AUDIT, &args, None);
+    expect(&r, 2, "audit of A's target through B's slot");
+    assert!(r.stderr.contains("was filled from source"), "{}", r.stderr);
+    // An empty publication: nothing to compare, no verdict.
+    s.exec("CREATE PUBLICATION empty_pub");
+    let (url, ta) = (db.url(), pa.target());
+    let r = exec(
+        AUDIT,
+        &[
+            "--source",
+            &url,
+            "--slot",
+            "s_bf_a",
+            "--publication",
+            "empty_pub",
+            "--target",
+            &ta,
+        ],
+        None,
+    );
+    expect(&r, 2, "audit of an empty publication");
+    assert!(r.stderr.contains("no table to compare"), "{}", r.stderr);
 }

@@ -176,6 +176,45 @@ impl Default for Progress {
 }
 
 impl Progress {
+    /// Request `id`'s end was read in the stream (PostgreSQL: by every
+    /// follower, whichever wrote it): `rows` in all; the rate when this
+    /// process saw it start.
+    pub fn done(&mut self, id: i64, table: &str, rows: u64) {
+        crate::metrics::backfill(table, rows, 0);
+        let how = match self.started.remove(&id) {
+            Some((t0, r0)) => {
+                let took = t0.elapsed();
+                let secs = took.as_secs_f64();
+                let rate = if secs > 0.0 {
+                    rows.saturating_sub(r0) as f64 / secs
+                } else {
+                    0.0
+                };
+                format!(
+                    " ({} in {}, {rate:.0} rows/s)",
+                    rows.saturating_sub(r0),
+                    crate::log::elapsed(took)
+                )
+            }
+            None => String::new(),
+        };
+        crate::log::info(&format!(
+            "backfill of table {table:?} (request {id}) done: {rows} rows{how}"
+        ));
+    }
+
+    /// Request `id` ended before its table was read whole, for `why`: said
+    /// as a warning, never followed by done.
+    pub fn failed(&mut self, id: i64, table: &str, why: &str) {
+        self.started.remove(&id);
+        crate::log::warn(
+            &format!(
+                "backfill of table {table:?} (request {id}) ended before the table was read whole: {why}; the stream keeps leaving out changes of its rows not reached until a new request for it"
+            ),
+            &[("event", "backfill-failed".into()), ("table", table.to_string().into())],
+        );
+    }
+
     /// A chunk of `chunk` rows of request `id` was logged: `rows` so far of
     /// about `estimate`; `done` when it found no row left.
     pub fn chunk(

@@ -41,7 +41,7 @@ impl PgSource {
                 .map(|r| r.is_some())
                 .unwrap_or(false);
             // A table added by `capture backfill` gets its rows that way.
-            let backfilled = super::backfill::requests(c)
+            let backfilled = super::backfill::requests(c, &self.publication)
                 .await
                 .map(|r| r.iter().any(|r| r.table == m.name))
                 .unwrap_or(false);

@@ -65,7 +65,7 @@ impl PgSource {
             // has noted yet: the stream after the snapshot would leave out
             // changes its chunks have not reached, which the snapshot holds.
             let mut latest: HashMap<String, super::backfill::Request> = HashMap::new();
-            for r in super::backfill::requests(&c).await? {
+            for r in super::backfill::requests(&c, &self.publication).await? {
                 latest.insert(r.table.clone(), r);
             }
             if let Some(r) = latest.values().find(|r| {

@@ -67,7 +67,7 @@ impl PgSource {
                 publication_field(&self.publication, via_root, &published, &all_columns);
             let idents = root_identities(&c, &published).await?;
             let replica_identity = identity_field(&idents);
-            let backfills = backfill_statuses(&c).await?;
+            let backfills = backfill_statuses(&c, &self.publication).await?;
             let standby: bool = c
                 .query_one("SELECT pg_is_in_recovery()", &[])
                 .await
@@ -125,8 +125,11 @@ impl PgSource {
 }
 
 /// Each backfill request as `status` shows it.
-async fn backfill_statuses(c: &Client) -> Result<Vec<crate::source::backfill::RequestStatus>> {
-    Ok(super::backfill::requests(c)
+async fn backfill_statuses(
+    c: &Client,
+    publication: &str,
+) -> Result<Vec<crate::source::backfill::RequestStatus>> {
+    Ok(super::backfill::requests(c, publication)
         .await?
         .into_iter()
         .map(|r| crate::source::backfill::RequestStatus {

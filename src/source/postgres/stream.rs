@@ -125,7 +125,7 @@ impl PgSource {
     ) -> Result<u64> {
         let o = self.open_read(after, &limits, timing).await?;
         let catalog = Catalog::load(&o.c, &self.publication).await?;
-        let bf = Backfills::load(&o.c, o.start).await?;
+        let bf = Backfills::load(&o.c, &self.publication, o.start).await?;
         let client = self
             .replication_stream((o.start >> 64) as u64, o.confirmed, o.opts)
             .await?;
@@ -523,7 +523,7 @@ impl PgSource {
         r.resumed();
         // What backfills have reached there (a transaction cut off is sent
         // again, its messages with it).
-        r.bf.reload(&l.c, r.start).await?;
+        r.bf.reload(&l.c, &self.publication, r.start).await?;
         Ok(true)
     }
 }

@@ -71,9 +71,9 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
     };
     let row = match tx
         .query_opt(
-            "SELECT id, table_name, upper_key, chunks, rows, estimate, described FROM mooncdc.backfill \
-             WHERE NOT done ORDER BY id LIMIT 1 FOR UPDATE",
-            &[],
+            "SELECT id, table_name, upper_key, chunks, rows, estimate, described FROM mooncdc.backfill b \
+             WHERE NOT done AND coalesce(to_jsonb(b) ->> 'publication', $1) = $1 ORDER BY id LIMIT 1 FOR UPDATE",
+            &[&publication],
         )
         .await
     {
@@ -162,13 +162,8 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
     };
     let Some(sh) = sh else {
         let why = why.unwrap_or_default();
-        end(tx, id, &table, Some(&why)).await?;
-        crate::log::warn(
-            &format!(
-                "backfill of table {table:?} (request {id}) ended before the table was read whole: {why}; the stream keeps leaving out changes of its rows not reached until a new request for it"
-            ),
-            &[("event", "backfill-failed".into()), ("table", table.clone().into())],
-        );
+        // Said by every follower that reads the end (Progress::failed).
+        end(tx, publication, id, &table, total, Some(&why)).await?;
         return Ok(Wrote::Chunk {
             request: id,
             chunk: chunks + 1,
@@ -226,14 +221,14 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
     let n = rows.len() as u64;
     let chunk = chunks + 1;
     if rows.is_empty() {
-        end(tx, id, &table, None).await?;
+        end(tx, publication, id, &table, total, None).await?;
     } else {
         let last = rows.last().expect("rows");
         let key: Vec<Option<String>> = positions.iter().map(|&i| last[i].clone()).collect();
         let key_text = serde_json::to_string(&key).expect("JSON");
         let content = json!({
             "kind": "chunk", "request": id, "chunk": chunk, "table": table,
-            "table_is": described(&sh), "lower": upper, "rows": rows,
+            "table_is": described(&sh), "lower": upper, "rows": rows, "publication": publication,
         })
         .to_string();
         tx.execute(
@@ -268,10 +263,19 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
 
 /// End request `id` in the chunk's transaction: a `done` message, or with
 /// `failed` a `failed` one saying why.
-async fn end(tx: &Client, id: i64, table: &str, failed: Option<&str>) -> Result<()> {
+async fn end(
+    tx: &Client,
+    publication: &str,
+    id: i64,
+    table: &str,
+    rows: i64,
+    failed: Option<&str>,
+) -> Result<()> {
     let content = match failed {
-        None => json!({"kind": "done", "request": id, "table": table}),
-        Some(why) => json!({"kind": "failed", "request": id, "table": table, "why": why}),
+        None => json!({"kind": "done", "request": id, "table": table, "rows_total": rows, "publication": publication}),
+        Some(why) => {
+            json!({"kind": "failed", "request": id, "table": table, "why": why, "publication": publication})
+        }
     }
     .to_string();
     tx.execute(
@@ -368,12 +372,16 @@ impl Backfills {
             } => {
                 self.busy_tries = 0;
                 self.in_flight = Some((request, chunk));
-                self.progress.chunk(
-                    request,
-                    &table,
-                    (rows, total.max(0) as u64, estimate.max(0) as u64),
-                    done,
-                );
+                // The end is said where it is read (Backfills::message), by
+                // every follower.
+                if !done {
+                    self.progress.chunk(
+                        request,
+                        &table,
+                        (rows, total.max(0) as u64, estimate.max(0) as u64),
+                        false,
+                    );
+                }
             }
         }
         Ok(())

@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS mooncdc.backfill (
     done_lsn pg_lsn,
     failed text,
     described text);
-ALTER TABLE mooncdc.backfill ADD COLUMN IF NOT EXISTS failed text, ADD COLUMN IF NOT EXISTS described text;
+ALTER TABLE mooncdc.backfill ADD COLUMN IF NOT EXISTS failed text, ADD COLUMN IF NOT EXISTS described text,
+    ADD COLUMN IF NOT EXISTS publication text;
 CREATE TABLE IF NOT EXISTS mooncdc.backfill_chunks (
     request bigint NOT NULL,
     chunk integer NOT NULL,
@@ -95,15 +96,19 @@ pub(super) async fn installed(c: &Client) -> Result<bool> {
     .get(0))
 }
 
-pub(super) async fn requests(c: &Client) -> Result<Vec<Request>> {
+/// The requests of the pipeline of `publication`: each request belongs to
+/// the publication it was made for (one recorded before requests named
+/// theirs belongs to every pipeline, as then). The column is read through
+/// `to_jsonb`, so a table made by an older MoonCDC, without it, reads too.
+pub(super) async fn requests(c: &Client, publication: &str) -> Result<Vec<Request>> {
     if !installed(c).await? {
         return Ok(Vec::new());
     }
     let rows = c
         .query(
             "SELECT id, table_name, resync, estimate, rows, chunks, done, requested_lsn::text, done_lsn::text, failed, described \
-             FROM mooncdc.backfill ORDER BY id",
-            &[],
+             FROM mooncdc.backfill b WHERE coalesce(to_jsonb(b) ->> 'publication', $1) = $1 ORDER BY id",
+            &[&publication],
         )
         .await
         .map_err(pg_err("cannot read backfill requests"))?;

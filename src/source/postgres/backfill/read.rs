@@ -32,6 +32,15 @@ struct Note {
     lower: Option<String>,
     #[serde(default)]
     rows: Vec<Vec<Option<String>>>,
+    /// Rows in all (done) and why it ended (failed).
+    #[serde(default)]
+    rows_total: u64,
+    #[serde(default)]
+    why: Option<String>,
+    /// The publication whose pipeline the request is for (none in messages
+    /// written before requests named theirs: every pipeline's).
+    #[serde(default)]
+    publication: Option<String>,
 }
 
 /// Where a request, chunk or end was decoded: noted in the backfill tables
@@ -62,6 +71,9 @@ pub(crate) struct Backfills {
     /// Busy tries in a row (the next waits longer, up to a second).
     pub(super) busy_tries: u32,
     pub(super) progress: crate::source::backfill::Progress,
+    /// The publication this read follows: messages of another pipeline's
+    /// requests are not this stream's.
+    pub(super) publication: String,
 }
 
 /// Whether a message at commit `lsn` is held by a reader at `start`.
@@ -73,9 +85,12 @@ impl Backfills {
     /// The backfills in force at `start`: requests a reader decoded at or
     /// before it and not ended there, each at the last key of its last
     /// chunk at or before it.
-    pub(crate) async fn load(c: &Client, start: Sequence) -> Result<Backfills> {
-        let mut b = Backfills::default();
-        for r in requests(c).await? {
+    pub(crate) async fn load(c: &Client, publication: &str, start: Sequence) -> Result<Backfills> {
+        let mut b = Backfills {
+            publication: publication.to_string(),
+            ..Backfills::default()
+        };
+        for r in requests(c, publication).await? {
             if !r.done {
                 b.work = true;
             }
@@ -127,8 +142,13 @@ impl Backfills {
 
     /// Again after a reconnect, at the position written so far; the chunk
     /// in flight, the work to do and the progress stay.
-    pub(crate) async fn reload(&mut self, c: &Client, start: Sequence) -> Result<()> {
-        let fresh = Backfills::load(c, start).await?;
+    pub(crate) async fn reload(
+        &mut self,
+        c: &Client,
+        publication: &str,
+        start: Sequence,
+    ) -> Result<()> {
+        let fresh = Backfills::load(c, publication, start).await?;
         self.reached = fresh.reached;
         self.seen.clear();
         self.work |= fresh.work;
@@ -151,6 +171,13 @@ impl Backfills {
                 lsn_text(commit)
             ))
         })?;
+        if note
+            .publication
+            .as_deref()
+            .is_some_and(|p| p != self.publication)
+        {
+            return Ok((None, Vec::new()));
+        }
         let table = note.table.clone();
         let (schema, classes) = match &note.table_is {
             Some(t) => {
@@ -259,12 +286,18 @@ impl Backfills {
             "failed" => {
                 // The table stays where its chunks reached: its rows beyond
                 // are left out until a new request for it.
+                self.progress.failed(
+                    note.request,
+                    &table,
+                    note.why.as_deref().unwrap_or("no reason given"),
+                );
                 self.seen.push(Seen::Done(note.request));
                 if self.in_flight.is_some_and(|(r, _)| r == note.request) {
                     self.in_flight = None;
                 }
             }
             "done" => {
+                self.progress.done(note.request, &table, note.rows_total);
                 self.reached.remove(&table);
                 self.seen.push(Seen::Done(note.request));
                 if self.in_flight.is_some_and(|(r, _)| r == note.request) {
@@ -358,20 +391,22 @@ impl Backfills {
     }
 }
 
-/// How long a follower waits for a request it decoded to be visible to its
-/// own session.
+/// How often a follower waiting for a request to be visible says so.
 const REQUEST_VISIBLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Note where request `id`'s message is. The stream can carry a request
 /// before the request is visible to other sessions: its commit is in the
 /// WAL while it waits for a synchronous standby (`remote_apply`), or the
-/// session has not caught up yet. So a request not visible yet is waited
-/// for, not skipped (a request never noted is never carried out). One
-/// noted already (its transaction read again) is left as it is; one still
-/// not visible after the wait (cancelled meanwhile, or a standby that does
-/// not answer) is named in a warning with the way out.
+/// session has not caught up yet. A commit in the WAL always becomes
+/// visible (a cancelled wait for a standby leaves it committed), so the
+/// request is waited for, as long as it takes, and never skipped: a batch
+/// written past a request not noted would leave a restart from the
+/// target's cursor without it ("belongs to no request this read has
+/// seen"). Every 30 s the wait is named in a warning; a stop asked for
+/// meanwhile ends the read before the batch is written. One noted already
+/// (its transaction read again) is left as it is.
 async fn note_request(c: &Client, at: &str, id: i64) -> Result<()> {
-    let deadline = std::time::Instant::now() + REQUEST_VISIBLE_WITHIN;
+    let mut say_at = std::time::Instant::now() + REQUEST_VISIBLE_WITHIN;
     loop {
         let noted = c
             .execute(
@@ -388,18 +423,22 @@ async fn note_request(c: &Client, at: &str, id: i64) -> Result<()> {
         if visible {
             return Ok(());
         }
-        if std::time::Instant::now() >= deadline {
+        if crate::util::stop::requested() {
+            return Err(Error::state(format!(
+                "stopped while backfill request {id} (in the stream at LSN {at}) was not yet visible to this session; \
+                 nothing past it was written: start the pipeline again from the target's cursor"
+            )));
+        }
+        if std::time::Instant::now() >= say_at {
+            say_at = std::time::Instant::now() + REQUEST_VISIBLE_WITHIN;
             crate::log::warn(
                 &format!(
-                    "backfill request {id} is in the stream (LSN {at}) but not visible to this session after {} s \
-                     (cancelled meanwhile, or its commit still waits for a synchronous standby): it is not carried \
-                     out; see `mooncdc-capture status`, and request it again (backfill --table NAME, with --resync \
-                     for a table already in the target)",
-                    REQUEST_VISIBLE_WITHIN.as_secs()
+                    "backfill request {id} is in the stream (LSN {at}) but not yet visible to this session: its commit \
+                     still waits, most likely for a synchronous standby (synchronous_standby_names); the stream waits \
+                     for it, as the application's commits do (pg_stat_replication shows the standbys)"
                 ),
                 &[("event", "backfill-request-not-visible".into()), ("request", id.into())],
             );
-            return Ok(());
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }

@@ -144,7 +144,7 @@ impl PgSource {
         resync: bool,
     ) -> Result<Option<String>> {
         {
-            let known = requests(tx).await?;
+            let known = requests(tx, &self.publication).await?;
             for n in names {
                 let (s, t) = split_table(n)?;
                 let exists: bool = tx
@@ -258,8 +258,8 @@ impl PgSource {
                 let desc = described(&sh).to_string();
                 let id: i64 = tx
                     .query_one(
-                        "INSERT INTO mooncdc.backfill(table_name, resync, estimate, described) VALUES ($1, $2, $3, $4) RETURNING id",
-                        &[n, &resync, &estimate, &desc],
+                        "INSERT INTO mooncdc.backfill(table_name, resync, estimate, described, publication) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                        &[n, &resync, &estimate, &desc, &self.publication],
                     )
                     .await
                     .map_err(pg_err("cannot record the backfill request"))?
@@ -267,7 +267,7 @@ impl PgSource {
                 if added {
                     crate::log::info(&format!("capturing table {n:?}"));
                 }
-                let content = json!({"kind": "request", "request": id, "table": n, "table_is": described(&sh)}).to_string();
+                let content = json!({"kind": "request", "request": id, "table": n, "table_is": described(&sh), "publication": self.publication}).to_string();
                 tx.execute(
                     "SELECT pg_logical_emit_message(true, $1, $2::bytea)",
                     &[&PREFIX, &content.as_bytes()],
