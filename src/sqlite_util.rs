@@ -38,6 +38,10 @@ pub fn open_or_create(path: &Path) -> Result<Connection> {
     )
 }
 
+/// How long a connection waits for another's write lock before SQLite
+/// says the database is locked.
+pub const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 fn open_with(path: &Path, flags: OpenFlags) -> Result<Connection> {
     let name = path.display().to_string();
     // A rusqlite Connection is never used by two threads at once (it is not
@@ -46,7 +50,7 @@ fn open_with(path: &Path, flags: OpenFlags) -> Result<Connection> {
     let flags = flags | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|e| Error::database("cannot open the database", e).in_file(&name))?;
-    conn.busy_timeout(std::time::Duration::from_secs(30))
+    conn.busy_timeout(BUSY_TIMEOUT)
         .map_err(|e| Error::database("cannot set the busy timeout", e).in_file(&name))?;
     let enc: String = conn
         .query_row("PRAGMA encoding", [], |r| r.get(0))
@@ -64,6 +68,16 @@ pub use crate::util::quote_ident;
 
 pub fn db_err(what: &str) -> impl Fn(rusqlite::Error) -> Error + '_ {
     move |e| Error::database(what.to_string(), e)
+}
+
+/// Whether `e` is SQLite's "database is locked": another connection held
+/// the write lock past the busy timeout.
+pub fn is_busy(e: &Error) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<rusqlite::Error>())
+        .is_some_and(|r| {
+            matches!(r, rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DatabaseBusy)
+        })
 }
 
 /// User tables (not SQLite's, not MoonCDC's), in name order.

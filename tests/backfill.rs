@@ -321,3 +321,48 @@ fn resync_repairs_a_damaged_table() {
     assert!(r.stderr.contains("COLLATE NOCASE"), "{}", r.stderr);
     assert_eq!(status(&db)["tables"], serde_json::json!(["a", "b"]));
 }
+
+/// An application write transaction held longer than the busy timeout
+/// (30 s) while a backfill is pending: the follower waits for it, says so
+/// naming the table, never exits, and carries the backfill out once the
+/// transaction ends.
+#[test]
+fn a_long_application_write_transaction_makes_the_backfill_wait_not_fail() {
+    let db = Dbs::new();
+    fill(&db, 100, 2000);
+    db.init(&["a"]);
+    let mut p = Pipeline::start(&db, &[]);
+    backfill(&db, &["--all"]);
+    wait_synced(&db, &mut p, 60);
+    let app = rusqlite::Connection::open(db.path("src.db")).unwrap();
+    app.execute_batch("BEGIN IMMEDIATE; UPDATE a SET v = 'held' WHERE id = 1")
+        .unwrap();
+    // The request waits for the write lock too: made before the hold.
+    let url = db.src_url();
+    let request = std::thread::spawn(move || {
+        exec(
+            CAPTURE,
+            &["backfill", "--source", &url, "--table", "b"],
+            None,
+        )
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    app.execute_batch("COMMIT").unwrap();
+    expect(&request.join().unwrap(), 0, "capture backfill");
+    app.execute_batch("BEGIN IMMEDIATE; UPDATE a SET v = 'held again' WHERE id = 2")
+        .unwrap();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(32) {
+        p.assert_running(&db);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_ne!(status(&db)["backfills"][1]["state"], "done");
+    let err = std::fs::read_to_string(db.path("capture.err")).unwrap();
+    assert!(
+        err.contains("a backfill chunk of table \"b\" waits"),
+        "{err}"
+    );
+    app.execute_batch("COMMIT").unwrap();
+    wait_synced(&db, &mut p, 60);
+    db.audit_equal();
+}

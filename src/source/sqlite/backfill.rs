@@ -319,27 +319,76 @@ pub struct ChunkDone {
     pub rows: u64,
 }
 
+/// How long a chunk waits for the database's write lock at one try.
+const CHUNK_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Say (at most every 30 s) that a chunk of `table` waits for the write lock.
+fn chunk_waits(table: &str) {
+    static SAID: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if said.is_some_and(|t| t.elapsed() < std::time::Duration::from_secs(30)) {
+        return;
+    }
+    *said = Some(std::time::Instant::now());
+    crate::log::warn(
+        &format!(
+            "a backfill chunk of table {table:?} waits: another connection holds the database's write lock (a write \
+             transaction still open); the stream goes on meanwhile, and the chunk is tried again at each poll"
+        ),
+        &[("event", "backfill-waits".into()), ("table", table.to_string().into())],
+    );
+}
+
 /// Log the next chunk of the oldest request not done, in one write
-/// transaction (`None`: no request is waiting).
+/// transaction (`None`: no request is waiting, or the write lock is held
+/// by another connection for now).
 pub fn write_chunk(conn: &mut Connection, max_rows: u64) -> Result<Option<ChunkDone>> {
     // A plain read first: with no request waiting (the usual case, every
     // poll) the follower takes no write lock.
-    let waiting = has_tables(conn)?
-        && conn
-            .query_row(
-                &format!("SELECT 1 FROM {REQUESTS} WHERE done IS NULL LIMIT 1"),
-                [],
-                |_| Ok(()),
-            )
-            .optional()
-            .map_err(db_err("cannot read backfill requests"))?
-            .is_some();
-    if !waiting {
+    let waiting: Option<String> = if has_tables(conn)? {
+        conn.query_row(
+            &format!("SELECT name FROM {REQUESTS} WHERE done IS NULL ORDER BY id LIMIT 1"),
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(db_err("cannot read backfill requests"))?
+    } else {
+        None
+    };
+    let Some(waiting) = waiting else {
         return Ok(None);
+    };
+    // The write lock, waited for briefly: while the application holds a
+    // write transaction, the chunk waits for it without holding the stream
+    // up (reads go on beside a writer in WAL mode), and is tried again at
+    // the next poll, said every 30 s.
+    conn.busy_timeout(CHUNK_LOCK_WAIT)
+        .map_err(db_err("cannot set the busy timeout"))?;
+    let failed = {
+        let begun = conn.transaction_with_behavior(TransactionBehavior::Immediate);
+        match begun {
+            Ok(tx) => {
+                tx.busy_timeout(crate::sqlite_util::BUSY_TIMEOUT)
+                    .map_err(db_err("cannot set the busy timeout"))?;
+                return chunk_in(tx, max_rows);
+            }
+            Err(e) => e,
+        }
+    };
+    conn.busy_timeout(crate::sqlite_util::BUSY_TIMEOUT)
+        .map_err(db_err("cannot set the busy timeout"))?;
+    if let rusqlite::Error::SqliteFailure(f, _) = &failed {
+        if f.code == rusqlite::ErrorCode::DatabaseBusy {
+            chunk_waits(&waiting);
+            return Ok(None);
+        }
     }
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(db_err("cannot begin a transaction"))?;
+    Err(db_err("cannot begin a transaction")(failed))
+}
+
+/// The chunk of [`write_chunk`] in its write transaction.
+fn chunk_in(tx: rusqlite::Transaction<'_>, max_rows: u64) -> Result<Option<ChunkDone>> {
     let req: Option<Request> = tx
         .query_row(
             &format!(

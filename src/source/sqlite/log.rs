@@ -442,7 +442,17 @@ pub fn follow(
             if let Some(held) = get()? {
                 let id = identity(&conn)?;
                 if held.source == id {
-                    ack(path, &held)?;
+                    // The application holding the write lock past the busy
+                    // timeout delays the acknowledgement, never the stream.
+                    match ack(path, &held) {
+                        Err(e) if crate::sqlite_util::is_busy(&e) => crate::log::warn(
+                            "cannot acknowledge the target's position now: another connection holds the database's write lock; trying again after the next read",
+                            &[("event", "ack-waits".into())],
+                        ),
+                        r => {
+                            r?;
+                        }
+                    }
                 }
             }
         }
