@@ -382,7 +382,7 @@ impl Backfills {
             };
             c.execute(sql, &[&at, &id, &chunk])
                 .await
-                .map_err(pg_err("cannot note where a backfill message is (a backfill needs capture against the primary)"))?;
+                .map_err(pg_err(NOTE_FAILED))?;
         }
         c.batch_execute("COMMIT")
             .await
@@ -390,6 +390,10 @@ impl Backfills {
         Ok(())
     }
 }
+
+/// A note that failed: the two reasons there can be.
+const NOTE_FAILED: &str = "cannot note where a backfill message is (a backfill needs capture against the primary, and a follower's role \
+     needs SELECT, INSERT and UPDATE on mooncdc.backfill and mooncdc.backfill_chunks: docs/POSTGRES.md, \"Rights\")";
 
 /// How often a follower waiting for a request to be visible says so.
 const REQUEST_VISIBLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
@@ -414,7 +418,7 @@ async fn note_request(c: &Client, at: &str, id: i64) -> Result<()> {
                 &[&at, &id],
             )
             .await
-            .map_err(pg_err("cannot note where a backfill message is (a backfill needs capture against the primary)"))?;
+            .map_err(pg_err(NOTE_FAILED))?;
         let visible = noted > 0
             || c.query_opt("SELECT 1 FROM mooncdc.backfill WHERE id = $1", &[&id])
                 .await

@@ -73,9 +73,92 @@ impl PgSource {
             c.batch_execute(SETUP)
                 .await
                 .map_err(pg_err("cannot create the backfill tables"))?;
+            self.follower_rights(&c, &names).await?;
             self.record_when_free(&c, &names, &published, resync).await?;
             Ok(names)
         })
+    }
+
+    /// The rights of the followers that carry the requests out. Every role
+    /// that may read a slot (`REPLICATION`, and so every follower's) is
+    /// given what a follower needs on the backfill's own tables, which this
+    /// role made (such a role reads the whole WAL already: these tables
+    /// add nothing it could not see). When a follower reads the slot now,
+    /// a table its role may not read, or lock for a chunk, is refused before
+    /// anything is recorded, naming the GRANT (it would warn at every chunk
+    /// instead).
+    async fn follower_rights(&self, c: &Client, names: &[String]) -> Result<()> {
+        let roles: Vec<String> = c
+            .query(
+                "SELECT rolname::text FROM pg_roles WHERE rolreplication AND rolcanlogin AND NOT rolsuper \
+                 AND rolname <> current_user",
+                &[],
+            )
+            .await
+            .map_err(pg_err("cannot list the roles that read slots"))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        for role in &roles {
+            let q = quote_ident(role);
+            if let Err(e) = c
+                .batch_execute(&format!(
+                    "GRANT USAGE ON SCHEMA mooncdc TO {q}; \
+                     GRANT SELECT, INSERT, UPDATE ON mooncdc.backfill, mooncdc.backfill_chunks TO {q}"
+                ))
+                .await
+            {
+                crate::log::warn(
+                    &format!(
+                        "cannot give role {role:?} its rights on the backfill's tables: {}; grant them as their owner: \
+                         GRANT USAGE ON SCHEMA mooncdc TO {q}; GRANT SELECT, INSERT, UPDATE ON mooncdc.backfill, \
+                         mooncdc.backfill_chunks TO {q}",
+                        pg_err("GRANT")(e).full_message()
+                    ),
+                    &[("event", "backfill-rights".into())],
+                );
+            }
+        }
+        let row = c
+            .query_opt(
+                "SELECT a.usename::text, a.usename = current_user FROM pg_replication_slots s \
+                 JOIN pg_stat_activity a ON a.pid = s.active_pid WHERE s.slot_name = $1",
+                &[&self.slot],
+            )
+            .await
+            .map_err(pg_err("cannot look at the slot's reader"))?;
+        let Some(role) = row.and_then(|r| {
+            let (role, same): (Option<String>, bool) = (r.get(0), r.get(1));
+            role.filter(|_| !same)
+        }) else {
+            return Ok(());
+        };
+        let q = quote_ident(&role);
+        for n in names {
+            let (s, t) = split_table(n)?;
+            let table = format!("{}.{}", quote_ident(&s), quote_ident(&t));
+            let ok: bool = c
+                .query_one(
+                    "SELECT CASE WHEN to_regclass($2::text) IS NULL THEN true ELSE \
+                       has_table_privilege($1::name, $2::text, 'SELECT') \
+                       AND (has_table_privilege($1::name, $2::text, 'UPDATE') OR has_table_privilege($1::name, $2::text, 'DELETE') \
+                            OR has_table_privilege($1::name, $2::text, 'TRUNCATE') \
+                            OR pg_has_role($1::name, (SELECT relowner FROM pg_class WHERE oid = to_regclass($2::text)), 'USAGE')) END",
+                    &[&role, &table],
+                )
+                .await
+                .map_err(pg_err("cannot check the follower's rights"))?
+                .get(0);
+            if !ok {
+                return Err(Error::state(format!(
+                    "the follower of slot {:?} runs as role {role:?}, which may not read table {n:?} or take a chunk's SHARE \
+                     lock on it (SELECT, and UPDATE, DELETE or TRUNCATE): GRANT SELECT, UPDATE ON {table} TO {q}; nothing was \
+                     recorded (docs/POSTGRES.md, \"Rights\")",
+                    self.slot
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The requests' transaction, tried again while a table it must alter
