@@ -117,7 +117,7 @@ _mooncdc__apply() {
             return 0
             ;;
         mooncdc__apply__subcmd__cursor)
-            opts="-h --target --source-identity --help"
+            opts="-h --target --source-identity --position --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -48,6 +48,7 @@ complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -a "cleanup" -
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cursor" -l target -d 'The target database URL' -r
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cursor" -l source-identity -d 'Exit 1 unless the stored cursor is of this source' -r
+complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cursor" -l position -d 'Print the position in the source\'s own terms instead of the JSON (PostgreSQL: the LSN as capture status shows it, with the event inside its transaction; SQLite: the log sequence)'
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cursor" -s h -l help -d 'Print help'
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cleanup" -l target -d 'The ClickHouse target URL' -r
 complete -c mooncdc-apply -n "__fish_mooncdc_apply_using_subcommand cleanup" -l table -d 'Only the table of this source table (repeatable; default: every replacing table of the database)' -r

@@ -418,14 +418,23 @@ pub fn write_summary(report: &AuditReport, format: AuditFormat, out: &mut dyn Wr
                     .as_bytes(),
                 );
             }
-            let c = |c: &Option<Cursor>| c.as_ref().map_or("none".to_string(), |c| c.to_json());
+            let c = |c: &Option<Cursor>| {
+                c.as_ref()
+                    .map_or("none".to_string(), |c| match c.position() {
+                        Some(p) => format!("{} ({p})", c.to_json()),
+                        None => c.to_json(),
+                    })
+            };
             b.extend_from_slice(
                 format!("source cursor: {}\n", c(&report.source_cursor)).as_bytes(),
             );
             b.extend_from_slice(
                 format!("target cursor: {}\n", c(&report.target_cursor)).as_bytes(),
             );
-            if behind {
+            // Only where it explains something: a PostgreSQL server writes
+            // WAL of its own (checkpoints, other databases) past a caught-up
+            // target's cursor, so "behind" alone is no doubt about "equal".
+            if behind && !report.equal() {
                 b.extend_from_slice(b"warning: the target is behind the source's high water; differences may be changes not yet applied\n");
             }
             b.extend_from_slice(if report.equal() {

@@ -34,6 +34,9 @@ pub struct Error {
     file: Option<String>,
     line: Option<u64>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    /// The tool exits with its failure status without writing it: what
+    /// stopped it was said already, by another process.
+    silent: bool,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -46,7 +49,18 @@ impl Error {
             file: None,
             line: None,
             source: None,
+            silent: false,
         }
+    }
+
+    /// Exit with the failure status, saying nothing (see `silent`).
+    pub fn silent(mut self) -> Self {
+        self.silent = true;
+        self
+    }
+
+    pub fn is_silent(&self) -> bool {
+        self.silent
     }
 
     /// A broken wire-format or stream rule.

@@ -3768,11 +3768,20 @@ fn two_source_tables_never_share_a_clickhouse_table() {
     dbs.init(&[]);
     let db2 = ch::db("name_clash_audit");
     let url2 = db2.url();
-    let other = Spec::new(0, 1).schemas(vec![kv_schema("s_.b")]).event(ins(
-        1,
-        "s_.b",
-        vec![int(1), text("x")],
-    ));
+    // Filled from this very source (an audit gives no verdict on a target
+    // of another source), by a table that maps to the same name.
+    let src_id: String = rusqlite::Connection::open(dbs.path("src.db"))
+        .unwrap()
+        .query_row(
+            "SELECT value FROM _mooncdc_meta WHERE key = 'identity'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let other = Spec::new(0, 1)
+        .source(&src_id)
+        .schemas(vec![kv_schema("s_.b")])
+        .event(ins(1, "s_.b", vec![int(1), text("x")]));
     apply_ok(&url2, other.jsonl().as_bytes(), &[]);
     let r = audit(&dbs.src_url(), &url2, &[]);
     expect(&r, 2, "audit of a table that holds another source table");

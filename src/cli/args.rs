@@ -321,6 +321,9 @@ pub enum ApplyCommand {
         /// Exit 1 unless the stored cursor is of this source
         #[arg(long, value_name = "ID")]
         source_identity: Option<String>,
+        /// Print the position in the source's own terms instead of the JSON (PostgreSQL: the LSN as capture status shows it, with the event inside its transaction; SQLite: the log sequence)
+        #[arg(long)]
+        position: bool,
     },
     /// ClickHouse targets: remove deleted rows from storage (the replacing engine's cleanup merge, OPTIMIZE … FINAL CLEANUP), one table at a time
     Cleanup {

@@ -55,7 +55,9 @@ pub fn run_with(
                 return ExitCode::SUCCESS;
             }
             let usage = err.kind() == ErrorKind::Usage;
-            report_error(&err);
+            if !err.is_silent() {
+                report_error(&err);
+            }
             if usage {
                 ExitCode::from(2)
             } else {

@@ -12,9 +12,10 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
     if let Some(ApplyCommand::Cursor {
         target,
         source_identity,
+        position,
     }) = a.command
     {
-        return cursor(&target, source_identity.as_deref());
+        return cursor(&target, source_identity.as_deref(), position);
     }
     if let Some(ApplyCommand::Cleanup { target, table }) = a.command {
         return cleanup(&target, &table);
@@ -218,11 +219,22 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
 
 /// `apply cursor`: print the stored cursor; exit 1 when there is none (or
 /// it is of another source than the one named).
-fn cursor(target: &str, source_identity: Option<&str>) -> crate::error::Result<ExitCode> {
+fn cursor(
+    target: &str,
+    source_identity: Option<&str>,
+    position: bool,
+) -> crate::error::Result<ExitCode> {
     let c = endpoint::parse(target)?.cursor_reader()?()?;
     Ok(match c {
         Some(c) if source_identity.is_none_or(|id| id == c.source) => {
-            println!("{}", c.to_json());
+            if position {
+                println!(
+                    "{}",
+                    c.position().unwrap_or_else(|| c.sequence().to_string())
+                );
+            } else {
+                println!("{}", c.to_json());
+            }
             ExitCode::SUCCESS
         }
         Some(c) => {

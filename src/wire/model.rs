@@ -137,6 +137,25 @@ impl Cursor {
         write_cursor(&mut out, self);
         String::from_utf8(out).expect("JSON output is UTF-8")
     }
+
+    /// The position in the source's own terms (docs/FORMAT.md, "Cursors"):
+    /// a PostgreSQL sequence is its LSN times 2^64 plus the event's ordinal
+    /// in its transaction, shown as `LSN 0/3032AC9` (`, event 5` inside a
+    /// transaction), the form `capture status` and the server use; other
+    /// sources' sequences are their own position already (`None`).
+    pub fn position(&self) -> Option<String> {
+        if !self.source.starts_with("postgres:") {
+            return None;
+        }
+        let seq = self.sequence();
+        let lsn = (seq >> 64) as u64;
+        let ordinal = seq as u64;
+        let mut s = format!("LSN {:X}/{:X}", lsn >> 32, lsn & 0xFFFF_FFFF);
+        if ordinal > 0 {
+            s.push_str(&format!(", event {ordinal}"));
+        }
+        Some(s)
+    }
 }
 
 impl fmt::Display for Cursor {

@@ -456,11 +456,17 @@ impl<R: BufRead> BatchStreamReader<R> {
                     }
                     Ok(Some(Lean::Item(item)))
                 }
-                Some(AheadItem::End(n)) => self
-                    .validator
-                    .finish()
-                    .map(|_| None)
-                    .map_err(|e| e.in_file(ahead.name()).at_line(n + 1)),
+                Some(AheadItem::End(n)) => self.validator.finish().map(|_| None).map_err(|e| {
+                    let e = e.in_file(ahead.name()).at_line(n + 1);
+                    // A pipe that closed without a byte: its writer stopped
+                    // or failed before a first batch, and said so itself;
+                    // a second message here would only be noise.
+                    if n == 0 && ahead.name() == "<stdin>" && stdin_is_a_pipe() {
+                        e.silent()
+                    } else {
+                        e
+                    }
+                }),
                 Some(AheadItem::Line { at, scanned }) => {
                     let (mut item, through) = scanned
                         .unwrap_or_else(|| classify(&ahead.data()[at.0..at.1], true))
@@ -573,3 +579,9 @@ impl<R: BufRead> BatchStreamReader<R> {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether standard input is a pipe (or FIFO).
+fn stdin_is_a_pipe() -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata("/dev/stdin").is_ok_and(|m| m.file_type().is_fifo())
+}

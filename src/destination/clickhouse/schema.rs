@@ -118,6 +118,7 @@ impl ClickHouse {
     /// process has not checked the table for this very schema.
     pub(super) fn layout(&self, schema: &Schema, kind: SourceKind) -> Result<Layout> {
         let mut l = Layout::with_typing(schema, kind, self.native_types());
+        self.say_text_columns(schema, kind, &l);
         let arrays = schema.columns.iter().any(|c| c.decl_type.ends_with("[]"));
         let typed = (schema.columns.iter().zip(&l.types)).any(|(c, t)| *t != column_type(c, kind));
         if !self.native_types() || (!arrays && !typed) {
@@ -132,6 +133,27 @@ impl ClickHouse {
         let have = self.columns_typed(&self.stored(&l.name))?;
         l.keep_earlier_types(&have);
         Ok(l)
+    }
+
+    /// Once a process: a server too old for typed columns (before 22.8)
+    /// holds PostgreSQL's timestamps, dates, UUIDs, booleans and arrays as
+    /// text, which apply says rather than leave to be found.
+    fn say_text_columns(&self, schema: &Schema, kind: SourceKind, l: &Layout) {
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if self.version >= (22, 8)
+            || self.cfg.types == super::config::Types::Text
+            || SAID.load(std::sync::atomic::Ordering::Relaxed)
+            || Layout::with_typing(schema, kind, true).types == l.types
+        {
+            return;
+        }
+        SAID.store(true, std::sync::atomic::Ordering::Relaxed);
+        crate::log::info(&format!(
+            "ClickHouse {}.{} has no typed columns for PostgreSQL's timestamps, dates, UUIDs, booleans and arrays \
+             (22.8 and later have them): table {:?} and the others get String columns, holding the values' text \
+             exactly (docs/CLICKHOUSE.md, \"Types\")",
+            self.version.0, self.version.1, schema.table
+        ));
     }
 
     fn ensure_on_server(&self, l: &Layout, drop: bool) -> Result<Option<Error>> {

@@ -14,6 +14,8 @@ use std::io::Write;
 pub(super) struct BatchOut<'a> {
     pub(super) id: String,
     pub(super) position: Sequence,
+    /// Batches written (committed) so far.
+    pub(super) batches: u64,
     pub(super) high_water: Sequence,
     pub(super) schemas: Vec<Schema>,
     pub(super) out: &'a mut dyn Write,
@@ -35,6 +37,7 @@ impl<'a> BatchOut<'a> {
         BatchOut {
             id,
             position: start,
+            batches: 0,
             high_water,
             schemas,
             out,
@@ -155,6 +158,7 @@ impl<'a> BatchOut<'a> {
         self.out.flush().map_err(io_out)?;
         self.open = false;
         self.position = end;
+        self.batches += 1;
         crate::util::stop::batch_done();
         crate::metrics::batch(0, 0);
         crate::metrics::position(crate::metrics::position_of(end));

@@ -193,6 +193,13 @@ impl PgSource {
                 break;
             }
         }
+        // A follower stopped before its first batch still writes one (empty,
+        // at its start), as a SQLite follower always does: apply then ends
+        // with the stream, and the pipeline with status 0.
+        if l.timing.is_some() && r.w.batches == 0 && crate::util::stop::requested() {
+            let at = r.w.position;
+            r.w.finish_batch(at)?;
+        }
         r.w.out.flush().map_err(io_out)?;
         Ok(r.total)
     }
