@@ -210,8 +210,44 @@ impl Endpoint {
                 }))
             }
             _ => {
-                let t = self.target(TargetOptions::default())?;
-                Ok(Box::new(move || t.cursor()))
+                // A server target's client is a blocking one with a runtime
+                // of its own, which must not run (or be dropped) inside a
+                // follower's async runtime: it lives on a thread of its own,
+                // and each read is a request to it.
+                let (ask, asked) = std::sync::mpsc::channel::<()>();
+                let (tell, told) =
+                    std::sync::mpsc::channel::<Result<Option<crate::wire::Cursor>>>();
+                let ep = self.clone();
+                std::thread::Builder::new()
+                    .name("held-cursor".into())
+                    .spawn(move || {
+                        let t = match ep.target(TargetOptions::default()) {
+                            Ok(t) => {
+                                let _ = tell.send(Ok(None));
+                                t
+                            }
+                            Err(e) => {
+                                let _ = tell.send(Err(e));
+                                return;
+                            }
+                        };
+                        while asked.recv().is_ok() {
+                            if tell.send(t.cursor()).is_err() {
+                                return;
+                            }
+                        }
+                    })
+                    .map_err(|e| Error::io("cannot start a thread", e))?;
+                told.recv()
+                    .map_err(|_| Error::state("the target's cursor reader ended"))??;
+                let told = std::sync::Mutex::new((ask, told));
+                Ok(Box::new(move || {
+                    let (ask, told) = &*told.lock().unwrap_or_else(|e| e.into_inner());
+                    ask.send(())
+                        .map_err(|_| Error::state("the target's cursor reader ended"))?;
+                    told.recv()
+                        .map_err(|_| Error::state("the target's cursor reader ended"))?
+                }))
             }
         }
     }

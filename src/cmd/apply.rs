@@ -157,6 +157,11 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
         Ok(())
     })();
     progress.done();
+    // An input that never came (an empty pipe whose writer said why it
+    // stopped): nothing to sum up either.
+    if result.as_ref().is_err_and(|e| e.is_silent()) {
+        return result.map(|_| ExitCode::SUCCESS);
+    }
     // The summary names the cursor the target holds now: another apply may
     // have moved it while this one skipped what was already held.
     if let Ok(Some(c)) = t.cursor() {

@@ -456,17 +456,12 @@ impl<R: BufRead> BatchStreamReader<R> {
                     }
                     Ok(Some(Lean::Item(item)))
                 }
-                Some(AheadItem::End(n)) => self.validator.finish().map(|_| None).map_err(|e| {
-                    let e = e.in_file(ahead.name()).at_line(n + 1);
-                    // A pipe that closed without a byte: its writer stopped
-                    // or failed before a first batch, and said so itself;
-                    // a second message here would only be noise.
-                    if n == 0 && ahead.name() == "<stdin>" && stdin_is_a_pipe() {
-                        e.silent()
-                    } else {
-                        e
-                    }
-                }),
+                Some(AheadItem::End(n)) => {
+                    let name = ahead.name();
+                    self.validator.finish().map(|_| None).map_err(|e| {
+                        quiet_if_never_written(e.in_file(name).at_line(n + 1), name, n)
+                    })
+                }
                 Some(AheadItem::Line { at, scanned }) => {
                     let (mut item, through) = scanned
                         .unwrap_or_else(|| classify(&ahead.data()[at.0..at.1], true))
@@ -503,12 +498,11 @@ impl<R: BufRead> BatchStreamReader<R> {
             Src::Lines(lines) => {
                 if !lines.next_line(&mut self.buf)? {
                     // Name the line where the missing record should have been.
-                    let at = lines.line_number() + 1;
-                    return self
-                        .validator
-                        .finish()
-                        .map(|_| None)
-                        .map_err(|e| e.in_file(lines.name()).at_line(at));
+                    let read = lines.line_number();
+                    let name = lines.name();
+                    return self.validator.finish().map(|_| None).map_err(|e| {
+                        quiet_if_never_written(e.in_file(name).at_line(read + 1), name, read)
+                    });
                 }
                 let (item, through) = classify(&self.buf, lean).map_err(|e| lines.error(e))?;
                 let canonical = match through {
@@ -579,6 +573,18 @@ impl<R: BufRead> BatchStreamReader<R> {
 
 #[cfg(test)]
 mod tests;
+
+/// The end of an input that held no batch: said, unless it is a pipe that
+/// closed without a line (`read` lines), whose writer stopped or failed
+/// before a first batch and said so itself; a second message would only be
+/// noise (the exit status is still a failure).
+fn quiet_if_never_written(e: Error, name: &str, read: u64) -> Error {
+    if read == 0 && name == "<stdin>" && stdin_is_a_pipe() {
+        e.silent()
+    } else {
+        e
+    }
+}
 
 /// Whether standard input is a pipe (or FIFO).
 fn stdin_is_a_pipe() -> bool {

@@ -16,6 +16,8 @@ pub(super) struct BatchOut<'a> {
     pub(super) position: Sequence,
     /// Batches written (committed) so far.
     pub(super) batches: u64,
+    /// A stop waits for the first batch ([`hold_until_first_batch`]).
+    owes_first: bool,
     pub(super) high_water: Sequence,
     pub(super) schemas: Vec<Schema>,
     pub(super) out: &'a mut dyn Write,
@@ -38,6 +40,7 @@ impl<'a> BatchOut<'a> {
             id,
             position: start,
             batches: 0,
+            owes_first: false,
             high_water,
             schemas,
             out,
@@ -141,6 +144,16 @@ impl<'a> BatchOut<'a> {
         Ok(())
     }
 
+    /// A follower: a stop asked for before the first batch waits for it
+    /// (the follower then writes it empty), so that apply always gets a
+    /// stream, and the pipeline ends 0.
+    pub(super) fn hold_until_first_batch(&mut self) {
+        if !self.owes_first && self.batches == 0 {
+            self.owes_first = true;
+            crate::util::stop::batch_begins();
+        }
+    }
+
     pub(super) fn finish_batch(&mut self, end: Sequence) -> Result<()> {
         self.open_batch()?;
         // Schema changes with no event after them yet belong to the batch's
@@ -160,6 +173,9 @@ impl<'a> BatchOut<'a> {
         self.position = end;
         self.batches += 1;
         crate::util::stop::batch_done();
+        if std::mem::take(&mut self.owes_first) {
+            crate::util::stop::batch_done();
+        }
         crate::metrics::batch(0, 0);
         crate::metrics::position(crate::metrics::position_of(end));
         Ok(())

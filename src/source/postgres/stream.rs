@@ -140,6 +140,9 @@ impl PgSource {
             idle_batch: timing.map(|t| t.idle_batch),
         };
         let mut r = Reader::new(settings, o.start, catalog, bf, limits.stream_budget, w);
+        if timing.is_some() {
+            r.w.hold_until_first_batch();
+        }
         let mut l = Link {
             c: o.c,
             client: Some(client),

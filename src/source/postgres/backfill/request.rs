@@ -70,55 +70,27 @@ impl PgSource {
                     self.publication
                 )));
             }
-            c.batch_execute(SETUP)
+            // The tables and their grants in one transaction: a follower
+            // never finds them without its rights.
+            c.batch_execute(&format!("BEGIN; {SETUP}"))
                 .await
                 .map_err(pg_err("cannot create the backfill tables"))?;
+            let granted = grant_followers(&c).await;
+            c.batch_execute(if granted.is_ok() { "COMMIT" } else { "ROLLBACK" })
+                .await
+                .map_err(pg_err("cannot create the backfill tables"))?;
+            granted?;
             self.follower_rights(&c, &names).await?;
             self.record_when_free(&c, &names, &published, resync).await?;
             Ok(names)
         })
     }
 
-    /// The rights of the followers that carry the requests out. Every role
-    /// that may read a slot (`REPLICATION`, and so every follower's) is
-    /// given what a follower needs on the backfill's own tables, which this
-    /// role made (such a role reads the whole WAL already: these tables
-    /// add nothing it could not see). When a follower reads the slot now,
-    /// a table its role may not read, or lock for a chunk, is refused before
+    /// The rights of the follower reading the slot now, if one does: a
+    /// table its role may not read, or lock for a chunk, is refused before
     /// anything is recorded, naming the GRANT (it would warn at every chunk
     /// instead).
     async fn follower_rights(&self, c: &Client, names: &[String]) -> Result<()> {
-        let roles: Vec<String> = c
-            .query(
-                "SELECT rolname::text FROM pg_roles WHERE rolreplication AND rolcanlogin AND NOT rolsuper \
-                 AND rolname <> current_user",
-                &[],
-            )
-            .await
-            .map_err(pg_err("cannot list the roles that read slots"))?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        for role in &roles {
-            let q = quote_ident(role);
-            if let Err(e) = c
-                .batch_execute(&format!(
-                    "GRANT USAGE ON SCHEMA mooncdc TO {q}; \
-                     GRANT SELECT, INSERT, UPDATE ON mooncdc.backfill, mooncdc.backfill_chunks TO {q}"
-                ))
-                .await
-            {
-                crate::log::warn(
-                    &format!(
-                        "cannot give role {role:?} its rights on the backfill's tables: {}; grant them as their owner: \
-                         GRANT USAGE ON SCHEMA mooncdc TO {q}; GRANT SELECT, INSERT, UPDATE ON mooncdc.backfill, \
-                         mooncdc.backfill_chunks TO {q}",
-                        pg_err("GRANT")(e).full_message()
-                    ),
-                    &[("event", "backfill-rights".into())],
-                );
-            }
-        }
         let row = c
             .query_opt(
                 "SELECT a.usename::text, a.usename = current_user FROM pg_replication_slots s \
@@ -370,4 +342,51 @@ const LOCK_WAIT: Duration = Duration::from_secs(120);
 
 fn lock_timeout(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+}
+
+/// Every role that may read a slot (`REPLICATION`, login, not a superuser:
+/// every follower's) is given what a follower needs on the backfill's own
+/// tables, which this role made; such a role reads the whole WAL already,
+/// so these tables add nothing it could not see. A grant this role may not
+/// give is said, with the statement for their owner.
+async fn grant_followers(c: &Client) -> Result<()> {
+    let roles: Vec<String> = c
+        .query(
+            "SELECT rolname::text FROM pg_roles WHERE rolreplication AND rolcanlogin AND NOT rolsuper \
+             AND rolname <> current_user",
+            &[],
+        )
+        .await
+        .map_err(pg_err("cannot list the roles that read slots"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    for role in &roles {
+        let q = quote_ident(role);
+        // Each in a savepoint: one that fails leaves the transaction going.
+        c.batch_execute("SAVEPOINT grant_follower")
+            .await
+            .map_err(pg_err("cannot grant a follower its rights"))?;
+        if let Err(e) = c
+            .batch_execute(&format!(
+                "GRANT USAGE ON SCHEMA mooncdc TO {q}; \
+                 GRANT SELECT, INSERT, UPDATE ON mooncdc.backfill, mooncdc.backfill_chunks TO {q}"
+            ))
+            .await
+        {
+            c.batch_execute("ROLLBACK TO SAVEPOINT grant_follower")
+                .await
+                .map_err(pg_err("cannot grant a follower its rights"))?;
+            crate::log::warn(
+                &format!(
+                    "cannot give role {role:?} its rights on the backfill's tables: {}; grant them as their owner: \
+                     GRANT USAGE ON SCHEMA mooncdc TO {q}; GRANT SELECT, INSERT, UPDATE ON mooncdc.backfill, \
+                     mooncdc.backfill_chunks TO {q}",
+                    pg_err("GRANT")(e).full_message()
+                ),
+                &[("event", "backfill-rights".into())],
+            );
+        }
+    }
+    Ok(())
 }
