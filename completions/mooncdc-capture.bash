@@ -22,6 +22,9 @@ _mooncdc__capture() {
             mooncdc__capture,backfill)
                 cmd="mooncdc__capture__subcmd__backfill"
                 ;;
+            mooncdc__capture,grants)
+                cmd="mooncdc__capture__subcmd__grants"
+                ;;
             mooncdc__capture,help)
                 cmd="mooncdc__capture__subcmd__help"
                 ;;
@@ -48,6 +51,9 @@ _mooncdc__capture() {
                 ;;
             mooncdc__capture__subcmd__help,backfill)
                 cmd="mooncdc__capture__subcmd__help__subcmd__backfill"
+                ;;
+            mooncdc__capture__subcmd__help,grants)
+                cmd="mooncdc__capture__subcmd__help__subcmd__grants"
                 ;;
             mooncdc__capture__subcmd__help,help)
                 cmd="mooncdc__capture__subcmd__help__subcmd__help"
@@ -77,7 +83,7 @@ _mooncdc__capture() {
 
     case "${cmd}" in
         mooncdc__capture)
-            opts="-q -v -h -V --quiet --verbose --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --receive-timeout-ms --log-format --metrics-listen --stall-timeout-ms --backfill-chunk-rows --ack-from-target --pgoutput-protocol --spool-memory --max-spool-bytes --spool-dir --messages --slot --publication --help --version init verify upgrade migrate backfill status ack read help"
+            opts="-q -v -h -V --quiet --verbose --source --after --after-file --max-events --max-bytes --max-line-bytes --follow --poll-ms --idle-batch-ms --heartbeat-ms --max-retries --retry-delay-ms --receive-timeout-ms --log-format --metrics-listen --stall-timeout-ms --backfill-chunk-rows --ack-from-target --pgoutput-protocol --spool-memory --max-spool-bytes --spool-dir --messages --slot --publication --help --version init verify upgrade migrate backfill grants status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -254,8 +260,38 @@ _mooncdc__capture() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        mooncdc__capture__subcmd__grants)
+            opts="-q -v -h --source --role --slot --publication --quiet --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --source)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --role)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --slot)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --publication)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         mooncdc__capture__subcmd__help)
-            opts="init verify upgrade migrate backfill status ack read help"
+            opts="init verify upgrade migrate backfill grants status ack read help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -283,6 +319,20 @@ _mooncdc__capture() {
             return 0
             ;;
         mooncdc__capture__subcmd__help__subcmd__backfill)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        mooncdc__capture__subcmd__help__subcmd__grants)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # PostgreSQL → ClickHouse, continuously: the walkthrough of
-# docs/QUICKSTART-CLICKHOUSE.md, step by step. CI runs this very file
+# docs/QUICKSTART.md, step by step. CI runs this very file
 # against throwaway servers (tests/quickstart.rs).
 #
 #   OWNER  a PostgreSQL URL of the tables' owner, with REPLICATION (init, backfill)

@@ -355,8 +355,8 @@ fn subcommand_man_pages_have_examples_and_exit_status() {
         }
     }
     assert_eq!(
-        pages, 10,
-        "capture's eight subcommands, apply's cursor and cleanup"
+        pages, 11,
+        "capture's nine subcommands, apply's cursor and cleanup"
     );
 }
 

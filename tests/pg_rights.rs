@@ -76,3 +76,126 @@ fn the_documented_grants_are_enough_for_a_capture_role() {
     let r = exec(APPLY, &["cursor", "--target", &target], None);
     expect(&r, 0, "apply cursor");
 }
+
+/// `capture grants --role` prints a script that is enough: run as printed,
+/// the new role snapshots and audits. A role that lacks a right is told
+/// which GRANT, before anything is read; init by a role that does not own
+/// the tables is refused the same way, before anything is changed.
+#[test]
+fn grants_prints_a_script_that_is_enough_and_missing_rights_are_named() {
+    let db = pg::db("grants");
+    let owner = db.session();
+    owner.exec("CREATE SCHEMA shop");
+    owner.exec("CREATE TABLE shop.orders (id bigint PRIMARY KEY, qty int)");
+    owner.exec("INSERT INTO shop.orders VALUES (1, 2), (2, 3)");
+    let slot = "s_grants";
+    pg::init_capture(&db.url(), slot, &["shop.orders"]);
+    let role = "mooncdc_cap_script";
+    let url_as = |role: &str, pw: &str| {
+        format!(
+            "postgres://{role}:{}@127.0.0.1:{}/{}",
+            url_encode(pw),
+            db.cluster.port,
+            db.dbname
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let target = format!("sqlite:{}", dir.path().join("proj.db").display());
+    // A role that may read slots but no table: the snapshot names the GRANTs.
+    db.cluster.admin(&format!(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{role}') THEN \
+         CREATE ROLE {role} LOGIN REPLICATION PASSWORD 'change me'; END IF; END $$"
+    ));
+    db.cluster.admin(&format!(
+        "GRANT CONNECT ON DATABASE {} TO {role}",
+        db.dbname
+    ));
+    let r = pg::snapshot_into(&url_as(role, "change me"), slot, &target);
+    expect(&r, 1, "a snapshot without the rights");
+    assert!(
+        r.stderr.contains("GRANT USAGE ON SCHEMA \"shop\"")
+            && r.stderr.contains("GRANT SELECT ON \"shop\".\"orders\"")
+            && r.stderr.contains("mooncdc-capture grants --role"),
+        "{}",
+        r.stderr
+    );
+    // init by a role that owns none of the tables.
+    let r = exec(
+        CAPTURE,
+        &[
+            "init",
+            "--source",
+            &url_as(role, "change me"),
+            "--slot",
+            "s_grants_other",
+            "--publication",
+            "pub_other",
+            "--table",
+            "shop.orders",
+        ],
+        None,
+    );
+    expect(&r, 1, "init by a role that does not own the table");
+    assert!(
+        r.stderr.contains("ownership of table") && r.stderr.contains("nothing was changed"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        owner.value("SELECT count(*) FROM pg_publication WHERE pubname = 'pub_other'"),
+        "0"
+    );
+    // The printed script, run as printed (here all of it as a superuser).
+    let r = exec(
+        CAPTURE,
+        &[
+            "grants",
+            "--source",
+            &db.url(),
+            "--slot",
+            slot,
+            "--role",
+            role,
+        ],
+        None,
+    );
+    expect(&r, 0, "capture grants");
+    let script = r.stdout_str();
+    assert!(
+        script.contains("GRANT SELECT ON \"shop\".\"orders\""),
+        "{script}"
+    );
+    db.cluster
+        .psql_as("postgres", pg::SUPERUSER_PASSWORD, &db.dbname, &script);
+    let r = pg::snapshot_into(&url_as(role, "change me"), slot, &target);
+    expect(&r, 0, "a snapshot with the printed grants");
+    let r = exec(
+        AUDIT,
+        &[
+            "--source",
+            &url_as(role, "change me"),
+            "--slot",
+            slot,
+            "--target",
+            &target,
+        ],
+        None,
+    );
+    expect(&r, 0, "an audit with the printed grants");
+    // The right taken away again: the audit names it.
+    owner.exec(&format!("REVOKE SELECT ON shop.orders FROM {role}"));
+    let r = exec(
+        AUDIT,
+        &[
+            "--source",
+            &url_as(role, "change me"),
+            "--slot",
+            slot,
+            "--target",
+            &target,
+        ],
+        None,
+    );
+    expect(&r, 2, "an audit without the rights");
+    assert!(r.stderr.contains("GRANT SELECT ON"), "{}", r.stderr);
+}

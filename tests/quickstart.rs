@@ -1,5 +1,5 @@
 //! The first hour with PostgreSQL: the PostgreSQL → ClickHouse walkthrough
-//! (docs/QUICKSTART-CLICKHOUSE.md) as a new user runs it,
+//! (docs/QUICKSTART.md) as a new user runs it,
 //! `examples/postgres-to-clickhouse.sh` word for word against a throwaway
 //! PostgreSQL and ClickHouse, with the capture role and grants the page
 //! gives (and the page shows that very script); and stops that say one
@@ -21,10 +21,10 @@ fn the_postgres_to_clickhouse_walkthrough_runs_as_written() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let script = root.join("examples/postgres-to-clickhouse.sh");
     let text = std::fs::read_to_string(&script).unwrap();
-    let page = std::fs::read_to_string(root.join("docs/QUICKSTART-CLICKHOUSE.md")).unwrap();
+    let page = std::fs::read_to_string(root.join("docs/QUICKSTART.md")).unwrap();
     assert!(
         page.contains(&format!("```sh\n{text}```")),
-        "docs/QUICKSTART-CLICKHOUSE.md does not show examples/postgres-to-clickhouse.sh as it is"
+        "docs/QUICKSTART.md does not show examples/postgres-to-clickhouse.sh as it is"
     );
     let db = pg::db("quickstart");
     // The page's roles: as a superuser, then as the owner.

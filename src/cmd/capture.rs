@@ -64,6 +64,14 @@ pub fn run(a: CaptureArgs) -> crate::error::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Some(CaptureCommand::Grants { source, role, pg }) => {
+            let script = open(&source, &pg)?.grants(&role)?;
+            let mut out = cli::stdout();
+            write!(out, "{script}")
+                .map_err(|e| crate::error::Error::io("cannot write output", e))?;
+            cli::finish_output(out)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Some(CaptureCommand::Verify {
             source,
             output_format,

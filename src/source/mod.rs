@@ -220,6 +220,13 @@ pub trait Source {
             "--failover is for PostgreSQL sources (17 or later, with a standby that synchronizes slots)",
         ))
     }
+    /// `capture grants --role ROLE`: the SQL that gives a capture role what
+    /// it needs (PostgreSQL; docs/POSTGRES.md, "Rights").
+    fn grants(&self, _role: &str) -> Result<String> {
+        Err(Error::usage(
+            "grants is for PostgreSQL sources (a SQLite source has no roles: whoever may open the file may capture)",
+        ))
+    }
     /// Ask the capture that follows this source to bring the tables' current
     /// rows into the stream (`all`: every captured table); returns the
     /// tables once the requests are recorded (docs/BACKFILL.md).

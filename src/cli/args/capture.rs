@@ -207,6 +207,17 @@ pub enum CaptureCommand {
         #[command(flatten)]
         pg: PgArgs,
     },
+    /// PostgreSQL: print the SQL that gives a capture role what snapshot, follow, audit and backfill need on this publication's tables
+    Grants {
+        /// The source database URL
+        #[arg(long, value_name = "URL")]
+        source: String,
+        /// The capture role the script is for
+        #[arg(long, value_name = "ROLE")]
+        role: String,
+        #[command(flatten)]
+        pg: PgArgs,
+    },
     /// Print identity, acknowledged position, high water and backlog
     Status {
         /// The source database URL

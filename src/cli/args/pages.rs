@@ -79,6 +79,10 @@ pub fn sub_man_sections(tool: &str, sub: &str) -> Vec<(&'static str, String)> {
             "$ mooncdc-capture backfill --source sqlite:app.db --table orders",
             "$ mooncdc-capture backfill --source postgres://app@db/shop --table public.orders --resync",
         ],
+        ("mooncdc-capture", "grants") => &[
+            "$ mooncdc-capture grants --source postgres://app_owner@db/shop --role mooncdc_capture",
+            "$ mooncdc-capture grants --source postgres://app_owner@db/shop --role mooncdc_capture | psql postgres://postgres@db/shop",
+        ],
         ("mooncdc-capture", "status") => &[
             "$ mooncdc-capture status --source sqlite:app.db",
             "$ mooncdc-capture status --source postgres://app@db/shop --output-format json",
@@ -94,6 +98,7 @@ pub fn sub_man_sections(tool: &str, sub: &str) -> Vec<(&'static str, String)> {
         ],
         ("mooncdc-apply", "cursor") => &[
             "$ mooncdc-apply cursor --target sqlite:proj.db",
+            "$ mooncdc-apply cursor --target sqlite:proj.db --position",
             "$ mooncdc-apply cursor --target clickhouse://default@localhost:8123/shop --source-identity sqlite:725cfa4f-3f24-4b2e-b4c7-747a3e92fb4a",
         ],
         ("mooncdc-apply", "cleanup") => &[

@@ -69,14 +69,15 @@ impl PgSource {
                 tables.iter().map(|t| table_arg(t)).collect::<Result<_>>()?
             };
             names.dedup();
-            for n in &names {
-                let (s, t) = split_table(n)?;
-                table_schema(&c, &s, &t).await?;
-            }
             let pub_exists = c
                 .query_opt("SELECT puballtables FROM pg_publication WHERE pubname = $1", &[&self.publication])
                 .await
                 .map_err(pg_err("cannot read publications"))?;
+            self.check_owner(&c, &names, pub_exists.is_none(), make_slot, "init").await?;
+            for n in &names {
+                let (s, t) = split_table(n)?;
+                table_schema(&c, &s, &t).await?;
+            }
             let qualified: Vec<String> = names
                 .iter()
                 .map(|n| {

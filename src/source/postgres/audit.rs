@@ -53,6 +53,8 @@ impl AuditSource {
                 published = want;
             }
             let names: Vec<&str> = published.iter().map(|p| p.name.as_str()).collect();
+            let owned: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            src.check_reader(&c, &owned, false, "an audit").await?;
             refuse_hidden_rows(&c, &names, "an audit").await?;
             // Each table as the publication publishes it: its own rows
             // (not an inheritance child's), its row filter's rows and its

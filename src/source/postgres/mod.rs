@@ -36,6 +36,7 @@ pub mod pgoutput;
 mod publication;
 mod reconnect;
 mod replication;
+mod rights;
 mod session;
 mod snapshot;
 mod standby;
@@ -236,6 +237,9 @@ impl Source for PgSource {
     }
     fn backfill(&self, tables: &[String], all: bool, resync: bool) -> Result<Vec<String>> {
         PgSource::backfill(self, tables, all, resync)
+    }
+    fn grants(&self, role: &str) -> Result<String> {
+        PgSource::grants(self, role)
     }
     fn upgrade(&self) -> Result<Vec<String>> {
         // Replica identity and the slot, for the tables already published;

@@ -60,6 +60,8 @@ impl PgSource {
                 v
             };
             let names: Vec<&str> = chosen.iter().map(|p| p.name.as_str()).collect();
+            let owned: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            self.check_reader(&c, &owned, true, "a snapshot").await?;
             refuse_hidden_rows(&c, &names, "a snapshot").await?;
             // A table being backfilled, or whose backfill's end no reader
             // has noted yet: the stream after the snapshot would leave out

@@ -70,6 +70,14 @@ impl PgSource {
                     self.publication
                 )));
             }
+            // A table it adds to the publication is altered: its owner's to do.
+            let adding: Vec<String> = names
+                .iter()
+                .filter(|n| !published.contains(n))
+                .cloned()
+                .collect();
+            self.check_owner(&c, &adding, false, false, "a backfill request")
+                .await?;
             // The tables and their grants in one transaction: a follower
             // never finds them without its rights.
             c.batch_execute(&format!("BEGIN; {SETUP}"))
