@@ -167,10 +167,13 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
     if let Ok(Some(c)) = t.cursor() {
         total.cursor = Some(c);
     }
-    let cursor = total
-        .cursor
-        .as_ref()
-        .map_or("none".to_string(), |c| c.to_json());
+    // A PostgreSQL cursor with its LSN beside it, as status shows positions.
+    let cursor = total.cursor.as_ref().map_or("none".to_string(), |c| {
+        match c.position() {
+            Some(p) => format!("{} ({p})", c.to_json()),
+            None => c.to_json(),
+        }
+    });
     use crate::log::count;
     let loaded = if snapshots > 0 {
         format!(
