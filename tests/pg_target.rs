@@ -531,6 +531,43 @@ fn direct_key_swaps_apply_with_and_without_overwrite() {
     }
 }
 
+/// A key-only update (default identity) with an unchanged value, of a row
+/// the target does not hold: refused, with and without `--on-conflict
+/// overwrite`; under overwrite the message says why overwrite cannot force
+/// it (there is no stored row to fill the value from), not that it would.
+#[test]
+fn a_key_only_change_of_a_missing_row_is_refused_with_the_right_words() {
+    use common::{kv_schema, Spec};
+    use serde_json::json;
+    for (name, extra) in [
+        ("keyonly", &[][..]),
+        ("keyonly_over", &["--on-conflict", "overwrite"][..]),
+    ] {
+        let tgt = target(name);
+        let url = tgt.url();
+        let b = Spec::new(0, 1)
+            .schemas(vec![kv_schema("t")])
+            .events(vec![json!({
+                "sequence": "1", "table": "t", "operation": "update",
+                "before_key": [["integer", "7"]],
+                "after": [["integer", "7"], ["unchanged"]]
+            })]);
+        let r = apply_with(&url, &b.jsonl(), extra);
+        expect(
+            &r,
+            1,
+            &format!("{name}: a key-only update of a missing row"),
+        );
+        if !extra.is_empty() {
+            assert!(
+                !r.stderr.contains("forces it") && r.stderr.contains("cannot be filled"),
+                "{}",
+                r.stderr
+            );
+        }
+    }
+}
+
 /// A column added NOT NULL with a default at the source: the target adds it
 /// to a table holding rows (NULL there until their next change), not refused.
 #[test]

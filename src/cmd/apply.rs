@@ -168,12 +168,13 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
         total.cursor = Some(c);
     }
     // A PostgreSQL cursor with its LSN beside it, as status shows positions.
-    let cursor = total.cursor.as_ref().map_or("none".to_string(), |c| {
-        match c.position() {
+    let cursor = total
+        .cursor
+        .as_ref()
+        .map_or("none".to_string(), |c| match c.position() {
             Some(p) => format!("{} ({p})", c.to_json()),
             None => c.to_json(),
-        }
-    });
+        });
     use crate::log::count;
     let loaded = if snapshots > 0 {
         format!(

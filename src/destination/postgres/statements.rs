@@ -37,6 +37,9 @@ pub(super) struct Op {
     key: String,
     /// The event names its old row by the key alone.
     key_only: bool,
+    /// Applied under `--on-conflict overwrite` (which forces what it can,
+    /// but cannot fill a row the target does not hold).
+    overwrite: bool,
 }
 
 pub(super) async fn run(c: &Client, ops: &mut Vec<Op>) -> Result<()> {
@@ -52,6 +55,13 @@ pub(super) async fn run(c: &Client, ops: &mut Vec<Op>) -> Result<()> {
     for (op, r) in ops.iter().zip(results) {
         match r {
             Ok(n) if op.expect.is_none_or(|e| e == n) => {}
+            Ok(_) if op.overwrite => {
+                return Err(Error::state(format!(
+                    "event {} ({} on table {:?}, key {}): no stored row has this key, so the values the change left \
+                     unchanged cannot be filled; the target does not hold the row the source changed (take a new snapshot)",
+                    op.sequence, op.what, op.table, op.key
+                )))
+            }
             Ok(_) => {
                 return Err(Error::state(format!(
                     "event {} ({} on table {:?}, key {}): {}; the target diverges from the source (--on-conflict overwrite forces it)",
@@ -166,6 +176,7 @@ pub(super) fn event_ops(
         table: e.table.clone(),
         key,
         key_only: false,
+        overwrite: on_conflict == OnConflict::Overwrite,
     };
     let s = Some(e.sequence);
     let overwrite = on_conflict == OnConflict::Overwrite;
