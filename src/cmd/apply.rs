@@ -192,7 +192,13 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
             count(total.batches, "batch", "batches"),
             count(total.applied, "event", "events"),
             total.skipped,
-            if total.messages > 0 {
+            if total.messages > 0 && url.starts_with("dir:") {
+                // An archive keeps every record of its batches.
+                format!(
+                    ", {} kept in the archive",
+                    count(total.messages, "message", "messages")
+                )
+            } else if total.messages > 0 {
                 format!(
                     ", {} skipped (targets apply none)",
                     count(total.messages, "message", "messages")

@@ -62,13 +62,14 @@ fn spool_error(what: &str, held: u64, spool: &Spool, e: std::io::Error) -> Error
     Error::new(
         ErrorKind::Io,
         format!(
-            "cannot {what} the spool file in {} ({from}): {}; {} waits there, past its first {} in memory, {} ({} held when this failed): give a folder with room for the largest with --spool-dir DIR (or TMPDIR=DIR)",
+            "cannot {what} the spool file in {} ({from}): {}; {} waits there, past its first {} in memory, {} ({} held when this failed): give a folder with room for the largest with --spool-dir DIR (or TMPDIR=DIR){}",
             dir.display(),
             crate::error::strip_os_error(&e.to_string()),
             spool.holds.0,
             mib(spool.mem_limit as u64),
             spool.holds.1,
             mib(held),
+            spool.advice.map(|a| format!(", {a}")).unwrap_or_default(),
         ),
     )
 }
@@ -80,6 +81,8 @@ pub struct Spool {
     len: u64,
     /// What waits in the spool, and until when, for messages.
     holds: (&'static str, &'static str),
+    /// Another way out, said after the folder's.
+    advice: Option<&'static str>,
 }
 
 impl Spool {
@@ -90,6 +93,7 @@ impl Spool {
             mem_limit,
             len: 0,
             holds: ("a batch", "until its commit is checked"),
+            advice: None,
         }
     }
 
@@ -97,6 +101,12 @@ impl Spool {
     /// (default: "a batch", "until its commit is checked").
     pub fn holding(mut self, what: &'static str, until: &'static str) -> Self {
         self.holds = (what, until);
+        self
+    }
+
+    /// Another way out than room, for the message when the file fails.
+    pub fn advising(mut self, advice: &'static str) -> Self {
+        self.advice = Some(advice);
         self
     }
 

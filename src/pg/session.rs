@@ -95,13 +95,15 @@ pub(crate) fn passes(attrs: SessionAttrs) -> Vec<SessionAttrs> {
 /// restarting), so it is a transient failure.
 pub(crate) fn no_server(conn: &PgConn, tried: &[String]) -> Error {
     let text = format!(
-        "no server of {} took a {} session ({})",
+        "no server of {} took the session (target_session_attrs={}): {}",
         conn.display(),
         conn.session_attrs.as_str(),
         tried.join("; ")
     );
-    Error::new(ErrorKind::Database, text.clone()).with_source(Cause {
-        text,
+    // The cause says only what kind of failure it is (a retry may find a
+    // server): the message says the rest, once.
+    Error::new(ErrorKind::Database, text).with_source(Cause {
+        text: "no suitable server".to_string(),
         inner: std::io::Error::new(std::io::ErrorKind::NotConnected, "no suitable server"),
     })
 }

@@ -64,7 +64,7 @@ pub(super) async fn repl_connect(
             ReplError::Io(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 format!(
-                    "no server of {} took a {} replication session ({})",
+                    "no server of {} took the replication session (target_session_attrs={}): {}",
                     conn.display(),
                     conn.session_attrs.as_str(),
                     tried.join("; ")

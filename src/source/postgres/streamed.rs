@@ -75,7 +75,10 @@ impl Open {
     fn new(memory: usize) -> Self {
         Open {
             spool: Spool::new(memory)
-                .holding("a streamed transaction in progress", "until it commits"),
+                .holding("a streamed transaction in progress", "until it commits")
+                .advising(
+                    "or read with --pgoutput-protocol 1, so the server holds large transactions until they commit",
+                ),
             subxacts: Vec::new(),
             subxact_at: HashMap::new(),
             described: Vec::new(),
