@@ -613,3 +613,44 @@ fn final_returns_the_live_rows_and_cleanup_removes_deleted_ones() {
     let r = exec(APPLY, &["cleanup", "--target", "sqlite:/tmp/x.db"], None);
     expect(&r, 2, "cleanup of a SQLite target");
 }
+
+/// A table made with typed columns, then written through a URL with
+/// `types=text` (say, a second pipeline's, or a URL edited later): its
+/// columns keep their types and take the rows, as a table made with text
+/// keeps text the other way round; the audit through either URL is equal.
+#[test]
+fn a_typed_table_written_through_a_types_text_url_keeps_its_types() {
+    let db = ch::db("typed_then_text");
+    if !modern(&db) {
+        eprintln!(
+            "SKIPPED a_typed_table_written_through_a_types_text_url_keeps_its_types: this server has no typed columns (the chdb engine runs it)"
+        );
+        return;
+    }
+    let pgdb = common::pg::db("ch_typed_text");
+    let (src, slot) = (pgdb.url(), "s_ch_typed_text");
+    let s = utc_session(&pgdb);
+    s.exec("CREATE TABLE public.t (id int PRIMARY KEY, ts timestamptz, u uuid, b boolean)");
+    s.exec("INSERT INTO public.t VALUES (1, '2024-01-01 00:00:00.5+00', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', true)");
+    common::pg::init_capture(&src, slot, &["public.t"]);
+    let url = db.url();
+    let r = pipeline(&format!(
+        "{{snapshot}} -q --source {} --slot {slot} | {{apply}} --target {} -q",
+        shell_quote(&src),
+        shell_quote(&url)
+    ));
+    expect(&r, 0, "snapshot | apply");
+    let typed = column_type(&db, "public_t", "ts");
+    assert!(typed.contains("DateTime64"), "{typed}");
+    s.exec("INSERT INTO public.t VALUES (2, '1999-12-31 23:59:59+00', NULL, false)");
+    s.exec("UPDATE public.t SET ts = '2030-06-01 12:00:00+00' WHERE id = 1");
+    let text = db.url_with("types=text");
+    expect(
+        &catch_up(&src, slot, &text, false),
+        0,
+        "changes through a types=text URL",
+    );
+    assert_eq!(column_type(&db, "public_t", "ts"), typed);
+    audit_equal(&src, slot, &text);
+    audit_equal(&src, slot, &url);
+}

@@ -121,7 +121,32 @@ impl ClickHouse {
         self.say_text_columns(schema, kind, &l);
         let arrays = schema.columns.iter().any(|c| c.decl_type.ends_with("[]"));
         let typed = (schema.columns.iter().zip(&l.types)).any(|(c, t)| *t != column_type(c, kind));
-        if !self.native_types() || (!arrays && !typed) {
+        if !self.native_types() {
+            // `types=text` on a server that has the types: a table made
+            // typed before (by a URL without the option) keeps its types,
+            // as a table made with text keeps text the other way round;
+            // text written into a DateTime64 or UUID column would not read.
+            if self.version >= (22, 8) && self.cfg.types == super::config::Types::Text {
+                let native = Layout::with_typing(schema, kind, true);
+                if native.types != l.types {
+                    let have = self.columns_typed(&self.stored(&l.name))?;
+                    for (i, c) in schema.columns.iter().enumerate() {
+                        let Some((_, t)) = have.iter().find(|(n, _)| *n == c.name) else {
+                            continue;
+                        };
+                        let bare = t
+                            .strip_prefix("Nullable(")
+                            .and_then(|r| r.strip_suffix(')'))
+                            .unwrap_or(t);
+                        if native.types[i] != l.types[i] && bare == native.types[i].sql() {
+                            l.types[i] = native.types[i];
+                        }
+                    }
+                }
+            }
+            return Ok(l);
+        }
+        if !arrays && !typed {
             return Ok(l);
         }
         if let Some((s, t)) = self.ensured.borrow().get(&schema.table) {
