@@ -3936,3 +3936,31 @@ fn messages_are_skipped_and_move_the_cursor() {
     assert_eq!(cursor_seq(&url), Some(6));
     assert_eq!(kv_view(&db, "t"), strs(&[&["1", "a"], &["2", "b"]]));
 }
+
+/// A change by key alone (default identity) to a table whose columns were
+/// changed by hand, not by the stream: its old row cannot be read, and the
+/// apply says how the table differs from the stream's schema (as for whole
+/// rows), not the server's words for a column it does not know.
+#[test]
+fn a_key_only_change_on_a_table_changed_by_hand_names_the_difference() {
+    let db = ch::db("keyonly_shape");
+    let url = db.url();
+    let b1 =
+        Spec::new(0, 1)
+            .schemas(vec![kv_schema("t")])
+            .event(ins(1, "t", vec![int(1), text("a")]));
+    apply_ok(&url, b1.jsonl().as_bytes(), &[]);
+    db.query("ALTER TABLE t DROP COLUMN v");
+    db.query("ALTER TABLE t ADD COLUMN x1 Nullable(String) AFTER id");
+    db.query("ALTER TABLE t ADD COLUMN x2 Nullable(String) AFTER x1");
+    let b2 = Spec::new(1, 2).schemas(vec![kv_schema("t")]).event(json!({
+        "sequence": "2", "table": "t", "operation": "delete",
+        "before_key": [["integer", "1"]]
+    }));
+    let err = apply_fails(&url, b2.jsonl().as_bytes(), &[]);
+    assert!(
+        err.contains("has columns") && err.contains("the stream's schema needs"),
+        "{err}"
+    );
+    assert_eq!(cursor_seq(&url), Some(1), "the cursor did not move");
+}

@@ -354,7 +354,29 @@ fn read_rows(
 ) -> Result<Vec<super::read::Found>> {
     let first = &segs[0];
     if segs.len() == 1 && first.change.is_none() {
-        return ch.rows_at_keys(&first.layout, keys, bounded);
+        // A read that fails on a table not in the stream's shape (changed
+        // by hand, or while no capture read) says so, as the table check
+        // does for whole rows, rather than with the server's words for a
+        // column it does not know. The happy path asks nothing more.
+        return ch.rows_at_keys(&first.layout, keys, bounded).map_err(|e| {
+            let have = match ch.columns_typed(&first.layout.name) {
+                Ok(h) => h,
+                Err(_) => return e,
+            };
+            let want = first.layout.expected_columns();
+            if want.iter().all(|c| have.contains(c)) {
+                return e;
+            }
+            Error::state(format!(
+                "ClickHouse table {} has columns {:?}, but the stream's schema needs {:?} (names and types), so the old rows of its \
+                 changes by key alone cannot be read; the stream does not say how one became the other (a column renamed, or one \
+                 dropped and another added, while no capture was reading, say): change the table the same way and apply again, or \
+                 give it a new snapshot (docs/OPERATIONS.md, schema changes)",
+                first.layout.name,
+                have.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>(),
+                want.iter().map(|(n, t)| format!("{n} {t}")).collect::<Vec<_>>()
+            ))
+        });
     }
     let now = match &first.change {
         Some((old, _)) => old,
