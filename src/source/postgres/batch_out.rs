@@ -16,7 +16,7 @@ pub(super) struct BatchOut<'a> {
     pub(super) position: Sequence,
     /// Batches written (committed) so far.
     pub(super) batches: u64,
-    /// A stop waits for the first batch ([`hold_until_first_batch`]).
+    /// A stop waits for the first batch ([`owe_first_batch`]).
     owes_first: bool,
     pub(super) high_water: Sequence,
     pub(super) schemas: Vec<Schema>,
@@ -144,14 +144,12 @@ impl<'a> BatchOut<'a> {
         Ok(())
     }
 
-    /// A follower: a stop asked for before the first batch waits for it
-    /// (the follower then writes it empty), so that apply always gets a
-    /// stream, and the pipeline ends 0.
-    pub(super) fn hold_until_first_batch(&mut self) {
-        if !self.owes_first && self.batches == 0 {
-            self.owes_first = true;
-            crate::util::stop::batch_begins();
-        }
+    /// A follower: the stop hold it took at its start is released with the
+    /// first batch, so a stop asked for before it waits for it (the
+    /// follower then writes it empty): apply always gets a stream, and the
+    /// pipeline ends 0.
+    pub(super) fn owe_first_batch(&mut self) {
+        self.owes_first = true;
     }
 
     pub(super) fn finish_batch(&mut self, end: Sequence) -> Result<()> {

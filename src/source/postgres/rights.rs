@@ -57,6 +57,36 @@ async fn missing_reads(c: &Client, role: &str, tables: &[String]) -> Result<Vec<
     Ok(missing)
 }
 
+/// The GRANTs `role` lacks on the backfill's own tables, when they exist
+/// (every read looks at the requests there).
+async fn missing_backfill(c: &Client, role: &str) -> Result<Vec<String>> {
+    if !super::backfill::installed(c).await? {
+        return Ok(Vec::new());
+    }
+    let r = c
+        .query_one(
+            "SELECT has_schema_privilege($1::name, 'mooncdc', 'USAGE'), \
+                    (SELECT bool_and(has_table_privilege($1::name, t, p)) \
+                     FROM unnest(ARRAY['mooncdc.backfill', 'mooncdc.backfill_chunks']) t, \
+                          unnest(ARRAY['SELECT', 'INSERT', 'UPDATE']) p)",
+            &[&role],
+        )
+        .await
+        .map_err(pg_err("cannot read the backfill tables' rights"))?;
+    let (usage, tables): (bool, bool) = (r.get(0), r.get(1));
+    let q = quote_ident(role);
+    let mut missing = Vec::new();
+    if !usage {
+        missing.push(format!("GRANT USAGE ON SCHEMA mooncdc TO {q}"));
+    }
+    if !tables {
+        missing.push(format!(
+            "GRANT SELECT, INSERT, UPDATE ON mooncdc.backfill, mooncdc.backfill_chunks TO {q}"
+        ));
+    }
+    Ok(missing)
+}
+
 impl PgSource {
     /// Before `what` (a snapshot, an audit) reads the publication's tables
     /// (`tables`, or all of them): this role may read slots (when `slots`)
@@ -75,6 +105,7 @@ impl PgSource {
             missing.push(format!("ALTER ROLE {q} REPLICATION"));
         }
         missing.extend(missing_reads(c, &role, tables).await?);
+        missing.extend(missing_backfill(c, &role).await?);
         if missing.is_empty() {
             return Ok(());
         }
@@ -191,11 +222,11 @@ impl PgSource {
                 .map(|p| format!("{}.{}", quote_ident(&p.schema), quote_ident(&p.table)))
                 .collect();
             out.push_str(&format!(
-                "-- As the tables' owner:\n\
+                "-- As the owner of the database, of the schemas and of the tables (or a superuser):\n\
                  GRANT CONNECT ON DATABASE {} TO {q};\n\
                  GRANT USAGE ON SCHEMA {} TO {q};\n\
                  GRANT SELECT ON {} TO {q};\n\
-                 -- Tables made later, when they will be published (each schema):\n",
+                 -- Tables made later, when they will be published (each schema; as their maker):\n",
                 quote_ident(&self.conn.dbname),
                 schemas.join(", "),
                 tables.join(", ")
@@ -203,6 +234,13 @@ impl PgSource {
             for s in &schemas {
                 out.push_str(&format!(
                     "ALTER DEFAULT PRIVILEGES IN SCHEMA {s} GRANT SELECT ON TABLES TO {q};\n"
+                ));
+            }
+            if super::backfill::installed(&c).await? {
+                out.push_str(&format!(
+                    "-- As the owner of the backfill's tables (made by the first backfill request):\n\
+                     GRANT USAGE ON SCHEMA mooncdc TO {q};\n\
+                     GRANT SELECT, INSERT, UPDATE ON mooncdc.backfill, mooncdc.backfill_chunks TO {q};\n"
                 ));
             }
             out.push_str(&format!(

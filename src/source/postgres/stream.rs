@@ -123,6 +123,12 @@ impl PgSource {
         ack_target: Option<AckTarget<'_>>,
         out: &mut dyn Write,
     ) -> Result<u64> {
+        // A follower holds a stop from its start until its first batch is
+        // written (BatchOut::owe_first_batch), so a SIGTERM while it
+        // connects still ends with a batch apply can end on.
+        if timing.is_some() {
+            crate::util::stop::batch_begins();
+        }
         let o = self.open_read(after, &limits, timing).await?;
         let catalog = Catalog::load(&o.c, &self.publication).await?;
         let bf = Backfills::load(&o.c, &self.publication, o.start).await?;
@@ -141,7 +147,7 @@ impl PgSource {
         };
         let mut r = Reader::new(settings, o.start, catalog, bf, limits.stream_budget, w);
         if timing.is_some() {
-            r.w.hold_until_first_batch();
+            r.w.owe_first_batch();
         }
         let mut l = Link {
             c: o.c,

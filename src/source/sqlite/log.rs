@@ -444,7 +444,7 @@ pub fn follow(
                 if held.source == id {
                     // The application holding the write lock past the busy
                     // timeout delays the acknowledgement, never the stream.
-                    match ack(path, &held) {
+                    match super::ack_waiting(path, &held, std::time::Duration::from_millis(100)) {
                         Err(e) if crate::sqlite_util::is_busy(&e) => crate::log::warn(
                             "cannot acknowledge the target's position now: another connection holds the database's write lock; trying again after the next read",
                             &[("event", "ack-waits".into())],

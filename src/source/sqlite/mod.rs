@@ -241,7 +241,15 @@ pub fn status(path: &Path) -> Result<Status> {
 /// Never beyond the high water; an older position than the one recorded is a
 /// no-op (acknowledgement never moves backwards). Returns the position recorded.
 pub fn ack(path: &Path, cursor: &Cursor) -> Result<Sequence> {
+    ack_waiting(path, cursor, crate::sqlite_util::BUSY_TIMEOUT)
+}
+
+/// [`ack`], waiting at most `wait` for another connection's write lock (a
+/// follower's acknowledgement must not hold its stream up).
+pub fn ack_waiting(path: &Path, cursor: &Cursor, wait: std::time::Duration) -> Result<Sequence> {
     let mut conn = open_existing(path)?;
+    conn.busy_timeout(wait)
+        .map_err(db_err("cannot set the busy timeout"))?;
     require_installed(&conn, path)?;
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)

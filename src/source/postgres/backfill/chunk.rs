@@ -18,6 +18,9 @@ use tokio_postgres::Client;
 enum Wrote {
     /// No request is waiting.
     Nothing,
+    /// Another follower of the pipeline is writing a chunk now (their
+    /// chunks are the same stream's): try again shortly, saying nothing.
+    Contended,
     /// Another session holds a lock on the table that conflicts with the
     /// chunk's (an open write, CREATE INDEX CONCURRENTLY, VACUUM); try again
     /// later.
@@ -78,7 +81,7 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
         .await
     {
         Ok(r) => r,
-        Err(e) if busy(&e) => return Ok(Wrote::Busy("another follower is writing a chunk".into())),
+        Err(e) if busy(&e) => return Ok(Wrote::Contended),
         Err(e) => return Err(pg_err("cannot read backfill requests")(e)),
     };
     let Some(row) = row else {
@@ -204,11 +207,14 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
         sh.order.join(", ")
     );
     let mut rows: Vec<Vec<Option<String>>> = Vec::new();
-    for m in tx
-        .simple_query(&sql)
-        .await
-        .map_err(pg_err("cannot read a backfill chunk"))?
-    {
+    let read = match tx.simple_query(&sql).await {
+        // A role that may lock the table but not read it: as for the lock.
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) => {
+            return Ok(Wrote::Denied(table))
+        }
+        r => r.map_err(pg_err("cannot read a backfill chunk"))?,
+    };
+    for m in read {
         if let tokio_postgres::SimpleQueryMessage::Row(r) = m {
             rows.push(
                 (0..cols.len())
@@ -320,6 +326,9 @@ impl Backfills {
         self.retry_at = None;
         match write_chunk(c, publication, rows).await? {
             Wrote::Nothing => self.work = false,
+            Wrote::Contended => {
+                self.retry_at = Some(std::time::Instant::now() + busy_delay(0));
+            }
             Wrote::Busy(table) => {
                 // From the end of the try: a try never follows one at once.
                 self.retry_at = Some(std::time::Instant::now() + busy_delay(self.busy_tries));
@@ -351,9 +360,9 @@ impl Backfills {
                 let (s, t) = split_table(&table)?;
                 crate::log::warn(
                     &format!(
-                        "a backfill chunk of table {table:?} cannot run: role {role:?} may not take the chunk's SHARE lock on it; \
+                        "a backfill chunk of table {table:?} cannot run: role {role:?} may not read it or take the chunk's SHARE lock on it; \
                          the other tables keep streaming and the chunk is tried again every 30 s. Grant it: \
-                         GRANT UPDATE ON {}.{} TO {} (docs/POSTGRES.md, \"Rights\")",
+                         GRANT SELECT, UPDATE ON {}.{} TO {} (docs/POSTGRES.md, \"Rights\")",
                         quote_ident(&s),
                         quote_ident(&t),
                         quote_ident(&role)

@@ -82,6 +82,29 @@ pub struct Request {
     pub described: Option<String>,
 }
 
+/// A role that may not read the backfill's tables: what to grant.
+pub(super) const BACKFILL_TABLES_DENIED: &str =
+    "this role may not read the backfill's tables (schema mooncdc): as their owner, GRANT USAGE ON SCHEMA mooncdc TO it and \
+     GRANT SELECT, INSERT, UPDATE ON mooncdc.backfill, mooncdc.backfill_chunks TO it (a backfill request gives these to every \
+     REPLICATION role that exists when it is made; mooncdc-capture grants prints them; docs/POSTGRES.md, \"Rights\")";
+
+/// Whether the backfill's tables are there as this version makes them
+/// (`SETUP` then has nothing to do, and needs no right to do it).
+pub(super) async fn set_up(c: &Client) -> Result<bool> {
+    Ok(c.query_one(
+        "SELECT EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+                        JOIN pg_namespace n ON n.oid = c.relnamespace \
+                        WHERE n.nspname = 'mooncdc' AND c.relname = 'backfill' AND a.attname = 'publication' \
+                          AND NOT a.attisdropped) \
+            AND EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                        WHERE n.nspname = 'mooncdc' AND c.relname = 'backfill_chunks')",
+        &[],
+    )
+    .await
+    .map_err(pg_err("cannot look for the backfill tables"))?
+    .get(0))
+}
+
 /// Whether `mooncdc.backfill` exists (read from the catalog, which needs no
 /// right on the schema: the DDL trigger's `mooncdc` schema may be there
 /// without any backfill, and without a right of capture's role on it).
@@ -111,7 +134,13 @@ pub(super) async fn requests(c: &Client, publication: &str) -> Result<Vec<Reques
             &[&publication],
         )
         .await
-        .map_err(pg_err("cannot read backfill requests"))?;
+        .map_err(|e| {
+            if e.code() == Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE) {
+                Error::state(BACKFILL_TABLES_DENIED)
+            } else {
+                pg_err("cannot read backfill requests")(e)
+            }
+        })?;
     Ok(rows
         .iter()
         .map(|r| Request {
@@ -193,6 +222,22 @@ pub(super) async fn shape(c: &Client, publication: &str, name: &str) -> Result<S
         if ORDERED_KEY_TYPES.contains(&ty.as_str()) {
             order.push(q);
         } else if TEXT_KEY_TYPES.contains(&ty.as_str()) {
+            // The server compares text as its encoding's bytes; those are
+            // in the stream's order (UTF-8's, code points) only for UTF-8,
+            // LATIN1 (one byte a code point) and SQL_ASCII (bytes as sent).
+            let enc: String = c
+                .query_one(
+                    "SELECT pg_encoding_to_char(encoding)::text FROM pg_database WHERE datname = current_database()",
+                    &[],
+                )
+                .await
+                .map_err(pg_err("cannot read the database's encoding"))?
+                .get(0);
+            if !matches!(enc.as_str(), "UTF8" | "LATIN1" | "SQL_ASCII") {
+                return Err(refuse(format!(
+                    "its key column {k:?} is text in a {enc} database, whose byte order is not the order the stream compares keys in (UTF-8's)"
+                )));
+            }
             if byte_ordered(&provider, &collate) {
                 // Its own collation is the byte order the stream compares
                 // keys in: its index serves the chunk's range.

@@ -5,7 +5,7 @@ use super::super::publication::{
     identity_of, publication_detail, publication_tables, refuse_hidden_rows,
 };
 use super::super::{split_table, table_arg, PgSource};
-use super::{described, requests, shape, PREFIX, SETUP};
+use super::{described, requests, set_up, shape, PREFIX, SETUP};
 use crate::error::{Error, Result};
 use crate::pg::{pg_err, runtime, server_version};
 use crate::util::quote_ident;
@@ -79,8 +79,12 @@ impl PgSource {
             self.check_owner(&c, &adding, false, false, "a backfill request")
                 .await?;
             // The tables and their grants in one transaction: a follower
-            // never finds them without its rights.
-            c.batch_execute(&format!("BEGIN; {SETUP}"))
+            // never finds them without its rights. Tables already as this
+            // version makes them are left alone (making or altering them
+            // needs their owner; granting needs it too, and a grant this
+            // role may not give is said, not failed).
+            let setup = if set_up(&c).await? { "" } else { SETUP };
+            c.batch_execute(&format!("BEGIN; {setup}"))
                 .await
                 .map_err(pg_err("cannot create the backfill tables"))?;
             let granted = grant_followers(&c).await;
@@ -120,7 +124,8 @@ impl PgSource {
             let ok: bool = c
                 .query_one(
                     "SELECT CASE WHEN to_regclass($2::text) IS NULL THEN true ELSE \
-                       has_table_privilege($1::name, $2::text, 'SELECT') \
+                       has_schema_privilege($1::name, (SELECT relnamespace FROM pg_class WHERE oid = to_regclass($2::text)), 'USAGE') \
+                       AND has_table_privilege($1::name, $2::text, 'SELECT') \
                        AND (has_table_privilege($1::name, $2::text, 'UPDATE') OR has_table_privilege($1::name, $2::text, 'DELETE') \
                             OR has_table_privilege($1::name, $2::text, 'TRUNCATE') \
                             OR pg_has_role($1::name, (SELECT relowner FROM pg_class WHERE oid = to_regclass($2::text)), 'USAGE')) END",
@@ -132,9 +137,10 @@ impl PgSource {
             if !ok {
                 return Err(Error::state(format!(
                     "the follower of slot {:?} runs as role {role:?}, which may not read table {n:?} or take a chunk's SHARE \
-                     lock on it (SELECT, and UPDATE, DELETE or TRUNCATE): GRANT SELECT, UPDATE ON {table} TO {q}; nothing was \
-                     recorded (docs/POSTGRES.md, \"Rights\")",
-                    self.slot
+                     lock on it (USAGE on its schema, SELECT, and UPDATE, DELETE or TRUNCATE): GRANT USAGE ON SCHEMA {} TO {q}; \
+                     GRANT SELECT, UPDATE ON {table} TO {q}; nothing was recorded (docs/POSTGRES.md, \"Rights\")",
+                    self.slot,
+                    quote_ident(&s)
                 )));
             }
         }
@@ -162,7 +168,10 @@ impl PgSource {
             ))
             .await
             .map_err(pg_err("cannot begin a transaction"))?;
-            let done = self.record(c, names, published, resync).await;
+            // What the try has to say, said once it has committed (a try
+            // rolled back for a lock says nothing of what it did).
+            let mut say: Vec<Say> = Vec::new();
+            let done = self.record(c, names, published, resync, &mut say).await;
             let end = if matches!(done, Ok(None)) {
                 "COMMIT"
             } else {
@@ -172,6 +181,7 @@ impl PgSource {
                 .await
                 .map_err(pg_err("cannot commit"))?;
             let Some(table) = done? else {
+                say.into_iter().for_each(|s| s());
                 return Ok(());
             };
             if Instant::now() >= deadline {
@@ -205,6 +215,7 @@ impl PgSource {
         names: &[String],
         published: &[String],
         resync: bool,
+        say: &mut Vec<Say>,
     ) -> Result<Option<String>> {
         {
             let known = requests(tx, &self.publication).await?;
@@ -263,22 +274,23 @@ impl PgSource {
                 }
                 let sh = shape(tx, &self.publication, n).await?;
                 if !sh.scanned.is_empty() {
-                    let cols: Vec<String> = sh
-                        .scanned
-                        .iter()
-                        .map(|k| format!("{} COLLATE \"C\"", quote_ident(k)))
-                        .collect();
-                    crate::log::warn(
-                        &format!(
-                            "table {n:?}: its key is text in a collation that does not order by bytes, so each chunk reads the \
-                             table through to find its next rows in byte order (slow on a large table); an index in that order \
-                             makes each chunk a range read: CREATE INDEX CONCURRENTLY ON {}.{} ({})",
-                            quote_ident(&s),
-                            quote_ident(&t),
-                            cols.join(", ")
-                        ),
-                        &[("event", "backfill-scans".into()), ("table", n.clone().into())],
+                    // Every key column, in the chunk's order: the index
+                    // must serve the whole ORDER BY.
+                    let text = format!(
+                        "table {n:?}: its key is text in a collation that does not order by bytes, so each chunk reads the \
+                         table through to find its next rows in byte order (slow on a large table); an index in that order \
+                         makes each chunk a range read: CREATE INDEX CONCURRENTLY ON {}.{} ({})",
+                        quote_ident(&s),
+                        quote_ident(&t),
+                        sh.order.join(", ")
                     );
+                    let table = n.clone();
+                    say.push(Box::new(move || {
+                        crate::log::warn(
+                            &text,
+                            &[("event", "backfill-scans".into()), ("table", table.into())],
+                        )
+                    }));
                 }
                 if let Some(r) = known.iter().find(|r| &r.table == n && !r.done) {
                     return Err(Error::state(format!(
@@ -328,7 +340,8 @@ impl PgSource {
                     .map_err(pg_err("cannot record the backfill request"))?
                     .get(0);
                 if added {
-                    crate::log::info(&format!("capturing table {n:?}"));
+                    let text = format!("capturing table {n:?}");
+                    say.push(Box::new(move || crate::log::info(&text)));
                 }
                 let content = json!({"kind": "request", "request": id, "table": n, "table_is": described(&sh), "publication": self.publication}).to_string();
                 tx.execute(
@@ -342,6 +355,9 @@ impl PgSource {
         }
     }
 }
+
+/// A line to say once the requests' transaction has committed.
+type Say = Box<dyn FnOnce()>;
 
 /// How long one try of the requests' transaction waits for a lock.
 const LOCK_TIMEOUT: Duration = Duration::from_millis(100);
