@@ -167,14 +167,18 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
     if let Ok(Some(c)) = t.cursor() {
         total.cursor = Some(c);
     }
-    // A PostgreSQL cursor with its LSN beside it, as status shows positions.
+    // A PostgreSQL cursor's LSN before it, as status shows positions (the
+    // cursor's JSON stays last on the line, for whoever reads it back).
     let cursor = total
         .cursor
         .as_ref()
-        .map_or("none".to_string(), |c| match c.position() {
-            Some(p) => format!("{} ({p})", c.to_json()),
-            None => c.to_json(),
-        });
+        .map_or("none".to_string(), |c| c.to_json());
+    let at = total
+        .cursor
+        .as_ref()
+        .and_then(|c| c.position())
+        .map(|p| format!(", at {p}"))
+        .unwrap_or_default();
     use crate::log::count;
     let loaded = if snapshots > 0 {
         format!(
@@ -188,7 +192,7 @@ pub fn run(a: ApplyArgs) -> crate::error::Result<ExitCode> {
     crate::log::write(
         "info",
         &format!(
-            "{loaded}{}, {} applied, {} skipped as already held{}, in {}, cursor {}",
+            "{loaded}{}, {} applied, {} skipped as already held{}{at}, in {}, cursor {}",
             count(total.batches, "batch", "batches"),
             count(total.applied, "event", "events"),
             total.skipped,
