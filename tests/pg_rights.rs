@@ -169,33 +169,18 @@ fn grants_prints_a_script_that_is_enough_and_missing_rights_are_named() {
         .psql_as("postgres", pg::SUPERUSER_PASSWORD, &db.dbname, &script);
     let r = pg::snapshot_into(&url_as(role, "change me"), slot, &target);
     expect(&r, 0, "a snapshot with the printed grants");
-    let r = exec(
-        AUDIT,
-        &[
-            "--source",
-            &url_as(role, "change me"),
-            "--slot",
-            slot,
-            "--target",
-            &target,
-        ],
-        None,
-    );
-    expect(&r, 0, "an audit with the printed grants");
+    let audit = || {
+        let src = url_as(role, "change me");
+        exec(
+            AUDIT,
+            &["--source", &src, "--slot", slot, "--target", &target],
+            None,
+        )
+    };
+    expect(&audit(), 0, "an audit with the printed grants");
     // The right taken away again: the audit names it.
     owner.exec(&format!("REVOKE SELECT ON shop.orders FROM {role}"));
-    let r = exec(
-        AUDIT,
-        &[
-            "--source",
-            &url_as(role, "change me"),
-            "--slot",
-            slot,
-            "--target",
-            &target,
-        ],
-        None,
-    );
+    let r = audit();
     expect(&r, 2, "an audit without the rights");
     assert!(r.stderr.contains("GRANT SELECT ON"), "{}", r.stderr);
 }

@@ -438,6 +438,19 @@ impl Layout {
         }
     }
 
+    /// With `types=text` on a server that has the types: the columns a
+    /// table already has typed (`native`, as a URL without the option
+    /// makes them) keep their types; text written into them would not read.
+    pub(super) fn keep_typed_columns(&mut self, native: &[ChType], have: &[(String, String)]) {
+        for (i, c) in self.schema.columns.iter().enumerate() {
+            if native[i] != self.types[i]
+                && stored_bare(have, &c.name).is_some_and(|b| b == native[i].sql())
+            {
+                self.types[i] = native[i];
+            }
+        }
+    }
+
     /// A column that the table (`have`: its columns and types) holds with
     /// the type servers without the typed mappings give it (`String`, or
     /// `UInt8` for a boolean: a table made by an earlier MoonCDC, or by
@@ -446,13 +459,9 @@ impl Layout {
     /// (docs/CLICKHOUSE.md, Types).
     pub(super) fn keep_earlier_types(&mut self, have: &[(String, String)]) {
         for (i, c) in self.schema.columns.iter().enumerate() {
-            let Some((_, t)) = have.iter().find(|(n, _)| *n == c.name) else {
+            let Some(bare) = stored_bare(have, &c.name) else {
                 continue;
             };
-            let bare = t
-                .strip_prefix("Nullable(")
-                .and_then(|r| r.strip_suffix(')'))
-                .unwrap_or(t);
             if self.types[i] == ChType::Text && !self.key.contains(&i) {
                 // An array column whose NOT NULL the source dropped stays an
                 // Array (the same one were it still NOT NULL): ClickHouse
@@ -574,4 +583,14 @@ impl Layout {
         }
         Ok(())
     }
+}
+
+/// The type a table stores column `name` in, without `Nullable(…)`.
+fn stored_bare<'a>(have: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    let (_, t) = have.iter().find(|(n, _)| n == name)?;
+    Some(
+        t.strip_prefix("Nullable(")
+            .and_then(|r| r.strip_suffix(')'))
+            .unwrap_or(t),
+    )
 }

@@ -130,18 +130,7 @@ impl ClickHouse {
                 let native = Layout::with_typing(schema, kind, true);
                 if native.types != l.types {
                     let have = self.columns_typed(&self.stored(&l.name))?;
-                    for (i, c) in schema.columns.iter().enumerate() {
-                        let Some((_, t)) = have.iter().find(|(n, _)| *n == c.name) else {
-                            continue;
-                        };
-                        let bare = t
-                            .strip_prefix("Nullable(")
-                            .and_then(|r| r.strip_suffix(')'))
-                            .unwrap_or(t);
-                        if native.types[i] != l.types[i] && bare == native.types[i].sql() {
-                            l.types[i] = native.types[i];
-                        }
-                    }
+                    l.keep_typed_columns(&native.types, &have);
                 }
             }
             return Ok(l);
