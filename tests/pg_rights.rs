@@ -119,6 +119,19 @@ fn grants_prints_a_script_that_is_enough_and_missing_rights_are_named() {
         "{}",
         r.stderr
     );
+    // A read (the follower's first step) names them too.
+    let r = exec(
+        CAPTURE,
+        &["--source", &url_as(role, "change me"), "--slot", slot],
+        None,
+    );
+    expect(&r, 1, "a read without the rights");
+    assert!(
+        r.stderr.contains("may not run a read")
+            && r.stderr.contains("GRANT SELECT ON \"shop\".\"orders\""),
+        "{}",
+        r.stderr
+    );
     // init by a role that owns none of the tables.
     let r = exec(
         CAPTURE,

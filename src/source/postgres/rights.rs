@@ -24,24 +24,30 @@ async fn this_role(c: &Client) -> Result<(String, bool)> {
 }
 
 /// The GRANTs `role` lacks to read `tables` (USAGE on their schemas, SELECT
-/// on them), one statement each.
+/// on them), one statement each; one query for them all.
 async fn missing_reads(c: &Client, role: &str, tables: &[String]) -> Result<Vec<String>> {
     let q = quote_ident(role);
-    let mut missing = Vec::new();
+    let mut schemas = Vec::new();
+    let mut names = Vec::new();
     for name in tables {
         let (s, t) = split_table(name)?;
-        let Some(r) = c
-            .query_opt(
-                "SELECT has_schema_privilege($1::name, n.oid, 'USAGE'), has_table_privilege($1::name, c.oid, 'SELECT') \
-                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2 AND c.relname = $3",
-                &[&role, &s, &t],
-            )
-            .await
-            .map_err(pg_err("cannot read a table's rights"))?
-        else {
-            continue;
-        };
-        let (usage, select): (bool, bool) = (r.get(0), r.get(1));
+        schemas.push(s);
+        names.push(t);
+    }
+    let rows = c
+        .query(
+            "SELECT t.s, t.r, has_schema_privilege($1::name, n.oid, 'USAGE'), has_table_privilege($1::name, c.oid, 'SELECT') \
+             FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS t(s, r, i) \
+             JOIN pg_namespace n ON n.nspname = t.s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.r \
+             ORDER BY t.i",
+            &[&role, &schemas, &names],
+        )
+        .await
+        .map_err(pg_err("cannot read the tables' rights"))?;
+    let mut missing = Vec::new();
+    for r in &rows {
+        let (s, t, usage, select): (String, String, bool, bool) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
         let schema_grant = format!("GRANT USAGE ON SCHEMA {} TO {q}", quote_ident(&s));
         if !usage && !missing.contains(&schema_grant) {
             missing.push(schema_grant);

@@ -8,7 +8,7 @@ use super::backfill::Backfills;
 use super::batch_out::BatchOut;
 use super::catalog::Catalog;
 use super::decode::{Flow, ReadSettings, Reader};
-use super::publication::{partition_not_full, publication_members, Member};
+use super::publication::{partition_not_full, publication_members, publication_tables, Member};
 use super::reconnect::{ack_from, before_confirmed};
 use super::replication::{ReplClient, ReplError, StartOptions};
 use super::standby;
@@ -221,6 +221,11 @@ impl PgSource {
         timing: Option<FollowTiming>,
     ) -> Result<Opened> {
         let c = self.client("read").await?;
+        // The rights first, each missing one named with its GRANT: a read
+        // needs the slot's (REPLICATION) and the published tables' (SELECT:
+        // backfill chunks read them, and the docs' capture role has it).
+        let tables = publication_tables(&c, &self.publication).await?;
+        self.check_reader(&c, &tables, true, "a read").await?;
         let (id, timeline) = self.identity_and_timeline().await?;
         let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
             Error::state(format!(
