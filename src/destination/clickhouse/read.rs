@@ -123,21 +123,23 @@ fn bytes_literal(b: &[u8]) -> String {
 }
 
 /// Whether a key column's values have an exact literal ([`key_literal`]);
-/// others are read through `format`.
+/// others are read through `format`, which servers with only these types
+/// (18.16, say) lack.
 fn has_literal(ty: ChType) -> bool {
-    matches!(
-        ty,
-        ChType::Int64
-            | ChType::Int32
-            | ChType::Int16
-            | ChType::UInt32
-            | ChType::Bool
-            | ChType::Float64
-            | ChType::Float32
-            | ChType::Text
-            | ChType::Blob
-            | ChType::Any
-    )
+    matches!(ty, ChType::Decimal(p, _) if p <= 38)
+        || matches!(
+            ty,
+            ChType::Int64
+                | ChType::Int32
+                | ChType::Int16
+                | ChType::UInt32
+                | ChType::Bool
+                | ChType::Float64
+                | ChType::Float32
+                | ChType::Text
+                | ChType::Blob
+                | ChType::Any
+        )
 }
 
 /// A key value as a literal of its column's type, exact: integers as their
@@ -155,6 +157,17 @@ fn key_literal(ty: ChType, v: &Value) -> Result<String> {
         (_, Value::Integer(i)) if integer => i.to_string(),
         (ChType::Float64, _) => format!("reinterpretAsFloat64({})", bytes_literal(&enc)),
         (ChType::Float32, _) => format!("reinterpretAsFloat32({})", bytes_literal(&enc)),
+        // A decimal from its digits at the column's scale: the server
+        // parses them exactly (no float between).
+        (ChType::Decimal(p, s), Value::Text(t)) => {
+            let bits = match p {
+                0..=9 => 32,
+                10..=18 => 64,
+                _ => 128,
+            };
+            let scaled = decimal_scaled(t, p, s).map_err(Error::data)?;
+            format!("toDecimal{bits}('{}', {s})", format_decimal(scaled, s))
+        }
         _ => {
             // A string: after the length, the bytes.
             let mut r: &[u8] = &enc;

@@ -458,6 +458,7 @@ impl Layout {
     /// keeps its time zone. Nothing is converted behind the user's back
     /// (docs/CLICKHOUSE.md, Types).
     pub(super) fn keep_earlier_types(&mut self, have: &[(String, String)]) {
+        self.keep_text_decimals(have);
         for (i, c) in self.schema.columns.iter().enumerate() {
             let Some(bare) = stored_bare(have, &c.name) else {
                 continue;
@@ -489,6 +490,20 @@ impl Layout {
                         self.types[i] = ChType::DateTime64 { zoned, utc };
                     }
                 }
+            }
+        }
+    }
+
+    /// A decimal column (not a key's) that the table holds as `String`,
+    /// made so by hand to carry the `NaN` a `Decimal` cannot hold, keeps
+    /// holding the source's text (docs/CLICKHOUSE.md, Types).
+    pub(super) fn keep_text_decimals(&mut self, have: &[(String, String)]) {
+        for (i, c) in self.schema.columns.iter().enumerate() {
+            if matches!(self.types[i], ChType::Decimal(..))
+                && !self.key.contains(&i)
+                && stored_bare(have, &c.name) == Some("String")
+            {
+                self.types[i] = ChType::Text;
             }
         }
     }
@@ -565,13 +580,18 @@ impl Layout {
                 let at = seq.map_or("snapshot row".to_string(), |s| format!("event {s}"));
                 // A typed column refuses what its type cannot hold; text
                 // columns take every value.
-                let way_out = if self.types[i].is_native() {
-                    format!(
+                let way_out = match self.types[i] {
+                    t if t.is_native() => format!(
                         "; nothing of it was written and the cursor did not move: to carry such values, keep the column as text (make the table again from a new snapshot with types=text in the target URL, or create ClickHouse table {} yourself with a String column there first: docs/CLICKHOUSE.md, Types)",
                         self.name
-                    )
-                } else {
-                    String::new()
+                    ),
+                    // Every server and `types=text` make these `Decimal`:
+                    // only a column made by hand holds a NaN.
+                    ChType::Decimal(..) => format!(
+                        "; nothing of it was written and the cursor did not move: a ClickHouse Decimal holds no NaN and no more digits than its type; to carry such values, create ClickHouse table {} yourself with a String column there and give the table a new snapshot or a backfill (docs/CLICKHOUSE.md, Types)",
+                        self.name
+                    ),
+                    _ => String::new(),
                 };
                 Error::data(format!(
                     "{at}, table {:?}, column {:?} ({}): {e}{way_out}",

@@ -121,21 +121,24 @@ impl ClickHouse {
         self.say_text_columns(schema, kind, &l);
         let arrays = schema.columns.iter().any(|c| c.decl_type.ends_with("[]"));
         let typed = (schema.columns.iter().zip(&l.types)).any(|(c, t)| *t != column_type(c, kind));
-        if !self.native_types() {
-            // `types=text` on a server that has the types: a table made
-            // typed before (by a URL without the option) keeps its types,
-            // as a table made with text keeps text the other way round;
-            // text written into a DateTime64 or UUID column would not read.
-            if self.version >= (22, 8) && self.cfg.types == super::config::Types::Text {
-                let native = Layout::with_typing(schema, kind, true);
-                if native.types != l.types {
-                    let have = self.columns_typed(&self.stored(&l.name))?;
-                    l.keep_typed_columns(&native.types, &have);
-                }
-            }
-            return Ok(l);
-        }
-        if !arrays && !typed {
+        // A decimal column may have been made `String` by hand, to carry a
+        // `NaN` ([`Layout::keep_text_decimals`]).
+        let decimals = (l.types.iter().enumerate())
+            .any(|(i, t)| matches!(t, ChType::Decimal(..)) && !l.key.contains(&i));
+        // `types=text` on a server that has the types: a table made typed
+        // before (by a URL without the option) keeps its types, as a table
+        // made with text keeps text the other way round; text written into
+        // a DateTime64 or UUID column would not read.
+        let native = (!self.native_types()
+            && self.version >= (22, 8)
+            && self.cfg.types == super::config::Types::Text)
+            .then(|| Layout::with_typing(schema, kind, true))
+            .filter(|n| n.types != l.types);
+        let ask = match self.native_types() {
+            true => arrays || typed || decimals,
+            false => native.is_some() || decimals,
+        };
+        if !ask {
             return Ok(l);
         }
         if let Some((s, t)) = self.ensured.borrow().get(&schema.table) {
@@ -145,7 +148,14 @@ impl ClickHouse {
             }
         }
         let have = self.columns_typed(&self.stored(&l.name))?;
-        l.keep_earlier_types(&have);
+        if self.native_types() {
+            l.keep_earlier_types(&have);
+        } else {
+            if let Some(n) = native {
+                l.keep_typed_columns(&n.types, &have);
+            }
+            l.keep_text_decimals(&have);
+        }
         Ok(l)
     }
 
@@ -392,10 +402,12 @@ impl ClickHouse {
         if self.engine == Engine::Replacing {
             let cols: Vec<String> = l.schema.columns.iter().map(|c| qi(&c.name)).collect();
             let view = format!("{}__current", l.name);
-            // The view names its columns: made again when they changed (here,
-            // or before a kill that came between a change and the view).
-            let now = self.columns_of(&view)?;
-            let want: Vec<String> = l.schema.columns.iter().map(|c| c.name.clone()).collect();
+            // The view names its columns and keeps their types: made again
+            // when they changed (here, before a kill that came between a
+            // change and the view, or a column's type by hand, as
+            // docs/CLICKHOUSE.md's conversions do).
+            let now = self.columns_typed(&view)?;
+            let want = l.expected_columns();
             if added || (!now.is_empty() && now != want) {
                 self.query(
                     &format!("DROP TABLE IF EXISTS {db}.{}{on}", qi(&view)),

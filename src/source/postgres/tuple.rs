@@ -114,10 +114,16 @@ impl Described<'_> {
         if same {
             return Ok(());
         }
+        // The WAL keeps the change as it was logged: an ALTER now serves
+        // only later changes.
         Err(self.here(format!(
-            "the table's replica identity is an index whose columns are not its primary key ({pk:?}); \
-             rows are identified by the primary key, so set REPLICA IDENTITY DEFAULT (or USING INDEX on an index \
-             of exactly the key columns, or FULL)"
+            "the table's replica identity was an index whose columns are not its primary key ({pk:?}) when this \
+             change was made, so it names the row without its key, and the targets find rows by the key. Set \
+             REPLICA IDENTITY DEFAULT (or FULL, or USING INDEX on an index of exactly the key columns) so that \
+             later changes carry it; this change is already logged as it was made, and no read of this slot can \
+             carry it: after the ALTER, start again from a new slot and a snapshot into a new target \
+             (mooncdc-capture init --slot NEW …, then mooncdc-snapshot --slot NEW | mooncdc-apply), and drop this \
+             slot (docs/POSTGRES.md, \"Replica identity\")"
         )))
     }
 
