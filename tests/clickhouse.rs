@@ -20,7 +20,8 @@ mod common;
 
 use common::ch::{self, ChDb, PASSWORD, PASSWORD_MARK};
 use common::sqlite::{
-    bin, exec, expect, pipeline, seed, shell_quote, Dbs, Rng, Summary, APPLY, AUDIT, COMPACT,
+    bin, exec, expect, pipeline, seed, shell_quote, Dbs, Rng, Summary, APPLY, AUDIT, CAPTURE,
+    COMPACT,
 };
 use common::{int, kv_schema, schema, text, Run, Spec, SRC};
 use mooncdc::wire::value::{normalize_zero, write_value};
@@ -3981,4 +3982,84 @@ fn a_key_only_change_on_a_table_changed_by_hand_names_the_difference() {
         "{err}"
     );
     assert_eq!(cursor_seq(&url), Some(1), "the cursor did not move");
+}
+
+/// Changes by key alone after a schema change in the batch, to rows the
+/// batch wrote before it: `INSERT; ADD COLUMN; UPDATE` by key (with a move
+/// and a delete by key), and `INSERT; UPDATE; ADD COLUMN; UPDATE`, which
+/// `mooncdc-compact` folds into an insert whose update then comes first by
+/// key alone after the change. ClickHouse (both engines) takes each batch
+/// raw and compacted, as the SQLite projection does, ending with the same
+/// rows: the batch's own rows are read back from what it holds, not sent
+/// before the schema change (which is made at the commit).
+#[test]
+fn changes_by_key_alone_after_a_schema_change_find_the_batch_s_own_rows() {
+    let wide = schema(
+        "t",
+        &[
+            ("id", "INTEGER", false),
+            ("v", "TEXT", true),
+            ("w", "TEXT", true),
+        ],
+        &["id"],
+    );
+    let by_key = |seq: u128, op: &str, k: i64, after: Option<Vec<J>>| {
+        let mut e = json!({"sequence": seq.to_string(), "table": "t", "operation": op, "before_key": [int(k)]});
+        if let Some(a) = after {
+            e["after"] = J::Array(a);
+        }
+        e
+    };
+    let batches = [
+        Spec::new(0, 6).schemas(vec![kv_schema("t")]).events(vec![
+            ins(1, "t", vec![int(1), text("a")]),
+            ins(2, "t", vec![int(5), text("e")]),
+            common::schema_rec(wide.clone(), &[]),
+            by_key(3, "update", 1, Some(vec![int(1), text("b"), text("w1")])),
+            by_key(4, "update", 5, Some(vec![int(6), text("f"), null()])),
+            by_key(5, "delete", 6, None),
+            by_key(6, "update", 1, Some(vec![int(1), text("c"), text("w2")])),
+        ]),
+        Spec::new(0, 4).schemas(vec![kv_schema("t")]).events(vec![
+            ins(1, "t", vec![int(1), text("a")]),
+            by_key(2, "update", 1, Some(vec![int(1), text("b")])),
+            common::schema_rec(wide.clone(), &[]),
+            by_key(4, "update", 1, Some(vec![int(1), text("c"), text("x")])),
+        ]),
+    ];
+    let wants = [vec![vec!["1", "c", "w2"]], vec![vec!["1", "c", "x"]]];
+    for (n, (b, want)) in batches.iter().zip(&wants).enumerate() {
+        let raw = b.jsonl().into_bytes();
+        let r = exec(COMPACT, &[], Some(&raw));
+        expect(&r, 0, "mooncdc-compact");
+        for (how, input) in [("raw", &raw), ("compacted", &r.stdout)] {
+            // The SQLite projection takes it: so must ClickHouse.
+            let dir = tempfile::tempdir().unwrap();
+            let sq = format!("sqlite:{}", dir.path().join("t.db").display());
+            expect(
+                &exec(APPLY, &["--target", &sq, "-q"], Some(input)),
+                0,
+                &format!("batch {n} {how} into SQLite"),
+            );
+            for engine in ["replacing", "history"] {
+                let db = ch::db(&format!("own_rows_{n}_{how}_{engine}"));
+                let url = db.url_with(&format!("engine={engine}"));
+                apply_ok(&url, input, &[]);
+                if engine == "replacing" {
+                    let got = db.rows("SELECT id, v, w FROM `t__current` ORDER BY id");
+                    assert_eq!(&got, want, "batch {n} {how}");
+                } else {
+                    // Each key's newest history row is the source's row.
+                    let got = db.rows(
+                        "SELECT id, v, w, cdc_operation FROM t ORDER BY id, cdc_lsn DESC, cdc_tx_ordinal DESC LIMIT 1 BY id",
+                    );
+                    let live: Vec<Vec<String>> = (got.into_iter())
+                        .filter(|r| r[3] != "delete")
+                        .map(|r| r[..3].to_vec())
+                        .collect();
+                    assert_eq!(&live, want, "batch {n} {how}, history");
+                }
+            }
+        }
+    }
 }

@@ -608,22 +608,7 @@ fn a_replay_after_a_lost_cursor_fills_the_same_rows() {
         );
         audit_equal(&src, slot, &url, "audit after the batch");
         // The cursor lost, as if the apply had been killed before it.
-        db.query("ALTER TABLE `_mooncdc_cursor` DELETE WHERE sequence != ''");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while db.query("SELECT count() FROM `_mooncdc_cursor`").trim() != "0" {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the mutation never ran"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        db.query(&format!(
-            "INSERT INTO `_mooncdc_cursor` VALUES ({}, {}, {}, {})",
-            ch::lit(&cursor.source),
-            ch::lit(&cursor.sequence().to_string()),
-            cursor.sequence() >> 64,
-            cursor.sequence() as u64
-        ));
+        set_cursor(&db, &cursor);
         assert_eq!(
             exec(APPLY, &["cursor", "--target", &url], None).stdout_str(),
             start.stdout_str()
@@ -635,6 +620,144 @@ fn a_replay_after_a_lost_cursor_fills_the_same_rows() {
         let r = exec(APPLY, &["--target", &url, "-q", &file], None);
         expect(&r, 0, "the replay");
         audit_equal(&src, slot, &url, "audit after the replay");
+    }
+}
+
+/// A ClickHouse target's cursor put back to `cursor`, as an apply killed
+/// amid a batch leaves it: the batch's rows written, its cursor not.
+fn set_cursor(db: &ch::ChDb, cursor: &mooncdc::wire::Cursor) {
+    db.query("ALTER TABLE `_mooncdc_cursor` DELETE WHERE sequence != ''");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while db.query("SELECT count() FROM `_mooncdc_cursor`").trim() != "0" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mutation never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    db.query(&format!(
+        "INSERT INTO `_mooncdc_cursor` VALUES ({}, {}, {}, {})",
+        ch::lit(&cursor.source),
+        ch::lit(&cursor.sequence().to_string()),
+        cursor.sequence() >> 64,
+        cursor.sequence() as u64
+    ));
+}
+
+/// An apply killed amid a batch (every prefix of its events, as the
+/// pieces `mooncdc-split` cuts: what an earlier try wrote), its cursor not
+/// moved; then ClickHouse merges the rows (the background merge, forced),
+/// or `apply cleanup` runs. The re-run of the whole batch takes it and the
+/// audit says equal. The batch moves rows to other keys by their keys
+/// alone with TOASTed values they did not change, uses a moved-from key
+/// again, and deletes a row it changed.
+#[test]
+fn a_crash_amid_a_batch_then_a_merge_or_a_cleanup_leaves_a_batch_its_rerun_takes() {
+    let pgdb = pg::db("ri_crash");
+    let (src, slot) = (pgdb.url(), "s_ri_crash");
+    let s = pgdb.session();
+    make_table(&s);
+    expect(
+        &init_default(&src, slot, &[]),
+        0,
+        "init --replica-identity default",
+    );
+    let mut targets = Vec::new();
+    for k in 1..=9usize {
+        for mode in ["merge", "cleanup"] {
+            let db = ch::db(&format!("ri_crash_{mode}_{k}"));
+            expect(
+                &common::pg::snapshot_into(&src, slot, &db.url()),
+                0,
+                "snapshot | apply",
+            );
+            targets.push((k, mode, db));
+        }
+    }
+    let start = exec(APPLY, &["cursor", "--target", &targets[0].2.url()], None);
+    let start = start.stdout_str().trim().to_string();
+    let cursor = mooncdc::wire::Cursor::parse_json(&start).unwrap();
+    s.exec(
+        "BEGIN; \
+         UPDATE public.docs SET n = 11 WHERE id = 1; \
+         UPDATE public.docs SET id = 101 WHERE id = 1; \
+         UPDATE public.docs SET n = 12 WHERE id = 101; \
+         UPDATE public.docs SET id = 102 WHERE id = 2; \
+         INSERT INTO public.docs (id, n, note) VALUES (2, 0, 'again'); \
+         UPDATE public.docs SET n = 31 WHERE id = 3; \
+         DELETE FROM public.docs WHERE id = 3; \
+         UPDATE public.docs SET id = 104, n = 40 WHERE id = 4; \
+         UPDATE public.docs SET n = 61 WHERE id = 6; \
+         COMMIT",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("batch.jsonl");
+    std::fs::write(&file, read_after(&src, slot, &start).stdout).unwrap();
+    let file = file.display().to_string();
+    let modern = targets[0]
+        .2
+        .query("SELECT version()")
+        .trim()
+        .split('.')
+        .next()
+        .unwrap()
+        .parse::<u32>()
+        .unwrap()
+        >= 23;
+    for (k, mode, db) in &targets {
+        let url = db.url();
+        let pieces = dir.path().join(format!("{mode}_{k}"));
+        let r = exec(
+            common::sqlite::SPLIT,
+            &[
+                "--max-events",
+                &k.to_string(),
+                "--output-dir",
+                &pieces.display().to_string(),
+                &file,
+            ],
+            None,
+        );
+        expect(&r, 0, "split");
+        let first = r.stdout_str().lines().next().unwrap().to_string();
+        expect(
+            &exec(APPLY, &["--target", &url, "-q", &first], None),
+            0,
+            "the earlier try's rows",
+        );
+        set_cursor(db, &cursor);
+        if *mode == "merge" {
+            db.query("OPTIMIZE TABLE public_docs FINAL");
+        } else {
+            let r = exec(APPLY, &["cleanup", "--target", &url], None);
+            expect(&r, 0, "cleanup amid the batch");
+            if modern {
+                // Every prefix but the first writes a tombstone (the move
+                // of row 1): kept for the re-run.
+                let kept = r
+                    .stdout_str()
+                    .contains("skipped public_docs: it holds deleted rows past the cursor");
+                assert_eq!(kept, *k > 1, "{k}: {}", r.stdout_str());
+            }
+        }
+        let r = exec(APPLY, &["--target", &url, "-q", &file], None);
+        expect(&r, 0, &format!("the re-run after {k} events and a {mode}"));
+        audit_equal(
+            &src,
+            slot,
+            &url,
+            &format!("audit after {k} events and a {mode}"),
+        );
+        if *mode == "cleanup" && modern {
+            let r = exec(APPLY, &["cleanup", "--target", &url], None);
+            expect(&r, 0, "cleanup after the batch");
+            assert!(
+                r.stdout_str().contains("cleaned public_docs"),
+                "{}",
+                r.stdout_str()
+            );
+            audit_equal(&src, slot, &url, "audit after the cleanup");
+        }
     }
 }
 

@@ -210,6 +210,54 @@ impl Spool {
     }
 }
 
+impl Spool {
+    /// Everything pushed so far, read from the start without taking it
+    /// (later pushes go on after it).
+    pub fn read_back(&mut self) -> Result<Box<dyn Read + '_>> {
+        let len = self.len;
+        let flushed = match &mut self.file {
+            None => None,
+            Some(w) => Some(w.flush()),
+        };
+        match flushed {
+            None => Ok(Box::new(&self.mem[..])),
+            Some(Err(e)) => Err(self.error("write", e)),
+            Some(Ok(())) => {
+                let f = self.file.as_ref().expect("a file").get_ref();
+                Ok(Box::new(BufReader::with_capacity(
+                    1 << 16,
+                    Behind {
+                        f,
+                        pos: 0,
+                        end: len,
+                    },
+                )))
+            }
+        }
+    }
+}
+
+/// A spool's file read from `pos` to `end` at those offsets, leaving the
+/// file's own position (where pushes write) alone.
+struct Behind<'a> {
+    f: &'a File,
+    pos: u64,
+    end: u64,
+}
+
+impl Read for Behind<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let want = buf.len().min((self.end - self.pos) as usize);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.f.read_at(&mut buf[..want], self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
 /// A drained spool whose parts can be read at once from several threads
 /// (ClickHouse sends two inserts at a time).
 #[derive(Clone)]
@@ -291,6 +339,21 @@ mod tests {
         let mut v = Vec::new();
         s.drain().unwrap().read_to_end(&mut v).unwrap();
         v
+    }
+
+    #[test]
+    fn read_back_gives_what_was_pushed_and_pushes_go_on_after_it() {
+        // In memory, and in a file after a spill.
+        for limit in [1 << 20, 4] {
+            let mut s = Spool::new(limit);
+            s.push(b"abc").unwrap();
+            s.push(b"defgh").unwrap();
+            let mut v = Vec::new();
+            s.read_back().unwrap().read_to_end(&mut v).unwrap();
+            assert_eq!(v, b"abcdefgh");
+            s.push(b"ij").unwrap();
+            assert_eq!(read_all(&mut s), b"abcdefghij");
+        }
     }
 
     #[test]

@@ -67,9 +67,45 @@ struct TableFill {
     row_size: usize,
     /// Keys whose rows up to a version an earlier try of this batch wrote
     /// are gone (merged into that newer row; `replacing` only): the batch's
-    /// changes up to it write nothing (the newer row stands for them), and
-    /// after it the key holds that row (`None`: deleted).
-    superseded: HashMap<Vec<u8>, (u64, Option<Row>)>,
+    /// changes up to it write nothing for the key (the newer row stands
+    /// for them), and after it the key holds that row.
+    superseded: HashMap<Vec<u8>, Newer>,
+}
+
+/// The newest row an earlier try of the batch wrote for a key whose rows
+/// before it were merged away. A tombstone keeps the deleted row's values,
+/// so a move's own tombstone still gives the move its old row.
+struct Newer {
+    /// Its version.
+    at: u64,
+    gone: bool,
+    row: Row,
+}
+
+impl Newer {
+    /// What the key holds after it.
+    fn then(self) -> Option<Row> {
+        (!self.gone).then_some(self.row)
+    }
+}
+
+/// What of an event is left to write once an earlier try's newer rows
+/// stand for its keys' ([`TableFill::sides`]): the old key's row (a
+/// delete's or a move's tombstone, or an update's new version) and a
+/// move's row at its new key; a change within one key has both or neither.
+struct Sides {
+    old: bool,
+    new: bool,
+    /// The old row, when only the earlier try's tombstone has it.
+    stored: Option<Row>,
+}
+
+impl Sides {
+    const ALL: Sides = Sides {
+        old: true,
+        new: true,
+        stored: None,
+    };
 }
 
 fn row_bytes(r: &Row) -> usize {
@@ -170,13 +206,14 @@ impl Fill {
     /// Take one event (not a truncate) of the table in `segs`: encoded now
     /// into its held rows, or held back until its old row is read.
     pub(super) fn event(&mut self, ch: &ClickHouse, segs: &mut [Segment], e: Event) -> Result<()> {
-        let seg = segs.last_mut().expect("a segment");
         let tf = self.tables.entry(e.table.clone()).or_default();
         if needs_read(&e) && !self.active.contains(&e.table) {
             self.active.insert(e.table.clone());
-            // What the batch changed before now was not kept.
-            tf.lost = tf.touched;
+            // What the batch changed before now was not kept: read back
+            // from the rows it holds, where it can be.
+            tf.lost = tf.touched && !tf.recover(ch, segs)?;
         }
+        let seg = segs.last_mut().expect("a segment");
         tf.touched = true;
         if !self.active.contains(&e.table) {
             // Unchanged values with a whole old row: filled from it.
@@ -245,21 +282,8 @@ impl Fill {
         let Some(tf) = self.tables.get_mut(table) else {
             return;
         };
-        let same_key =
-            old.key.len() == new.key.len()
-                && old.key.iter().zip(&new.key).all(|(&o, &n)| {
-                    sources.get(n) == Some(&Some(o)) && old.types[o] == new.types[n]
-                });
-        if !same_key {
-            tf.forget();
+        if !tf.reshape(old, new, sources) {
             tf.lost |= tf.touched;
-            return;
-        }
-        for row in tf.recent.values_mut().flatten() {
-            *row = sources
-                .iter()
-                .map(|s| s.map_or(Value::Null, |i| row[i].clone()))
-                .collect();
         }
     }
 
@@ -407,6 +431,37 @@ fn read_rows(
     Ok(found)
 }
 
+/// One held row as [`ClickHouse::encode`] wrote it, and whether it is a
+/// deleted row (a tombstone, or a history row of a delete).
+fn held_row(engine: Engine, l: &Layout, r: &mut dyn Read) -> Result<(Row, bool)> {
+    fn skip(r: &mut dyn Read, n: usize) -> Result<()> {
+        let mut b = [0u8; 16];
+        r.read_exact(&mut b[..n])
+            .map_err(|e| Error::io("cannot read a batch's held rows back", e))
+    }
+    // A history row: its operation, then its position (two UInt64).
+    let op = match engine {
+        Engine::Replacing => None,
+        Engine::History => {
+            let op = decode_value(r, ChType::Text, false)?;
+            skip(r, 16)?;
+            Some(op)
+        }
+    };
+    let row = (l.types.iter().enumerate())
+        .map(|(i, ty)| decode_value(r, *ty, l.nullable(i)))
+        .collect::<Result<Row>>()?;
+    let gone = match op {
+        Some(op) => op == Value::Text("delete".into()),
+        None => {
+            // A replacing row: its version (UInt64), then `_etl_deleted`.
+            skip(r, 8)?;
+            decode_value(r, ChType::Bool, false)? == Value::Integer(1)
+        }
+    };
+    Ok((row, gone))
+}
+
 impl TableFill {
     /// The keys the waiting changes need read, each once, bounded by the
     /// first change that needs it.
@@ -446,9 +501,14 @@ impl TableFill {
         if !missed.is_empty() && ch.engine == Engine::Replacing {
             for f in read_rows(ch, segs, &missed, false)? {
                 let kb = kb_of(&f.row)?;
-                self.superseded
-                    .insert(kb, (f.at as u64, (!f.gone).then_some(f.row)));
+                let newer = Newer {
+                    at: f.at as u64,
+                    gone: f.gone,
+                    row: f.row,
+                };
+                self.superseded.insert(kb, newer);
             }
+            self.read_moved(ch, segs)?;
         }
         for (kb, ..) in want {
             if !self.superseded.contains_key(&kb) {
@@ -459,40 +519,121 @@ impl TableFill {
         Ok(())
     }
 
-    /// Whether `e` is one of the changes an earlier try's newer row stands
-    /// for (nothing to write); at that row's own change, the key takes it.
-    fn skip_superseded(
+    /// A move whose old key's rows were merged into a newer row of an
+    /// earlier try, and which needs its old row for unchanged values: that
+    /// try wrote the move's row at the new key too (a batch's inserts of a
+    /// table go in order), so the new key's newest row, at the move's
+    /// version or later, is kept as superseding it.
+    fn read_moved(&mut self, ch: &ClickHouse, segs: &[Segment]) -> Result<()> {
+        let l = &segs[segs.len() - 1].layout;
+        let mut want: Vec<ToRead> = Vec::new();
+        for e in &self.pending {
+            if e.operation != Operation::Update || !needs_read(e) || !e.has_unchanged() {
+                continue;
+            }
+            let (Some(k1), Some(k2)) = keys_of(l, e)? else {
+                continue;
+            };
+            let v = version(l.kind, e.sequence)?;
+            if k1 == k2
+                || self.superseded.get(&k1).is_none_or(|n| n.at <= v)
+                || self.superseded.contains_key(&k2)
+            {
+                continue;
+            }
+            let after = e.after.as_ref().expect("an update");
+            want.push((
+                k2,
+                l.key.iter().map(|&i| after[i].clone()).collect(),
+                e.sequence,
+            ));
+        }
+        if want.is_empty() {
+            return Ok(());
+        }
+        let from: HashMap<&[u8], u64> = (want.iter())
+            .map(|(kb, _, seq)| Ok((kb.as_slice(), version(l.kind, *seq)?)))
+            .collect::<Result<_>>()?;
+        for f in read_rows(ch, segs, &want, false)? {
+            let kb = key_bytes(l, &l.key.iter().map(|&i| &f.row[i]).collect::<Vec<_>>())?;
+            if from.get(kb.as_slice()).is_some_and(|&v| f.at as u64 >= v) {
+                let newer = Newer {
+                    at: f.at as u64,
+                    gone: f.gone,
+                    row: f.row,
+                };
+                self.superseded.insert(kb, newer);
+            }
+        }
+        Ok(())
+    }
+
+    /// What of `e` is left to write where an earlier try's newer rows
+    /// stand for its keys' rows; a key reaching its newer row's version
+    /// takes that row from there.
+    fn sides(
         &mut self,
         l: &Layout,
         e: &Event,
         old: &Option<Vec<u8>>,
         new: &Option<Vec<u8>>,
-    ) -> Result<bool> {
+    ) -> Result<Sides> {
         let v = version(l.kind, e.sequence)?;
         for kb in [old, new].into_iter().flatten() {
-            let Some(&(until, _)) = self.superseded.get(kb) else {
-                continue;
-            };
-            if v > until {
-                let (_, then) = self.superseded.remove(kb).expect("just seen");
-                self.keep(kb.clone(), then);
-                continue;
+            if self.superseded.get(kb).is_some_and(|n| v > n.at) {
+                let n = self.superseded.remove(kb).expect("just seen");
+                self.keep(kb.clone(), n.then());
             }
-            if e.operation == Operation::Update && old != new {
-                return Err(Error::state(format!(
-                    "event {} (update on table {:?}) moves a row to another key by its key alone, and the rows it needs were \
-                     merged away after an earlier try of this batch: take a new snapshot of the table, or backfill it \
-                     (docs/CLICKHOUSE.md, \"Changes without the whole old row\")",
-                    e.sequence, e.table
-                )));
-            }
-            if v == until {
-                let (_, then) = self.superseded.remove(kb).expect("just seen");
-                self.keep(kb.clone(), then);
-            }
-            return Ok(true);
         }
-        Ok(false)
+        // Whether the key's newer row stands for this change's row there;
+        // at that row's own change, the key takes it (and its values).
+        let mut covered = |kb: &Vec<u8>| -> Option<Newer> {
+            let at = self.superseded.get(kb)?.at;
+            if at > v {
+                return Some(Newer {
+                    at,
+                    gone: false,
+                    row: Row::new(),
+                });
+            }
+            let n = self.superseded.remove(kb).expect("just seen");
+            let stored = Newer {
+                at,
+                gone: n.gone,
+                row: n.row.clone(),
+            };
+            self.keep(kb.clone(), n.then());
+            Some(stored)
+        };
+        let moved = e.operation == Operation::Update && old != new;
+        if !moved {
+            let covered = [old, new]
+                .into_iter()
+                .flatten()
+                .any(|kb| covered(kb).is_some());
+            return Ok(if covered {
+                Sides {
+                    old: false,
+                    new: false,
+                    stored: None,
+                }
+            } else {
+                Sides::ALL
+            });
+        }
+        let (k1, k2) = (old.as_ref(), new.as_ref());
+        let mut sides = Sides::ALL;
+        if let Some(n) = k1.and_then(&mut covered) {
+            sides.old = false;
+            // The move's own tombstone holds its old row.
+            if n.at == v && n.gone {
+                sides.stored = Some(n.row);
+            }
+        }
+        if k2.and_then(&mut covered).is_some() {
+            sides.new = false;
+        }
+        Ok(sides)
     }
 
     /// Encode one event with its old row and unchanged values filled, and
@@ -507,12 +648,30 @@ impl TableFill {
         track: bool,
     ) -> Result<()> {
         let l = &seg.layout;
-        if !self.superseded.is_empty() && self.skip_superseded(l, &e, &old, &new)? {
-            return Ok(());
+        let mut sides = Sides::ALL;
+        if track && !self.superseded.is_empty() {
+            sides = self.sides(l, &e, &old, &new)?;
+            if !sides.old && !sides.new {
+                return Ok(());
+            }
         }
         if needs_fill(&e) {
-            let stored = match e.before.take() {
+            let stored = match e.before.take().or(sides.stored.take()) {
                 Some(b) => b,
+                None if !sides.old => {
+                    // A move whose old rows were merged into an earlier
+                    // try's newer row: only its new row is written, and it
+                    // needs them only for unchanged values.
+                    if e.has_unchanged() {
+                        return Err(Error::state(format!(
+                            "event {} (update on table {:?}) moves a row to another key by its key alone, with values it did not change, \
+                             and the rows it needs were merged away after an earlier try of this batch, which did not write the \
+                             moved row: backfill the table, or give it a new snapshot (docs/CLICKHOUSE.md, \"Changes without the whole old row\")",
+                            e.sequence, e.table
+                        )));
+                    }
+                    e.after.clone().expect("an update")
+                }
                 None => {
                     let kb = old.as_ref().expect("an update or delete");
                     match self.recent.get(kb) {
@@ -545,22 +704,94 @@ impl TableFill {
             e.before = Some(stored);
             e.before_key = None;
         }
-        ch.encode_event(&seg.layout, &mut seg.held.row, &e)?;
+        let out = &mut seg.held.row;
+        match (sides.old, sides.new) {
+            (true, true) => ch.encode_event(&seg.layout, out, &e)?,
+            // One side of a move.
+            (false, _) => {
+                let after = e.after.as_ref().expect("an update");
+                ch.encode(&seg.layout, out, "update", after, e.sequence, false)?
+            }
+            (_, false) => {
+                let before = e.before.as_ref().expect("filled");
+                ch.encode(&seg.layout, out, "delete", before, e.sequence, false)?
+            }
+        }
         seg.held.take_row(ch.cfg.max_insert_bytes)?;
         if self.lost || !track {
             return Ok(());
         }
         match e.operation {
             Operation::Delete => self.keep(old.expect("a delete has an old key"), None),
-            Operation::Update if old != new => {
+            Operation::Update if old != new && sides.old => {
                 self.keep(old.expect("an update has an old key"), None)
             }
             _ => {}
         }
-        if let (Some(kb), Some(a)) = (new, e.after) {
+        if let (Some(kb), Some(a), true) = (new, e.after, sides.new) {
             self.keep(kb, Some(a));
         }
         Ok(())
+    }
+
+    /// The kept rows in the shape a schema change from `old` to `new`
+    /// gives them (`sources`: each new column's place in the old row; an
+    /// added column NULL). False, with nothing kept, when the key changed
+    /// columns or types.
+    fn reshape(&mut self, old: &Layout, new: &Layout, sources: &[Option<usize>]) -> bool {
+        let same_key =
+            old.key.len() == new.key.len()
+                && old.key.iter().zip(&new.key).all(|(&o, &n)| {
+                    sources.get(n) == Some(&Some(o)) && old.types[o] == new.types[n]
+                });
+        if !same_key {
+            self.forget();
+            return false;
+        }
+        for row in self.recent.values_mut().flatten() {
+            *row = sources
+                .iter()
+                .map(|s| s.map_or(Value::Null, |i| row[i].clone()))
+                .collect();
+        }
+        true
+    }
+
+    /// The rows the batch wrote for the table before its first change by
+    /// key alone, read back from the segments' held rows (nothing is sent
+    /// before the commit but by [`Fill::resolve`]) into `recent`: each
+    /// key's newest, carried through the batch's schema changes. The batch's
+    /// own rows are then known without being sent, which a schema change
+    /// in the batch would forbid. False, with nothing kept, when they
+    /// cannot be: after a truncate in the batch, a key that changed
+    /// columns, or more than [`FILL_MEMORY`] of rows.
+    fn recover(&mut self, ch: &ClickHouse, segs: &mut [Segment]) -> Result<bool> {
+        if self.emptied {
+            return Ok(false);
+        }
+        for k in 0..segs.len() {
+            if let Some((old, change)) = &segs[k].change {
+                let sources = change.sources(&old.schema);
+                if !self.reshape(old, &segs[k].layout, &sources) {
+                    return Ok(false);
+                }
+            }
+            let Segment {
+                layout: l, held, ..
+            } = &mut segs[k];
+            let mut r = std::io::BufReader::new(held.spool.read_back()?);
+            let bad = |e: std::io::Error| Error::io("cannot read a batch's held rows back", e);
+            while !r.fill_buf().map_err(bad)?.is_empty() {
+                let (row, gone) = held_row(ch.engine, l, &mut r)?;
+                let kb = key_bytes(l, &l.key.iter().map(|&i| &row[i]).collect::<Vec<_>>())?;
+                self.keep(kb, (!gone).then_some(row));
+                if self.over {
+                    self.forget();
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Keep a key's newest row, counted against [`FILL_MEMORY`].
