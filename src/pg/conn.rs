@@ -137,25 +137,24 @@ impl SessionAttrs {
 
 impl PgConn {
     /// One single-host configuration per server to try, in the order to
-    /// try them (shuffled with `load_balance_hosts=random`).
+    /// try them (shuffled with `load_balance_hosts=random`, once a process:
+    /// every session of one command reaches the same server while it
+    /// answers, and commands spread).
     pub fn candidates(&self) -> Vec<PgConn> {
-        let mut order: Vec<usize> = (0..self.hosts.len()).collect();
-        if self.load_balance && order.len() > 1 {
-            // A shuffle seeded by the clock and the process: spreading
-            // sessions is all it is for.
-            let mut x = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(1)
-                ^ ((std::process::id() as u64) << 32)
-                | 1;
-            for i in (1..order.len()).rev() {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                order.swap(i, (x % (i as u64 + 1)) as usize);
-            }
-        }
+        static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let order = match self.load_balance {
+            true => balanced_order(
+                self.hosts.len(),
+                *SEED.get_or_init(|| {
+                    std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos() as u64)
+                        .unwrap_or(1)
+                        ^ ((std::process::id() as u64) << 32)
+                }),
+            ),
+            false => (0..self.hosts.len()).collect(),
+        };
         order
             .into_iter()
             .map(|i| {
@@ -175,6 +174,19 @@ impl PgConn {
             })
             .collect()
     }
+}
+
+/// `0..n` shuffled by `seed` (spreading sessions is all it is for).
+fn balanced_order(n: usize, seed: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut x = seed | 1;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order
 }
 
 impl std::fmt::Debug for PgConn {

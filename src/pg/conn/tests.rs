@@ -159,15 +159,24 @@ fn multi_host_strings_as_libpq_takes_them() {
     assert!(parse("host=a,b hostaddr=10.0.0.1 user=u dbname=d").is_err());
     let lb = parse("postgres://u@a,b,c,d,e,f/d?load_balance_hosts=random").unwrap();
     assert!(lb.load_balance);
+    // One order for every session of a process, each host once.
+    let first: Vec<String> = lb.candidates().iter().map(|c| c.host.clone()).collect();
+    for _ in 0..10 {
+        let v: Vec<String> = lb.candidates().iter().map(|c| c.host.clone()).collect();
+        assert_eq!(v, first, "one process, one order");
+    }
+    let mut sorted = first.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["a", "b", "c", "d", "e", "f"], "each host once");
+    // Another process (another seed), most likely another order.
     let mut seen = std::collections::BTreeSet::new();
-    for _ in 0..50 {
-        let mut v: Vec<String> = lb.candidates().iter().map(|c| c.host.clone()).collect();
+    for seed in 0..50u64 {
+        let mut v = super::balanced_order(6, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         seen.insert(v.clone());
         v.sort();
-        assert_eq!(v, ["a", "b", "c", "d", "e", "f"], "each host once");
-        std::thread::sleep(std::time::Duration::from_micros(50));
+        assert_eq!(v, [0, 1, 2, 3, 4, 5], "each host once");
     }
-    assert!(seen.len() > 1, "random order varies");
+    assert!(seen.len() > 10, "orders vary across processes");
     // TLS by default unless every host is on this machine.
     assert_eq!(
         parse("postgres://u@localhost,127.0.0.1/d").unwrap().sslmode,
