@@ -955,3 +955,186 @@ fn an_identity_by_another_index_is_refused_with_advice_that_works() {
     audit_equal(&src, "s_ri_index2", &second, "audit of the new target");
     s.exec("SELECT pg_drop_replication_slot('s_ri_index')");
 }
+
+/// Random histories under the default identity (inserts, key-only updates
+/// with TOASTed values left unchanged, updates of those values, moves to
+/// new keys, deletes, keys used again, now and then a column added), one
+/// transaction a round, into ClickHouse raw (replacing, both with crashes:
+/// a random prefix of the batch written and the cursor not moved, then a
+/// forced merge, a cleanup or nothing, then the whole batch, then the whole
+/// batch again), ClickHouse compacted, the history engine, and the SQLite
+/// projection; after every round each target's audit says equal (every
+/// value compared exactly).
+#[test]
+fn random_histories_with_crashes_merges_and_cleanups_reach_every_target_exactly() {
+    let mut rng = common::sqlite::Rng::new(common::sqlite::seed("random_histories"));
+    let pgdb = pg::db("ri_random");
+    let (src, slot) = (pgdb.url(), "s_ri_random");
+    let s = pgdb.session();
+    s.exec("CREATE TABLE public.r (id int PRIMARY KEY, n int, note text, big text)");
+    s.exec("ALTER TABLE public.r ALTER COLUMN big SET STORAGE EXTERNAL");
+    s.exec(
+        "INSERT INTO public.r SELECT g, g, 'n' || g, repeat(md5(g::text), 100) FROM generate_series(1, 12) g",
+    );
+    let r = exec(
+        CAPTURE,
+        &[
+            "init",
+            "--source",
+            &src,
+            "--slot",
+            slot,
+            "--table",
+            "public.r",
+            "--replica-identity",
+            "default",
+        ],
+        None,
+    );
+    expect(&r, 0, "init --replica-identity default");
+    let raw = ch::db("ri_random_raw");
+    let compacted = ch::db("ri_random_compacted");
+    let hist = ch::db("ri_random_history");
+    let dir = tempfile::tempdir().unwrap();
+    let sq = format!("sqlite:{}", dir.path().join("r.db").display());
+    let hurl = hist.url_with("engine=history");
+    for t in [&raw.url(), &compacted.url(), &hurl, &sq] {
+        expect(
+            &common::pg::snapshot_into(&src, slot, t),
+            0,
+            "snapshot | apply",
+        );
+    }
+    let modern = raw
+        .query("SELECT version()")
+        .trim()
+        .split('.')
+        .next()
+        .unwrap()
+        .parse::<u32>()
+        .unwrap()
+        >= 23;
+    let (mut next_id, mut added) = (1000, 0);
+    for round in 0..12 {
+        // The round's transaction: random changes of random rows.
+        let ids: Vec<i64> = s
+            .query("SELECT id::text FROM public.r ORDER BY id")
+            .into_iter()
+            .map(|r| r[0].clone().unwrap().parse().unwrap())
+            .collect();
+        let mut sql = vec!["BEGIN".to_string()];
+        for _ in 0..(3 + rng.below(10)) {
+            let pick = |rng: &mut common::sqlite::Rng| ids[rng.below(ids.len() as u64) as usize];
+            let id = pick(&mut rng);
+            sql.push(match rng.below(10) {
+                0 | 1 => format!("UPDATE public.r SET n = n + 1 WHERE id = {id}"),
+                2 => format!("UPDATE public.r SET big = big || 'x', n = 0 WHERE id = {id}"),
+                3 | 4 => {
+                    next_id += 1;
+                    format!("UPDATE public.r SET id = {next_id} WHERE id = {id}")
+                }
+                5 => format!("DELETE FROM public.r WHERE id = {id}"),
+                // A key used again (a moved-from or deleted one, or a new one).
+                6 | 7 => format!(
+                    "INSERT INTO public.r VALUES ({k}, 1, 'again', repeat('y', 3000)) ON CONFLICT (id) DO UPDATE SET n = -1",
+                    k = 1 + rng.below(14)
+                ),
+                8 => format!("UPDATE public.r SET note = note || '!' WHERE id = {id}"),
+                _ => {
+                    next_id += 1;
+                    format!("INSERT INTO public.r VALUES ({next_id}, 5, 'new', repeat('z', 3000))")
+                }
+            });
+        }
+        if rng.below(6) == 0 && added < 2 {
+            added += 1;
+            // A row changed after it, so that the stream describes the
+            // table again (a change of shape alone is carried with the
+            // table's next change).
+            let at = 1 + rng.below(sql.len() as u64 - 1) as usize;
+            sql.insert(at, format!("ALTER TABLE public.r ADD COLUMN c{added} int"));
+            sql.insert(
+                at + 1,
+                format!("UPDATE public.r SET c{added} = {round} WHERE id = (SELECT min(id) FROM public.r)"),
+            );
+        }
+        sql.push("COMMIT".into());
+        s.exec(&sql.join("; "));
+        let what = format!("round {round}: {}", sql.join("; "));
+
+        let start = exec(APPLY, &["cursor", "--target", &raw.url()], None);
+        let start = start.stdout_str().trim().to_string();
+        let file = dir.path().join(format!("batch{round}.jsonl"));
+        std::fs::write(&file, read_after(&src, slot, &start).stdout).unwrap();
+        let file = file.display().to_string();
+        // ClickHouse, raw: an earlier try killed amid the batch, then a
+        // merge, a cleanup or nothing, then the batch, then again.
+        let events = std::fs::read_to_string(&file)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"operation\""))
+            .count();
+        if events > 1 {
+            let k = 1 + rng.below(events as u64 - 1);
+            let pieces = dir.path().join(format!("pieces{round}"));
+            let r = exec(
+                common::sqlite::SPLIT,
+                &[
+                    "--max-events",
+                    &k.to_string(),
+                    "--output-dir",
+                    &pieces.display().to_string(),
+                    &file,
+                ],
+                None,
+            );
+            expect(&r, 0, "split");
+            let first = r.stdout_str().lines().next().unwrap().to_string();
+            expect(
+                &exec(APPLY, &["--target", &raw.url(), "-q", &first], None),
+                0,
+                &format!("{what}: the earlier try"),
+            );
+            set_cursor(&raw, &mooncdc::wire::Cursor::parse_json(&start).unwrap());
+            match rng.below(3) {
+                0 => {
+                    raw.query("OPTIMIZE TABLE public_r FINAL");
+                }
+                1 => expect(
+                    &exec(APPLY, &["cleanup", "--target", &raw.url()], None),
+                    0,
+                    "cleanup",
+                ),
+                _ => {}
+            }
+        }
+        for again in ["the batch", "the batch again"] {
+            let r = exec(APPLY, &["--target", &raw.url(), "-q", &file], None);
+            expect(&r, 0, &format!("{what}: {again}"));
+        }
+        // The others, each from its own cursor as the docs' pipeline
+        // reads: compacted, the history engine, SQLite.
+        expect(
+            &capture(&src, slot, &compacted.url(), true),
+            0,
+            &format!("{what}: compacted"),
+        );
+        for t in [&hurl, &sq] {
+            expect(
+                &capture(&src, slot, t, false),
+                0,
+                &format!("{what}: into {t}"),
+            );
+        }
+        for t in [&raw.url(), &compacted.url(), &sq] {
+            audit_equal(&src, slot, t, &format!("{what}: audit of {t}"));
+        }
+        if modern && round % 4 == 3 {
+            expect(
+                &exec(APPLY, &["cleanup", "--target", &raw.url()], None),
+                0,
+                "cleanup between applies",
+            );
+        }
+    }
+}

@@ -215,10 +215,7 @@ impl Spool {
     /// (later pushes go on after it).
     pub fn read_back(&mut self) -> Result<Box<dyn Read + '_>> {
         let len = self.len;
-        let flushed = match &mut self.file {
-            None => None,
-            Some(w) => Some(w.flush()),
-        };
+        let flushed = self.file.as_mut().map(|w| w.flush());
         match flushed {
             None => Ok(Box::new(&self.mem[..])),
             Some(Err(e)) => Err(self.error("write", e)),

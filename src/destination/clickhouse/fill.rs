@@ -769,16 +769,16 @@ impl TableFill {
         if self.emptied {
             return Ok(false);
         }
-        for k in 0..segs.len() {
-            if let Some((old, change)) = &segs[k].change {
+        for seg in segs.iter_mut() {
+            if let Some((old, change)) = &seg.change {
                 let sources = change.sources(&old.schema);
-                if !self.reshape(old, &segs[k].layout, &sources) {
+                if !self.reshape(old, &seg.layout, &sources) {
                     return Ok(false);
                 }
             }
             let Segment {
                 layout: l, held, ..
-            } = &mut segs[k];
+            } = seg;
             let mut r = std::io::BufReader::new(held.spool.read_back()?);
             let bad = |e: std::io::Error| Error::io("cannot read a batch's held rows back", e);
             while !r.fill_buf().map_err(bad)?.is_empty() {
