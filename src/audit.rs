@@ -7,7 +7,7 @@
 //! both cursors. A target behind the source's high water is warned about:
 //! differences may then be changes not yet applied.
 
-use crate::destination::{AuditedTarget, PullRow};
+use crate::destination::{AuditedTarget, PullRow, StoredShape};
 use crate::error::{Error, Result};
 use crate::source::Source;
 use crate::wire::model::write_cursor;
@@ -136,8 +136,14 @@ impl Findings<'_> {
     }
 }
 
-fn same_row(a: &[Value], b: &[Value]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.same_normalized(y))
+/// Whether two rows hold the same values; `signed`: the sign of a REAL
+/// zero counts (both sides keep it).
+fn same_row(a: &[Value], b: &[Value], signed: bool) -> bool {
+    a.len() == b.len()
+        && (a.iter().zip(b)).all(|(x, y)| match signed {
+            true => x.same(y),
+            false => x.same_normalized(y),
+        })
 }
 
 /// Rows of one source table in key order, pushed to a callback that returns
@@ -150,6 +156,7 @@ fn compare_table(
     feed: &mut RowFeed<'_>,
     pull_row: &mut PullRow<'_>,
     s: &Schema,
+    signed: bool,
     findings: &mut Findings<'_>,
     seen: &mut u64,
     progress: &mut dyn FnMut(u64),
@@ -204,7 +211,7 @@ fn compare_table(
                         b = pull()?;
                     }
                     Ordering::Equal => {
-                        if !same_row(&row, &trow) {
+                        if !same_row(&row, &trow, signed) {
                             t.different += 1;
                             findings.row("different", &s.table, &k, Some(&row), Some(&trow))?;
                         }
@@ -282,8 +289,10 @@ pub fn audit(
     }
     let mut findings = Findings { out, format };
     let mut seen = 0u64;
+    let signed = target.keeps_zero_sign();
     for (i, s) in schemas.into_iter().enumerate() {
-        if let Some(msg) = schema_difference(&*target, &s, kind)? {
+        let shape = target.table_shape(&s, kind)?;
+        if let Some(msg) = schema_difference(shape.as_ref(), &s)? {
             findings.schema(&s.table, &msg)?;
             report.tables.push(TableAudit {
                 table: s.table.clone(),
@@ -292,12 +301,25 @@ pub fn audit(
             });
             continue;
         }
+        let empty = shape.map(|s| s.empty_for_null).unwrap_or_default();
         let mut t = TableAudit::default();
         target.with_rows(&s, kind, &mut |pull| {
             t = compare_table(
-                &mut |f| src.rows(i, f),
+                &mut |f| {
+                    // A NULL the target holds as [] (its shape says where)
+                    // is compared as [].
+                    src.rows(i, &mut |mut row: Row| {
+                        for &c in &empty {
+                            if row[c].is_null() {
+                                row[c] = Value::Text("{}".into());
+                            }
+                        }
+                        f(row)
+                    })
+                },
                 pull,
                 &s,
+                signed,
                 &mut findings,
                 &mut seen,
                 progress,
@@ -311,13 +333,9 @@ pub fn audit(
 }
 
 /// How the target's table differs in shape from the source's, if it does.
-fn schema_difference(
-    target: &dyn AuditedTarget,
-    s: &Schema,
-    kind: crate::source::SourceKind,
-) -> Result<Option<String>> {
+fn schema_difference(have: Option<&StoredShape>, s: &Schema) -> Result<Option<String>> {
     let want: Vec<String> = s.columns.iter().map(|c| c.name.clone()).collect();
-    let Some(have) = target.table_shape(s, kind)? else {
+    let Some(have) = have else {
         return Ok(None);
     };
     if have.columns != want || have.key.as_ref().is_some_and(|k| *k != s.key) {
@@ -353,7 +371,9 @@ fn schema_difference(
             what.join("; "),
             s.key,
             have.columns,
-            have.key.map_or(String::new(), |k| format!(" (key {k:?})"))
+            have.key
+                .as_ref()
+                .map_or(String::new(), |k| format!(" (key {k:?})"))
         )));
     }
     Ok(None)
@@ -478,7 +498,15 @@ mod tests {
             }
             Ok(())
         };
-        compare_table(&mut feed, &mut pull, &s, &mut findings, &mut 0, &mut |_| {})
+        compare_table(
+            &mut feed,
+            &mut pull,
+            &s,
+            false,
+            &mut findings,
+            &mut 0,
+            &mut |_| {},
+        )
     }
 
     #[test]

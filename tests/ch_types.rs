@@ -654,3 +654,89 @@ fn a_typed_table_written_through_a_types_text_url_keeps_its_types() {
     audit_equal(&src, slot, &text);
     audit_equal(&src, slot, &url);
 }
+
+/// `arrays=empty-for-null`: array columns that may be NULL become
+/// `Array(Nullable(T))` and hold a NULL as `[]`; the audit compares under
+/// that rule (and still finds a changed element). Without the option they
+/// stay `String`, NULL apart from `{}`; a table made with the option and
+/// then written without it keeps its Arrays and refuses a NULL, naming the
+/// option; a table made without it keeps its String columns with it.
+#[test]
+fn arrays_empty_for_null_gives_nullable_arrays_array_columns() {
+    let db = ch::db("arrays_empty");
+    if !modern(&db) {
+        eprintln!(
+            "SKIPPED arrays_empty_for_null_gives_nullable_arrays_array_columns: this server has no typed columns (the chdb engine runs it)"
+        );
+        return;
+    }
+    let exact = ch::db("arrays_exact");
+    let pgdb = common::pg::db("ch_arrays");
+    let (src, slot) = (pgdb.url(), "s_ch_arrays");
+    let s = utc_session(&pgdb);
+    s.exec("CREATE TABLE public.a (id int PRIMARY KEY, ints integer[], tags text[])");
+    s.exec("INSERT INTO public.a VALUES (1, NULL, '{x,NULL}'), (2, '{}', NULL), (3, '{1,NULL,3}', '{}')");
+    common::pg::init_capture(&src, slot, &["public.a"]);
+    let url = db.url_with("arrays=empty-for-null");
+    for t in [&url, &exact.url()] {
+        expect(
+            &common::pg::snapshot_into(&src, slot, t),
+            0,
+            "snapshot | apply",
+        );
+    }
+    assert_eq!(
+        column_type(&db, "public_a", "ints"),
+        "Array(Nullable(Int32))"
+    );
+    assert_eq!(
+        column_type(&db, "public_a", "tags"),
+        "Array(Nullable(String))"
+    );
+    assert_eq!(column_type(&exact, "public_a", "ints"), "Nullable(String)");
+    s.exec("INSERT INTO public.a VALUES (4, NULL, NULL)");
+    s.exec("UPDATE public.a SET ints = NULL, tags = '{y}' WHERE id = 3");
+    s.exec("UPDATE public.a SET ints = '{7}' WHERE id = 1");
+    for t in [&url, &exact.url()] {
+        expect(&catch_up(&src, slot, t, false), 0, "capture | apply");
+        audit_equal(&src, slot, t);
+    }
+    assert_eq!(
+        db.rows("SELECT id, toString(ints), toString(tags) FROM public_a__current ORDER BY id")
+            .into_iter()
+            .map(|r| r.iter().map(|v| tsv_unescape(v)).collect::<Vec<_>>())
+            .collect::<Vec<_>>(),
+        [
+            ["1", "[7]", "['x',NULL]"],
+            ["2", "[]", "[]"],
+            ["3", "[]", "['y']"],
+            ["4", "[]", "[]"],
+        ]
+        .map(|r| r.map(String::from).to_vec())
+        .to_vec()
+    );
+    assert_eq!(
+        exact.rows("SELECT id, ints FROM public_a__current WHERE ints IS NULL ORDER BY id"),
+        [["3", "\\N"], ["4", "\\N"]]
+            .map(|r| r.map(String::from).to_vec())
+            .to_vec()
+    );
+    // The audit still compares the arrays: an element changed by hand.
+    db.query("ALTER TABLE public_a UPDATE tags = ['z'] WHERE id = 3 SETTINGS mutations_sync = 1");
+    let r = exec(
+        AUDIT,
+        &["--source", &src, "--slot", slot, "--target", &url],
+        None,
+    );
+    expect(&r, 1, "audit of a changed array");
+    // Written without the option, the table keeps its Arrays, and a NULL
+    // is refused naming the option; with it, a table of String keeps them.
+    s.exec("UPDATE public.a SET ints = NULL WHERE id = 1");
+    let r = catch_up(&src, slot, &db.url(), false);
+    expect(&r, 1, "a NULL into an Array without the option");
+    assert!(r.stderr.contains("arrays=empty-for-null"), "{}", r.stderr);
+    let r = catch_up(&src, slot, &exact.url_with("arrays=empty-for-null"), false);
+    expect(&r, 0, "a table of String columns through the option");
+    assert_eq!(column_type(&exact, "public_a", "ints"), "Nullable(String)");
+    audit_equal(&src, slot, &exact.url());
+}

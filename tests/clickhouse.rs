@@ -4063,3 +4063,81 @@ fn changes_by_key_alone_after_a_schema_change_find_the_batch_s_own_rows() {
         }
     }
 }
+
+/// The sign of a REAL zero from a PostgreSQL source (docs/FORMAT.md,
+/// "REAL"): carried on the wire, kept by the PostgreSQL target and by
+/// ClickHouse, whose audits compare it; a SQLite projection holds +0 and
+/// its audit says equal.
+#[test]
+fn a_negative_zero_from_postgresql_keeps_its_sign_where_the_target_can() {
+    let pgdb = common::pg::db("negzero");
+    let (src, slot) = (pgdb.url(), "s_negzero");
+    let s = pgdb.session();
+    s.exec("CREATE TABLE public.z (id int PRIMARY KEY, d float8, r real)");
+    s.exec("INSERT INTO public.z VALUES (1, '-0', '-0'), (2, '0', '0')");
+    common::pg::init_capture(&src, slot, &["public.z"]);
+    let db = ch::db("negzero");
+    let pgt = common::pg::db("negzero_target");
+    let dir = tempfile::tempdir().unwrap();
+    let sq = format!("sqlite:{}", dir.path().join("z.db").display());
+    let targets = [db.url(), pgt.url(), sq.clone()];
+    for t in &targets {
+        expect(
+            &common::pg::snapshot_into(&src, slot, t),
+            0,
+            "snapshot | apply",
+        );
+    }
+    s.exec("UPDATE public.z SET d = '-0', r = '-0' WHERE id = 2");
+    s.exec("INSERT INTO public.z VALUES (3, '-0', '0')");
+    let after = exec(APPLY, &["cursor", "--target", &targets[0]], None);
+    let r = exec(
+        CAPTURE,
+        &[
+            "--source",
+            &src,
+            "--slot",
+            slot,
+            "--after",
+            after.stdout_str().trim(),
+        ],
+        None,
+    );
+    expect(&r, 0, "capture");
+    assert!(
+        r.stdout_str().contains(r#"["real","-0","0"]"#),
+        "{}",
+        r.stdout_str()
+    );
+    for t in &targets {
+        expect(
+            &exec(APPLY, &["--target", t, "-q"], Some(&r.stdout)),
+            0,
+            "apply",
+        );
+        let a = audit(&src, t, &["--slot", slot]);
+        expect(&a, 0, &format!("audit of {t}"));
+    }
+    let want = |rows: &[[&str; 3]]| -> Vec<Vec<String>> {
+        rows.iter()
+            .map(|r| r.iter().map(|v| v.to_string()).collect())
+            .collect()
+    };
+    let signed = want(&[["1", "-0", "-0"], ["2", "-0", "-0"], ["3", "-0", "0"]]);
+    assert_eq!(
+        db.rows("SELECT id, toString(d), toString(r) FROM public_z__current ORDER BY id"),
+        signed
+    );
+    let t = pgt.session();
+    let got: Vec<Vec<String>> = t
+        .query("SELECT id::text, d::text, r::text FROM public.z ORDER BY id")
+        .into_iter()
+        .map(|r| r.into_iter().map(|v| v.unwrap()).collect())
+        .collect();
+    assert_eq!(got, signed);
+    // Where the target keeps the sign, the audit compares it.
+    t.exec("UPDATE public.z SET d = 0 WHERE id = 1");
+    let a = audit(&src, &pgt.url(), &["--slot", slot]);
+    expect(&a, 1, "audit of a zero whose sign changed by hand");
+    assert!(a.stdout_str().contains("different"), "{}", a.stdout_str());
+}

@@ -423,6 +423,7 @@ impl AuditedTarget for MemoryTarget {
         Ok(self.schemas.get(&schema.table).map(|s| StoredShape {
             columns: s.columns.iter().map(|c| c.name.clone()).collect(),
             key: Some(s.key.clone()),
+            empty_for_null: Vec::new(),
         }))
     }
 

@@ -51,6 +51,9 @@ pub struct TargetOptions {
 pub struct StoredShape {
     pub columns: Vec<String>,
     pub key: Option<Vec<String>>,
+    /// Columns whose NULL the target holds as an empty array (ClickHouse's
+    /// `arrays=empty-for-null`): the audit compares them under that rule.
+    pub empty_for_null: Vec<usize>,
 }
 
 /// A puller of rows in key order: `Ok(None)` at the end.
@@ -108,6 +111,11 @@ pub trait AuditedTarget: Target {
     /// target has them).
     fn begin_audit(&mut self) -> Result<()> {
         Ok(())
+    }
+    /// Whether the target keeps the sign of a REAL zero (PostgreSQL and
+    /// ClickHouse do, SQLite does not): an audit then compares it.
+    fn keeps_zero_sign(&self) -> bool {
+        false
     }
     /// The shape of the table `schema` maps to; `None` when it is missing.
     fn table_shape(&self, schema: &Schema, kind: SourceKind) -> Result<Option<StoredShape>>;

@@ -42,7 +42,8 @@ pub(crate) fn bin_of(decl: &str) -> Option<Bin> {
 fn from_binary(b: Bin, v: &[u8]) -> std::result::Result<Value, String> {
     let real = |x: f64| {
         if x.is_finite() {
-            Ok(Value::Real(crate::wire::value::normalize_zero(x)))
+            // The sign of zero too: PostgreSQL keeps it.
+            Ok(Value::Real(x))
         } else {
             // Named as PostgreSQL writes it, as the text form's message does.
             let name = if x.is_nan() {
@@ -410,10 +411,9 @@ mod binary_tests {
             from_binary(Bin::Float8, &x.to_be_bytes()),
             Ok(Value::Real(x))
         );
-        assert_eq!(
-            from_binary(Bin::Float8, &(-0.0f64).to_be_bytes()),
-            Ok(Value::Real(0.0))
-        );
+        assert!(from_binary(Bin::Float8, &(-0.0f64).to_be_bytes())
+            .unwrap()
+            .same(&Value::Real(-0.0)));
         assert_eq!(
             from_binary(Bin::Float4, &1.1f32.to_be_bytes()),
             Ok(Value::Real(f64::from(1.1f32)))

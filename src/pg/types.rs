@@ -74,7 +74,9 @@ pub fn from_text(class: Class, text: Option<&[u8]>) -> Result<Value, String> {
                     "REAL value {s} cannot be carried (only finite REAL values can)"
                 ));
             }
-            Value::Real(crate::wire::value::normalize_zero(x))
+            // PostgreSQL keeps the sign of zero, and so does the stream
+            // (docs/FORMAT.md, "REAL").
+            Value::Real(x)
         }
         Class::Bool => match s {
             "t" => Value::Integer(1),
@@ -175,7 +177,7 @@ mod tests {
             .same(&Value::Real(0.1)));
         assert!(from_text(Class::Real8, Some(b"-0"))
             .unwrap()
-            .same(&Value::Real(0.0)));
+            .same(&Value::Real(-0.0)));
         assert!(from_text(Class::Real4, Some(b"0.1"))
             .unwrap()
             .same(&Value::Real(0.1f32 as f64)));

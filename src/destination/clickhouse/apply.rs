@@ -76,7 +76,7 @@ impl ClickHouse {
             Some(old) => {
                 // Columns keep the types they had (a `String` column made
                 // by an earlier MoonCDC stays one through a change).
-                let mut new = Layout::with_typing(&c.schema, kind, self.native_types());
+                let mut new = self.typing(&c.schema, kind);
                 new.keep_types_of(old, &c);
                 // And as the table has them: a replay after an apply killed
                 // amid this change finds columns under their new names.

@@ -65,12 +65,17 @@ pub struct ChConfig {
     pub engine: Option<Engine>,
     /// `types=native|text`: the column types of new columns.
     pub types: Types,
+    /// `arrays=empty-for-null`: a PostgreSQL array column that may be NULL
+    /// gets an `Array` too, holding a NULL as `[]` (docs/CLICKHOUSE.md,
+    /// Types); by default (`arrays=exact`) such a column stays `String`.
+    pub empty_arrays_for_null: bool,
 }
 
 /// The URL options a ClickHouse target takes (docs/CLICKHOUSE.md).
-const KNOWN_OPTIONS: [&str; 11] = [
+const KNOWN_OPTIONS: [&str; 12] = [
     "engine",
     "types",
+    "arrays",
     "connectivity_timeout_ms",
     "schema_timeout_ms",
     "ddl_timeout_ms",
@@ -182,6 +187,7 @@ impl ChConfig {
             sslrootcert: None,
             engine: None,
             types: Types::Native,
+            empty_arrays_for_null: false,
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -200,6 +206,17 @@ impl ChConfig {
                         _ => {
                             return Err(Error::usage(format!(
                                 "ClickHouse URL option types={v:?}: choose native (ClickHouse's own types for PostgreSQL's timestamps, dates, UUIDs, booleans and arrays, where the server has them) or text (String, as on older servers)"
+                            )))
+                        }
+                    };
+                }
+                "arrays" => {
+                    c.empty_arrays_for_null = match v {
+                        "exact" => false,
+                        "empty-for-null" => true,
+                        _ => {
+                            return Err(Error::usage(format!(
+                                "ClickHouse URL option arrays={v:?}: choose exact (an array column that may be NULL stays String, keeping NULL apart from {{}}) or empty-for-null (an Array holding a NULL as [])"
                             )))
                         }
                     };

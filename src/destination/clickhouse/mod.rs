@@ -351,14 +351,26 @@ impl super::Target for ClickHouse {
 }
 
 impl super::AuditedTarget for ClickHouse {
-    fn table_shape(
-        &self,
-        schema: &Schema,
-        _kind: SourceKind,
-    ) -> Result<Option<super::StoredShape>> {
-        Ok(self
-            .table_columns(schema)?
-            .map(|columns| super::StoredShape { columns, key: None }))
+    /// Float columns hold every bit, and REAL is never text here.
+    fn keeps_zero_sign(&self) -> bool {
+        true
+    }
+
+    fn table_shape(&self, schema: &Schema, kind: SourceKind) -> Result<Option<super::StoredShape>> {
+        let Some(columns) = self.table_columns(schema)? else {
+            return Ok(None);
+        };
+        // A column the source may leave NULL that the table holds as an
+        // Array: only `arrays=empty-for-null` writes one, a NULL as [].
+        let l = self.layout(schema, kind)?;
+        let empty_for_null = (0..l.types.len())
+            .filter(|&i| matches!(l.types[i], ChType::Array(_)) && schema.columns[i].nullable)
+            .collect();
+        Ok(Some(super::StoredShape {
+            columns,
+            key: None,
+            empty_for_null,
+        }))
     }
     fn with_rows(
         &self,

@@ -168,7 +168,7 @@ pub(super) fn encode_value(
         out.push(0);
     } else if v.is_null() {
         return Err(match ty {
-            ChType::Array(_) => "NULL in an Array column (ClickHouse has no Nullable(Array); the column was NOT NULL at the source when the table was made)".into(),
+            ChType::Array(_) => "NULL in an Array column (ClickHouse has no Nullable(Array); the column was NOT NULL at the source when the table was made, or the target URL had arrays=empty-for-null, which holds a NULL as [])".into(),
             _ => "NULL in a key column".into(),
         });
     }
@@ -412,6 +412,9 @@ pub(super) struct Layout {
     pub(super) types: Vec<ChType>,
     pub(super) key: Vec<usize>,
     pub(super) kind: SourceKind,
+    /// `arrays=empty-for-null`: a NULL in an `Array` column is written as
+    /// `[]` ([`Layout::arrays_empty_for_null`]).
+    pub(super) empty_for_null: bool,
 }
 
 impl Layout {
@@ -435,6 +438,25 @@ impl Layout {
             key,
             schema: schema.clone(),
             kind,
+            empty_for_null: false,
+        }
+    }
+
+    /// `arrays=empty-for-null` (with the typed mappings): an array column
+    /// that may be NULL gets the `Array` a NOT NULL one gets, and a NULL
+    /// is written into it as `[]`, the one place a NULL and an empty array
+    /// meet (docs/CLICKHOUSE.md, Types). Key columns stay as they are.
+    pub(super) fn arrays_empty_for_null(&mut self) {
+        self.empty_for_null = true;
+        for (i, c) in self.schema.columns.iter().enumerate() {
+            if !c.nullable || self.key.contains(&i) || self.types[i] != ChType::Text {
+                continue;
+            }
+            let mut not_null = c.clone();
+            not_null.nullable = false;
+            if let a @ ChType::Array(_) = column_type_with(&not_null, self.kind, true) {
+                self.types[i] = a;
+            }
         }
     }
 
@@ -576,6 +598,11 @@ impl Layout {
         seq: Option<Sequence>,
     ) -> Result<()> {
         for (i, v) in row.iter().enumerate() {
+            if self.empty_for_null && v.is_null() && matches!(self.types[i], ChType::Array(_)) {
+                // An empty array: its length, 0.
+                out.push(0);
+                continue;
+            }
             encode_value(out, self.types[i], self.nullable(i), v).map_err(|e| {
                 let at = seq.map_or("snapshot row".to_string(), |s| format!("event {s}"));
                 // A typed column refuses what its type cannot hold; text

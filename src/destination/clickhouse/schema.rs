@@ -117,7 +117,7 @@ impl ClickHouse {
     /// schema has a column of a typed mapping (or an array) and this
     /// process has not checked the table for this very schema.
     pub(super) fn layout(&self, schema: &Schema, kind: SourceKind) -> Result<Layout> {
-        let mut l = Layout::with_typing(schema, kind, self.native_types());
+        let mut l = self.typing(schema, kind);
         self.say_text_columns(schema, kind, &l);
         let arrays = schema.columns.iter().any(|c| c.decl_type.ends_with("[]"));
         let typed = (schema.columns.iter().zip(&l.types)).any(|(c, t)| *t != column_type(c, kind));
@@ -157,6 +157,16 @@ impl ClickHouse {
             l.keep_text_decimals(&have);
         }
         Ok(l)
+    }
+
+    /// The layout the target's typing gives a schema, before any table is
+    /// looked at: `types=` and `arrays=` (docs/CLICKHOUSE.md, Types).
+    pub(super) fn typing(&self, schema: &Schema, kind: SourceKind) -> Layout {
+        let mut l = Layout::with_typing(schema, kind, self.native_types());
+        if self.native_types() && self.cfg.empty_arrays_for_null {
+            l.arrays_empty_for_null();
+        }
+        l
     }
 
     /// Once a process: a server too old for typed columns (before 22.8)

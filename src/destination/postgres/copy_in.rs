@@ -46,7 +46,7 @@ impl ToSql for Field<'_> {
                 .map_err(|_| format!("integer {i} out of range for type smallint"))?
                 .to_sql(ty, out),
             (Value::Integer(i), _) => i.to_sql(ty, out),
-            (Value::Real(x), _) => crate::wire::value::normalize_zero(*x).to_sql(ty, out),
+            (Value::Real(x), _) => x.to_sql(ty, out),
             (Value::Blob(b), _) => b.as_slice().to_sql(ty, out),
             (Value::Text(s), _) => s.as_str().to_sql(ty, out),
             (Value::Unchanged, _) => {

@@ -234,7 +234,7 @@ fn param(col: &Col, v: &Value) -> Box<dyn ToSql + Sync + Send> {
         (Param::Bytea, Value::Null) => Box::new(None::<Vec<u8>>),
         (Param::Text, Value::Null) => Box::new(None::<String>),
         (Param::Int8, Value::Integer(i)) => Box::new(*i),
-        (Param::Float8, Value::Real(x)) => Box::new(crate::wire::value::normalize_zero(*x)),
+        (Param::Float8, Value::Real(x)) => Box::new(*x),
         (Param::Bool, Value::Integer(i)) => Box::new(*i == 1),
         (Param::Bytea, Value::Blob(b)) => Box::new(b.clone()),
         (Param::Text, Value::Text(s)) => Box::new(s.clone()),
@@ -270,6 +270,10 @@ impl Target for PgTarget {
 }
 
 impl AuditedTarget for PgTarget {
+    fn keeps_zero_sign(&self) -> bool {
+        true
+    }
+
     fn begin_audit(&mut self) -> Result<()> {
         let rt = &self.rt;
         if self.client.is_none() {
@@ -287,6 +291,7 @@ impl AuditedTarget for PgTarget {
         Ok(found.map(|(cols, key)| StoredShape {
             columns: cols.into_iter().map(|c| c.name).collect(),
             key: Some(key),
+            empty_for_null: Vec::new(),
         }))
     }
 

@@ -287,6 +287,7 @@ impl super::AuditedTarget for SqliteTarget {
         Ok(Some(super::StoredShape {
             columns: ts.columns.iter().map(|c| c.name.clone()).collect(),
             key: Some(ts.key),
+            empty_for_null: Vec::new(),
         }))
     }
     fn with_rows(
