@@ -8,8 +8,9 @@
 //! | --- | --- |
 //! | [`wire`] | the codec: values, cursors, events, schemas, batches, snapshots, limits |
 //! | [`ops`] | split, merge and compact over batch streams |
+//! | [`pg`] | PostgreSQL's client side, shared by the source and the target: connections, TLS, sessions, types, COPY |
 //! | [`source`] | where changes come from: the [`source::Source`] trait; `sqlite/`, `postgres/` |
-//! | [`destination`] | where they land: the [`destination::Target`] trait; `sqlite/`, `clickhouse/`, `memory` |
+//! | [`destination`] | where they land: the [`destination::Target`] trait and the batch loop (`driver`); `sqlite/`, `postgres/`, `clickhouse/`, `dir/` (archives), `memory` (the contract double) |
 //! | [`endpoint`] | a database URL parsed once, redacted, opened as a source or a target |
 //! | [`audit`] | source against target, row by row in key order, over the traits |
 //! | [`cmd`] | each tool's logic, one module per `mooncdc-*` binary |
