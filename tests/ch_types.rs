@@ -729,12 +729,22 @@ fn arrays_empty_for_null_gives_nullable_arrays_array_columns() {
         None,
     );
     expect(&r, 1, "audit of a changed array");
+    db.query("ALTER TABLE public_a UPDATE tags = ['y'] WHERE id = 3 SETTINGS mutations_sync = 1");
     // Written without the option, the table keeps its Arrays, and a NULL
     // is refused naming the option; with it, a table of String keeps them.
     s.exec("UPDATE public.a SET ints = NULL WHERE id = 1");
     let r = catch_up(&src, slot, &db.url(), false);
     expect(&r, 1, "a NULL into an Array without the option");
     assert!(r.stderr.contains("arrays=empty-for-null"), "{}", r.stderr);
+    let r = catch_up(&src, slot, &db.url_with("types=text"), false);
+    expect(&r, 1, "a NULL into an Array through types=text");
+    assert!(r.stderr.contains("arrays=empty-for-null"), "{}", r.stderr);
+    expect(
+        &catch_up(&src, slot, &url, false),
+        0,
+        "the NULL through the option",
+    );
+    audit_equal(&src, slot, &url);
     let r = catch_up(&src, slot, &exact.url_with("arrays=empty-for-null"), false);
     expect(&r, 0, "a table of String columns through the option");
     assert_eq!(column_type(&exact, "public_a", "ints"), "Nullable(String)");

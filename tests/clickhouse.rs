@@ -4067,7 +4067,8 @@ fn changes_by_key_alone_after_a_schema_change_find_the_batch_s_own_rows() {
 /// The sign of a REAL zero from a PostgreSQL source (docs/FORMAT.md,
 /// "REAL"): carried on the wire, kept by the PostgreSQL target and by
 /// ClickHouse, whose audits compare it; a SQLite projection holds +0 and
-/// its audit says equal.
+/// its audit says equal. Under the default identity, a `-0` key is found
+/// by its key alone, and a key whose zero only changed sign is one key.
 #[test]
 fn a_negative_zero_from_postgresql_keeps_its_sign_where_the_target_can() {
     let pgdb = common::pg::db("negzero");
@@ -4075,7 +4076,26 @@ fn a_negative_zero_from_postgresql_keeps_its_sign_where_the_target_can() {
     let s = pgdb.session();
     s.exec("CREATE TABLE public.z (id int PRIMARY KEY, d float8, r real)");
     s.exec("INSERT INTO public.z VALUES (1, '-0', '-0'), (2, '0', '0')");
-    common::pg::init_capture(&src, slot, &["public.z"]);
+    s.exec("CREATE TABLE public.fk (k float8 PRIMARY KEY, v int)");
+    s.exec("INSERT INTO public.fk VALUES ('-0', 1), (1.5, 2), (2.5, 3)");
+    let r = exec(
+        CAPTURE,
+        &[
+            "init",
+            "--source",
+            &src,
+            "--slot",
+            slot,
+            "--table",
+            "public.z",
+            "--table",
+            "public.fk",
+            "--replica-identity",
+            "default",
+        ],
+        None,
+    );
+    expect(&r, 0, "init --replica-identity default");
     let db = ch::db("negzero");
     let pgt = common::pg::db("negzero_target");
     let dir = tempfile::tempdir().unwrap();
@@ -4090,6 +4110,12 @@ fn a_negative_zero_from_postgresql_keeps_its_sign_where_the_target_can() {
     }
     s.exec("UPDATE public.z SET d = '-0', r = '-0' WHERE id = 2");
     s.exec("INSERT INTO public.z VALUES (3, '-0', '0')");
+    // By key alone: the -0 row found; a key whose zero turns sign stays
+    // one key (PostgreSQL logs the old key, its bits changed).
+    s.exec("UPDATE public.fk SET v = 10 WHERE k = 0");
+    s.exec("UPDATE public.fk SET k = '-0' WHERE k = 0");
+    s.exec("UPDATE public.fk SET k = 0, v = 11 WHERE k = 0");
+    s.exec("DELETE FROM public.fk WHERE k = 2.5");
     let after = exec(APPLY, &["cursor", "--target", &targets[0]], None);
     let r = exec(
         CAPTURE,
@@ -4135,6 +4161,13 @@ fn a_negative_zero_from_postgresql_keeps_its_sign_where_the_target_can() {
         .map(|r| r.into_iter().map(|v| v.unwrap()).collect())
         .collect();
     assert_eq!(got, signed);
+    assert_eq!(
+        db.rows("SELECT toString(k), v FROM public_fk__current ORDER BY k"),
+        want(&[["0", "11", ""], ["1.5", "2", ""]])
+            .into_iter()
+            .map(|r| r[..2].to_vec())
+            .collect::<Vec<_>>()
+    );
     // Where the target keeps the sign, the audit compares it.
     t.exec("UPDATE public.z SET d = 0 WHERE id = 1");
     let a = audit(&src, &pgt.url(), &["--slot", slot]);

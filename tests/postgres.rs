@@ -1357,7 +1357,7 @@ fn every_mapped_type_with_edge_values() {
         r[7] = vt(num);
         r
     };
-    let row4 = sparse(4, -1, 0.0, 0.0, "NaN");
+    let row4 = sparse(4, -1, -0.0, -0.0, "NaN");
     let row5 = sparse(
         5,
         1,
@@ -1394,14 +1394,14 @@ fn every_mapped_type_with_edge_values() {
     for (w, g) in expected.iter().zip(&got) {
         assert_eq!(w, g, "\nexpected {w}\n     got {g}");
     }
-    // -0 is normalized to +0 on the wire.
+    // -0 keeps its sign on the wire (PostgreSQL keeps it).
     let line4 = String::from_utf8_lossy(&bytes)
         .lines()
         .find(|l| l.contains("\"public.ty\"") && l.contains("\"after\":[[\"integer\",\"4\"]"))
         .unwrap()
         .to_string();
     assert!(
-        line4.contains(r#"["real","0","0"]"#) && !line4.contains(r#""-0""#),
+        line4.contains(r#"["real","-0","0"]"#) && !line4.contains(r#"["real","0","0"]"#),
         "{line4}"
     );
 
@@ -3680,13 +3680,13 @@ fn norm_wal2json(ty: &str, v: &J) -> Value {
             .unwrap_or_else(|| panic!("wal2json {ty} value is not a number: {v}"))
             .to_string()
     };
-    let zero = |x: f64| if x == 0.0 { 0.0 } else { x };
+    // Zeros keep their sign, as PostgreSQL's and MoonCDC's (docs/FORMAT.md).
     match ty {
         "smallint" | "integer" | "bigint" | "oid" => {
             Value::Integer(num().parse().expect("integer value"))
         }
-        "double precision" => Value::Real(zero(num().parse::<f64>().expect("float8"))),
-        "real" => Value::Real(zero(num().parse::<f32>().expect("float4") as f64)),
+        "double precision" => Value::Real(num().parse::<f64>().expect("float8")),
+        "real" => Value::Real(num().parse::<f32>().expect("float4") as f64),
         "numeric" => Value::Text(num()),
         "boolean" => Value::Integer(v.as_bool().expect("boolean") as i64),
         "bytea" => {

@@ -61,13 +61,6 @@ impl ClickHouse {
             )?;
             String::from_utf8_lossy(&v).trim() == "1"
         };
-        // Deleted rows past the cursor are a batch's that is not finished
-        // (an apply writing it, or one stopped amid it): its re-run reads
-        // them for the changes it names by key alone, so they stay.
-        let cursor = match self.cursor()? {
-            Some(c) => version(SourceKind::of_identity(&c.source), c.sequence())?,
-            None => 0,
-        };
         let on = self.on_cluster();
         for (name, engine_full) in tables {
             if !wanted.is_empty() && !wanted.contains(&name) {
@@ -117,6 +110,14 @@ impl ClickHouse {
                 continue;
             }
             let before = count()?;
+            // Deleted rows past the cursor (read now: a follower moves it
+            // while earlier tables merge) are a batch's that is not finished
+            // (an apply writing it, or one stopped amid it): its re-run
+            // reads them for the changes it names by key alone, so they stay.
+            let cursor = match self.cursor()? {
+                Some(c) => version(SourceKind::of_identity(&c.source), c.sequence())?,
+                None => 0,
+            };
             let v = self.query(
                 &format!(
                     "SELECT count() FROM {db}.{} WHERE `_etl_deleted` = 1 AND `_etl_version` > {cursor} FORMAT TabSeparated",

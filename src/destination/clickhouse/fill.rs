@@ -14,9 +14,10 @@
 //! every later event on their keys, until a read of their keys (bounded by
 //! [`PENDING_EVENTS`], [`PENDING_BYTES`] and [`READ_BYTES`]; a schema
 //! change, a truncate or the commit).
-//! When the batch's rows may be missing from `recent` (it outgrew
-//! [`FILL_MEMORY`], or the batch changed the table before the first change
-//! by key alone), the table's held rows are sent first, so the read sees
+//! When the batch changed the table before its first change by key alone,
+//! its rows so far are read back from the held rows into `recent`
+//! ([`TableFill::recover`]). When they cannot be, or `recent` outgrew
+//! [`FILL_MEMORY`], the table's held rows are sent first, so the read sees
 //! them; a table whose schema changed in the batch cannot be, and fails with
 //! the way out.
 
@@ -131,7 +132,7 @@ fn event_bytes(e: &Event) -> usize {
 fn key_bytes(l: &Layout, key: &[&Value]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     for (&i, v) in l.key.iter().zip(key) {
-        encode_value(&mut out, l.types[i], false, v).map_err(|e| {
+        encode_key_value(&mut out, l.types[i], v).map_err(|e| {
             Error::data(format!(
                 "table {:?}, key column {:?}: {e}",
                 l.schema.table, l.schema.columns[i].name
@@ -520,10 +521,12 @@ impl TableFill {
     }
 
     /// A move whose old key's rows were merged into a newer row of an
-    /// earlier try, and which needs its old row for unchanged values: that
-    /// try wrote the move's row at the new key too (a batch's inserts of a
-    /// table go in order), so the new key's newest row, at the move's
-    /// version or later, is kept as superseding it.
+    /// earlier try, and which needs its old row for unchanged values: where
+    /// that try also wrote the move's row at the new key (a row there at the
+    /// move's version or later), the new key's newest row is kept as
+    /// superseding it. Where it did not (two inserts go at once, and a kill
+    /// can land between them), [`TableFill::process`] refuses the move,
+    /// naming it.
     fn read_moved(&mut self, ch: &ClickHouse, segs: &[Segment]) -> Result<()> {
         let l = &segs[segs.len() - 1].layout;
         let mut want: Vec<ToRead> = Vec::new();

@@ -189,6 +189,27 @@ fn scalar_literal(ty: ChType, v: &Value) -> Result<String> {
     ))
 }
 
+/// A key's values as ClickHouse's `IN` must be asked for them: as they are,
+/// and, where a REAL is zero, with that zero's sign turned too (`IN` tells
+/// `-0` from `+0`, which the key maps and ClickHouse's merges do not).
+fn signed_zeros(vals: &[Value]) -> Vec<Vec<Value>> {
+    let mut out = vec![vals.to_vec()];
+    if vals
+        .iter()
+        .any(|v| matches!(v, Value::Real(x) if *x == 0.0))
+    {
+        out.push(
+            (vals.iter())
+                .map(|v| match v {
+                    Value::Real(x) if *x == 0.0 => Value::Real(-x),
+                    v => v.clone(),
+                })
+                .collect(),
+        );
+    }
+    out
+}
+
 /// A `UInt64` of a RowBinary reply.
 fn read_u64(r: &mut dyn Read) -> Result<u64> {
     let mut b = [0; 8];
@@ -256,13 +277,22 @@ impl ClickHouse {
                 let m = if typed {
                     String::new()
                 } else {
-                    let lits = (l.key.iter().zip(vals))
-                        .map(|(&i, v)| key_literal(l.types[i], v))
-                        .collect::<Result<Vec<_>>>()?;
-                    match lits.as_slice() {
-                        [one] => one.clone(),
-                        more => format!("({})", more.join(", ")),
+                    // A zero REAL key both ways: ClickHouse's IN tells -0
+                    // from +0 (its merges do not), and either may be held.
+                    let mut m = String::new();
+                    for vals in signed_zeros(vals) {
+                        let lits = (l.key.iter().zip(&vals))
+                            .map(|(&i, v)| key_literal(l.types[i], v))
+                            .collect::<Result<Vec<_>>>()?;
+                        if !m.is_empty() {
+                            m.push_str(", ");
+                        }
+                        match lits.as_slice() {
+                            [one] => m.push_str(one),
+                            more => m.push_str(&format!("({})", more.join(", "))),
+                        }
                     }
+                    m
                 };
                 // A history's read repeats each key in its bound (a typed
                 // one as a subquery of its RowBinary).
@@ -282,10 +312,14 @@ impl ClickHouse {
                 let structure: Vec<String> = (l.key.iter().zip(&names))
                     .map(|(&i, n)| format!("{n} {}", l.types[i].sql()))
                     .collect();
-                let data: Vec<u8> = chunk
-                    .iter()
-                    .flat_map(|(kb, ..)| kb.iter().copied())
-                    .collect();
+                let mut data: Vec<u8> = Vec::new();
+                for (_, vals, _) in chunk {
+                    for vals in signed_zeros(vals) {
+                        for (&i, v) in l.key.iter().zip(&vals) {
+                            encode_value(&mut data, l.types[i], false, v).map_err(Error::data)?;
+                        }
+                    }
+                }
                 format!(
                     "SELECT * FROM format(RowBinary, {}, {})",
                     bytes_literal(structure.join(", ").as_bytes()),
@@ -367,7 +401,7 @@ impl ClickHouse {
                 };
                 let mut kb = Vec::new();
                 for &i in &l.key {
-                    encode_value(&mut kb, l.types[i], false, &row[i]).map_err(Error::data)?;
+                    encode_key_value(&mut kb, l.types[i], &row[i]).map_err(Error::data)?;
                 }
                 let bound = *bounds.get(kb.as_slice()).ok_or_else(|| {
                     Error::data("ClickHouse answered with a key that was not asked for")

@@ -313,6 +313,20 @@ pub(super) fn read_leb128(r: &mut dyn Read) -> Result<u64> {
     }
 }
 
+/// A key value's RowBinary, with a REAL zero's sign dropped: ClickHouse
+/// finds and merges `-0` and `+0` as one key, and so does every map of
+/// keys here (the old rows read for changes by key alone).
+pub(super) fn encode_key_value(
+    out: &mut Vec<u8>,
+    ty: ChType,
+    v: &Value,
+) -> std::result::Result<(), String> {
+    match v {
+        Value::Real(x) if *x == 0.0 => encode_value(out, ty, false, &Value::Real(0.0)),
+        _ => encode_value(out, ty, false, v),
+    }
+}
+
 /// Read one value of a column back from RowBinary.
 pub(super) fn decode_value(r: &mut dyn Read, ty: ChType, nullable: bool) -> Result<Value> {
     let bad = |e: std::io::Error| Error::io("cannot read a ClickHouse row", e);
@@ -413,7 +427,7 @@ pub(super) struct Layout {
     pub(super) key: Vec<usize>,
     pub(super) kind: SourceKind,
     /// `arrays=empty-for-null`: a NULL in an `Array` column is written as
-    /// `[]` ([`Layout::arrays_empty_for_null`]).
+    /// `[]` ([`Layout::arrays_for_nullable`]).
     pub(super) empty_for_null: bool,
 }
 
@@ -443,11 +457,11 @@ impl Layout {
     }
 
     /// `arrays=empty-for-null` (with the typed mappings): an array column
-    /// that may be NULL gets the `Array` a NOT NULL one gets, and a NULL
-    /// is written into it as `[]`, the one place a NULL and an empty array
-    /// meet (docs/CLICKHOUSE.md, Types). Key columns stay as they are.
-    pub(super) fn arrays_empty_for_null(&mut self) {
-        self.empty_for_null = true;
+    /// that may be NULL gets the `Array` a NOT NULL one gets (and
+    /// [`Layout::empty_for_null`], set apart, writes a NULL into it as
+    /// `[]`: the one place a NULL and an empty array meet; docs/CLICKHOUSE.md,
+    /// Types). Key columns stay as they are.
+    pub(super) fn arrays_for_nullable(&mut self) {
         for (i, c) in self.schema.columns.iter().enumerate() {
             if !c.nullable || self.key.contains(&i) || self.types[i] != ChType::Text {
                 continue;
@@ -546,7 +560,7 @@ impl Layout {
 
     /// Whether column `i` is `Nullable`: every column but the key's and
     /// arrays (ClickHouse has no `Nullable(Array(…))`; only columns the
-    /// source declares NOT NULL are arrays).
+    /// source declares NOT NULL are arrays, unless `arrays=empty-for-null`).
     pub(super) fn nullable(&self, i: usize) -> bool {
         !self.key.contains(&i) && !matches!(self.types[i], ChType::Array(_))
     }

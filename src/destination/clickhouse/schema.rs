@@ -113,9 +113,10 @@ impl ClickHouse {
     /// The layout a table of this schema is written and read with: the
     /// target's typing, with the types the table already has for columns
     /// an earlier MoonCDC (or its user) made `String`
-    /// ([`Layout::keep_earlier_types`]). The server is asked only when the
-    /// schema has a column of a typed mapping (or an array) and this
-    /// process has not checked the table for this very schema.
+    /// ([`Layout::keep_earlier_types`]), or typed under `types=text`, or a
+    /// decimal made `String` by hand. The server is asked only when the
+    /// schema has a column of a typed mapping, an array or a decimal, and
+    /// this process has not checked the table for this very schema.
     pub(super) fn layout(&self, schema: &Schema, kind: SourceKind) -> Result<Layout> {
         let mut l = self.typing(schema, kind);
         self.say_text_columns(schema, kind, &l);
@@ -132,7 +133,14 @@ impl ClickHouse {
         let native = (!self.native_types()
             && self.version >= (22, 8)
             && self.cfg.types == super::config::Types::Text)
-            .then(|| Layout::with_typing(schema, kind, true))
+            .then(|| {
+                // Arrays of columns that may be NULL too: a table made with
+                // `arrays=empty-for-null` keeps them (a NULL then fails,
+                // naming the option).
+                let mut n = Layout::with_typing(schema, kind, true);
+                n.arrays_for_nullable();
+                n
+            })
             .filter(|n| n.types != l.types);
         let ask = match self.native_types() {
             true => arrays || typed || decimals,
@@ -164,7 +172,8 @@ impl ClickHouse {
     pub(super) fn typing(&self, schema: &Schema, kind: SourceKind) -> Layout {
         let mut l = Layout::with_typing(schema, kind, self.native_types());
         if self.native_types() && self.cfg.empty_arrays_for_null {
-            l.arrays_empty_for_null();
+            l.arrays_for_nullable();
+            l.empty_for_null = true;
         }
         l
     }

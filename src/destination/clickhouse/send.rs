@@ -188,7 +188,9 @@ impl ClickHouse {
             Operation::Update => {
                 let before = e.before.as_ref().expect("update");
                 let after = e.after.as_ref().expect("update");
-                let key_changed = l.key.iter().any(|&i| !before[i].same(&after[i]));
+                // A key whose REAL zero changed sign only is the same key
+                // in ClickHouse: one new version, no tombstone.
+                let key_changed = (l.key.iter()).any(|&i| !before[i].same_normalized(&after[i]));
                 if key_changed {
                     self.encode(l, out, "delete", before, e.sequence, false)?;
                 }
