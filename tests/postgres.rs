@@ -6138,6 +6138,79 @@ fn streaming_source(name: &str) -> Src {
     src
 }
 
+/// A streamed transaction whose spool fills `--spool-dir`: the read stops
+/// with one error naming the folder and both ways out (a folder with room,
+/// or `--pgoutput-protocol 1`, where the server holds the transaction until
+/// its commit), writes nothing of it, and the same read with room works.
+#[test]
+fn a_streamed_transaction_that_fills_the_spool_folder_is_said_once_with_both_ways_out() {
+    let src = streaming_source("streamed_full");
+    src.session().exec("INSERT INTO side VALUES (0, 'start')");
+    let snap = src.tool(SNAPSHOT, &[], &[]);
+    expect(&snap, 0, "snapshot");
+    src.apply_ok(&snap.stdout);
+    let cursor = run(APPLY, &["cursor", "--target", &src.proj_url()], None);
+    let cursor = cursor.stdout_str().trim().to_string();
+    // About 4 MB of changes in one transaction: streamed past 64 kB.
+    src.session().exec(
+        "INSERT INTO big SELECT g, repeat(md5(g::text), 4), g FROM generate_series(1, 30000) g",
+    );
+    let small = common::SmallFolder::new();
+    let small_dir = small.path().to_str().unwrap().to_string();
+    let r = src.capture(&[
+        "--after",
+        &cursor,
+        "--spool-memory",
+        "100000",
+        "--spool-dir",
+        &small_dir,
+    ]);
+    expect(&r, 1, "a read whose spool fills its folder");
+    assert_eq!(
+        r.stderr.matches("No space left on device").count(),
+        1,
+        "said once:\n{}",
+        r.stderr
+    );
+    for needle in [small_dir.as_str(), "--pgoutput-protocol 1", "--spool-dir"] {
+        assert!(r.stderr.contains(needle), "{needle:?} in:\n{}", r.stderr);
+    }
+    assert!(
+        !r.stdout_str().contains("public.big"),
+        "nothing of the transaction written"
+    );
+    // A follower stops the same way, once (it does not retry what a
+    // folder without room cannot hold).
+    let mut args = follow_args(
+        &src,
+        &["--spool-memory", "100000", "--spool-dir", &small_dir],
+    );
+    args.extend(["-q".to_string()]);
+    let mut f = Command::new(bin(CAPTURE))
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the follower");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while f.try_wait().expect("wait").is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let running = f.try_wait().expect("wait").is_none();
+    let (code, err) = finish(f, running);
+    assert!(!running, "the follower should stop:\n{err}");
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.matches("No space left on device").count(),
+        1,
+        "said once:\n{err}"
+    );
+    assert!(err.contains("--pgoutput-protocol 1"), "{err}");
+    let (_, b) = src.capture_ok(&["--after", &cursor, "--spool-memory", "100000"]);
+    assert_eq!(b.iter().map(|b| b.events.len()).sum::<usize>(), 30_000);
+}
+
 /// The slot's decoding figures: (spill_bytes, stream_txns, stream_bytes),
 /// once the walsender has reported them (`want` says when they are in).
 fn slot_stats(src: &Src, slot: &str, want: impl Fn((i64, i64, i64)) -> bool) -> (i64, i64, i64) {
