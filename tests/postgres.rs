@@ -2361,6 +2361,63 @@ fn server_fast_shutdown_is_not_held_up_by_capture_follow() {
     src.audit_equal();
 }
 
+/// A fast shutdown while a follower without `--ack-from-target` is
+/// connected: the server ends the SQL sessions, then waits for each
+/// walsender's client to confirm what it sent, which such a follower never
+/// does (it confirms only what a target holds, or `capture ack`). The
+/// follower takes the end of its SQL session as the sign and ends its
+/// replication session too, so the shutdown completes within seconds
+/// instead of being held (with the walsender spinning at 86–97% of a core)
+/// for as long as the follower runs; the follower then reconnects when the
+/// server is back and goes on.
+#[test]
+fn a_follower_without_ack_does_not_hold_a_fast_shutdown() {
+    let cluster = pg::private_cluster();
+    let src = Src {
+        db: cluster.create_db("held"),
+        slot: Some("s_held".into()),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    let s = src.session();
+    s.exec("CREATE TABLE a (id int PRIMARY KEY)");
+    src.init(&["public.a"]);
+    let proj = src.proj_url();
+    let mut args = src.source_args();
+    args.extend(["--follow", "--retry-delay-ms", "200", "--max-retries", "30"].map(String::from));
+    let (capture, apply) = follow_pipeline(&args, &proj);
+    s.exec("INSERT INTO a VALUES (1)");
+    src.wait_target_at(0, 20, "the follower never applied the insert");
+    drop(s);
+    let t0 = Instant::now();
+    let stopped = cluster.stop_fast(Duration::from_secs(20));
+    let took = t0.elapsed();
+    if !stopped {
+        let (code, err) = finish(capture, true);
+        finish(apply, true);
+        panic!(
+            "pg_ctl stop -m fast did not finish in 20 s with a follower without --ack-from-target \
+             connected (capture then: {code:?} {err})"
+        );
+    }
+    eprintln!("fast shutdown with a follower without --ack-from-target took {took:?}");
+    cluster.start_again();
+    let s = src.session();
+    s.exec("INSERT INTO a VALUES (2)");
+    let last = s.insert_lsn();
+    src.wait_target_at(
+        last,
+        30,
+        "the pipeline did not go on after the server started again",
+    );
+    let (_, err) = finish(capture, true);
+    finish(apply, true);
+    assert!(
+        err.contains("SQL session") && err.contains("reconnected"),
+        "{err}"
+    );
+    src.audit_equal();
+}
+
 /// Captured tables stay idle while another table writes about 70 MB of WAL:
 /// the follower's empty batches carry the target's cursor, and with
 /// `--ack-from-target` the slot's confirmed position, along, so the WAL the

@@ -16,7 +16,7 @@ use super::{
     admin::slot_info, io_out, is_transient, lsn_text, parse_lsn, pg_err, repl_err, runtime,
     sequence, server_version, PgSource, WAL_END,
 };
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Cause, Error, ErrorKind, Result};
 use crate::source::{FollowTiming, ReadLimits};
 use crate::wire::{Cursor, Sequence};
 use std::io::Write;
@@ -385,6 +385,20 @@ impl PgSource {
     /// stream), and the publication's relations again on a timer of their
     /// own (a busy stream is never quiet).
     async fn between_transactions(&self, r: &mut Reader<'_>, l: &mut Link<'_>) -> Result<()> {
+        // A server shutting down ends the SQL sessions first, then waits
+        // for each walsender's client to confirm what it sent, which a
+        // follower without --ack-from-target never does: the shutdown
+        // would be held (and the walsender spin) for as long as the
+        // follower runs. The SQL session's end is the sign: the
+        // replication session ends too, and the follower reconnects.
+        if l.c.is_closed() {
+            let text =
+                "the server ended the follower's SQL session (shutting down or restarting, say)";
+            return Err(Error::new(ErrorKind::Database, text).with_source(Cause {
+                text: text.to_string(),
+                inner: std::io::Error::new(std::io::ErrorKind::NotConnected, text),
+            }));
+        }
         if !l.standby {
             let chunk_rows = l.timing.map_or(4096, |t| t.backfill_chunk_rows);
             r.bf.write_next(&l.c, &self.publication, chunk_rows).await?;
