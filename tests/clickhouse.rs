@@ -4078,24 +4078,7 @@ fn a_negative_zero_from_postgresql_keeps_its_sign_where_the_target_can() {
     s.exec("INSERT INTO public.z VALUES (1, '-0', '-0'), (2, '0', '0')");
     s.exec("CREATE TABLE public.fk (k float8 PRIMARY KEY, v int)");
     s.exec("INSERT INTO public.fk VALUES ('-0', 1), (1.5, 2), (2.5, 3)");
-    let r = exec(
-        CAPTURE,
-        &[
-            "init",
-            "--source",
-            &src,
-            "--slot",
-            slot,
-            "--table",
-            "public.z",
-            "--table",
-            "public.fk",
-            "--replica-identity",
-            "default",
-        ],
-        None,
-    );
-    expect(&r, 0, "init --replica-identity default");
+    common::pg::init_default_identity(&src, slot, &["public.z", "public.fk"]);
     let db = ch::db("negzero");
     let pgt = common::pg::db("negzero_target");
     let dir = tempfile::tempdir().unwrap();

@@ -336,24 +336,7 @@ fn default_identity_reaches_clickhouse_exactly() {
         );
     }
     s.exec("UPDATE public.docs SET n = n * 2, raw = raw || 'F' WHERE id IN (1, 6)");
-    let r = exec(
-        CAPTURE,
-        &[
-            "init",
-            "--source",
-            &src,
-            "--slot",
-            slot,
-            "--table",
-            "public.docs",
-            "--table",
-            "public.ukeys",
-            "--replica-identity",
-            "default",
-        ],
-        None,
-    );
-    expect(&r, 0, "init --replica-identity default");
+    common::pg::init_default_identity(&src, slot, &["public.docs", "public.ukeys"]);
     assert_eq!(relreplident(&s), "d");
     change_everything(&s);
     s.exec("UPDATE public.ukeys SET at = at + interval '1 day'");
@@ -823,22 +806,7 @@ fn a_decimal_key_takes_changes_by_key_alone_on_clickhouse() {
     s.exec(
         "INSERT INTO public.prices SELECT g * 1.5 - 7.25, g, 'n' || g FROM generate_series(1, 10) g",
     );
-    let r = exec(
-        CAPTURE,
-        &[
-            "init",
-            "--source",
-            &src,
-            "--slot",
-            slot,
-            "--table",
-            "public.prices",
-            "--replica-identity",
-            "default",
-        ],
-        None,
-    );
-    expect(&r, 0, "init --replica-identity default");
+    common::pg::init_default_identity(&src, slot, &["public.prices"]);
     let db = ch::db("ri_decimal");
     let hist = ch::db("ri_decimal_h");
     let (url, hurl) = (db.url(), hist.url_with("engine=history"));
@@ -890,24 +858,7 @@ fn an_identity_by_another_index_is_refused_with_advice_that_works() {
     s.exec("CREATE TABLE public.people (id int PRIMARY KEY, email text NOT NULL, n int)");
     s.exec("CREATE UNIQUE INDEX people_email ON public.people (email)");
     s.exec("INSERT INTO public.people SELECT g, 'p' || g || '@x', g FROM generate_series(1, 5) g");
-    let init = |slot: &str| {
-        let r = exec(
-            CAPTURE,
-            &[
-                "init",
-                "--source",
-                &src,
-                "--slot",
-                slot,
-                "--table",
-                "public.people",
-                "--replica-identity",
-                "default",
-            ],
-            None,
-        );
-        expect(&r, 0, "init --replica-identity default");
-    };
+    let init = |slot: &str| common::pg::init_default_identity(&src, slot, &["public.people"]);
     init(slot);
     let dir = tempfile::tempdir().unwrap();
     let first = format!("sqlite:{}", dir.path().join("first.db").display());
@@ -976,22 +927,7 @@ fn random_histories_with_crashes_merges_and_cleanups_reach_every_target_exactly(
     s.exec(
         "INSERT INTO public.r SELECT g, g, 'n' || g, repeat(md5(g::text), 100) FROM generate_series(1, 12) g",
     );
-    let r = exec(
-        CAPTURE,
-        &[
-            "init",
-            "--source",
-            &src,
-            "--slot",
-            slot,
-            "--table",
-            "public.r",
-            "--replica-identity",
-            "default",
-        ],
-        None,
-    );
-    expect(&r, 0, "init --replica-identity default");
+    common::pg::init_default_identity(&src, slot, &["public.r"]);
     let raw = ch::db("ri_random_raw");
     let compacted = ch::db("ri_random_compacted");
     let hist = ch::db("ri_random_history");

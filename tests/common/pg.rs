@@ -717,6 +717,22 @@ pub fn init_capture(src_url: &str, slot: &str, tables: &[&str]) {
     expect(&exec(CAPTURE, &args, None), 0, "capture init");
 }
 
+/// [`init_capture`] with `--replica-identity default` (docs/POSTGRES.md,
+/// "Replica identity"): updates and deletes then name their rows by key.
+pub fn init_default_identity(src_url: &str, slot: &str, tables: &[&str]) {
+    use super::sqlite::{exec, expect, CAPTURE};
+    let mut args = vec!["init", "--source", src_url, "--slot", slot];
+    for t in tables {
+        args.extend(["--table", t]);
+    }
+    args.extend(["--replica-identity", "default"]);
+    expect(
+        &exec(CAPTURE, &args, None),
+        0,
+        "capture init --replica-identity default",
+    );
+}
+
 /// `mooncdc-snapshot` from `slot` of the source at `src_url`, applied to the
 /// target at `target_url`.
 pub fn snapshot_into(src_url: &str, slot: &str, target_url: &str) -> super::Run {
