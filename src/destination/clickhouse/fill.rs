@@ -751,12 +751,20 @@ impl TableFill {
             self.forget();
             return false;
         }
-        for row in self.recent.values_mut().flatten() {
-            *row = sources
-                .iter()
-                .map(|s| s.map_or(Value::Null, |i| row[i].clone()))
-                .collect();
+        // Reshaped rows change size (an added column counts too): count
+        // them again, or a later `keep` would take off more than it added.
+        self.bytes = 0;
+        for (kb, row) in self.recent.iter_mut() {
+            if let Some(row) = row {
+                *row = sources
+                    .iter()
+                    .map(|s| s.map_or(Value::Null, |i| row[i].clone()))
+                    .collect();
+                self.row_size = self.row_size.max(row_bytes(row));
+            }
+            self.bytes += kb.len() + row.as_ref().map_or(0, row_bytes);
         }
+        self.over |= self.bytes > FILL_MEMORY;
         true
     }
 
@@ -776,6 +784,10 @@ impl TableFill {
             if let Some((old, change)) = &seg.change {
                 let sources = change.sources(&old.schema);
                 if !self.reshape(old, &seg.layout, &sources) {
+                    return Ok(false);
+                }
+                if self.over {
+                    self.forget();
                     return Ok(false);
                 }
             }
@@ -824,5 +836,42 @@ impl TableFill {
         self.recent.clear();
         self.bytes = 0;
         self.over = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::Schema;
+
+    fn layout(cols: &[&str]) -> Layout {
+        let columns: Vec<serde_json::Value> = cols
+            .iter()
+            .map(|c| serde_json::json!({"name": c, "type": "INTEGER", "nullable": true}))
+            .collect();
+        let schema: Schema = serde_json::from_value(
+            serde_json::json!({"table": "t", "columns": columns, "key": ["id"]}),
+        )
+        .unwrap();
+        Layout::with_typing(&schema, SourceKind::Sqlite, false)
+    }
+
+    /// The memory count follows the rows a schema change reshaped: a key's
+    /// reshaped row replaced afterwards takes off what it weighs now (the
+    /// count once went below zero there, and the batch stopped).
+    #[test]
+    fn kept_rows_are_counted_again_after_a_schema_change() {
+        let mut tf = TableFill::default();
+        let key = b"k".to_vec();
+        tf.keep(key.clone(), Some(vec![Value::Integer(1)]));
+        assert!(tf.reshape(&layout(&["id"]), &layout(&["id", "c"]), &[Some(0), None]));
+        assert_eq!(tf.bytes, key.len() + 2 * 24);
+        tf.keep(key.clone(), None);
+        assert_eq!(tf.bytes, key.len());
+        tf.keep(
+            key.clone(),
+            Some(vec![Value::Integer(1), Value::Text("ab".into())]),
+        );
+        assert_eq!(tf.bytes, key.len() + 24 + 26);
     }
 }
