@@ -16,10 +16,12 @@
 //! change, a truncate or the commit).
 //! When the batch changed the table before its first change by key alone,
 //! its rows so far are read back from the held rows into `recent`
-//! ([`TableFill::recover`]). When they cannot be, or `recent` outgrew
-//! [`FILL_MEMORY`], the table's held rows are sent first, so the read sees
-//! them; a table whose schema changed in the batch cannot be, and fails with
-//! the way out.
+//! ([`TableFill::recover`]). When they cannot be, the table's held rows
+//! are sent before the next read, so it sees them; a table whose schema
+//! changed in the batch cannot be, and fails with the way out. When
+//! `recent` outgrows [`FILL_MEMORY`], its rows are let go and their keys
+//! noted ([`TableFill::shed`]): only a read of a noted key sends the held
+//! rows first.
 
 use super::apply::Segment;
 use super::*;
@@ -34,6 +36,13 @@ const PENDING_BYTES: usize = 16 << 20;
 /// …and about this many bytes of the rows one read brings back (known from
 /// the largest row seen; 64 keys until one is).
 const READ_BYTES: usize = 16 << 20;
+/// Keys whose kept rows were let go ([`TableFill::shed`]) noted at most,
+/// in bytes counted as [`KEY_COST`] each beside their own: past it, any
+/// key of the batch may be missing from `recent`.
+const SHED_KEYS_MEMORY: usize = 16 << 20;
+/// What a noted key costs beside its bytes (the set's entry and the
+/// vector's header).
+const KEY_COST: usize = 48;
 
 /// What one apply keeps for filling.
 #[derive(Default)]
@@ -49,8 +58,12 @@ struct TableFill {
     /// when the batch deleted it.
     recent: HashMap<Vec<u8>, Option<Row>>,
     bytes: usize,
-    /// Rows of the batch may be missing from `recent`.
+    /// Rows of the batch may be missing from `recent` (any key).
     lost: bool,
+    /// Keys the batch wrote whose rows `recent` let go of: a read of one
+    /// sends the batch's rows first; a read of others need not.
+    shed_keys: HashSet<Vec<u8>>,
+    shed_bytes: usize,
     /// `recent` outgrew [`FILL_MEMORY`]: emptied once no waiting change
     /// needs what it holds.
     over: bool,
@@ -323,7 +336,7 @@ impl Fill {
         let last = segs.len() - 1;
         let want = tf.to_read(&segs[last].layout)?;
         if !want.is_empty() {
-            if tf.lost {
+            if tf.must_send_first(&want) {
                 // The batch's own rows go out first, so the read sees them.
                 if last > 0 || segs[last].change.is_some() {
                     let e = &tf.pending[0];
@@ -339,8 +352,7 @@ impl Fill {
                 }
                 let seg = &mut segs[last];
                 ch.flush(&seg.layout, &mut seg.held)?;
-                tf.lost = false;
-                tf.emptied = false;
+                tf.sent();
             }
             if tf.emptied {
                 for (kb, ..) in want {
@@ -822,13 +834,40 @@ impl TableFill {
     }
 
     /// When `recent` outgrew its memory and no waiting change needs what it
-    /// holds: empty it; from here the batch's rows are read back from the
-    /// target, after they are sent.
+    /// holds: empty it, noting the keys it held (up to
+    /// [`SHED_KEYS_MEMORY`]; past it, all may be missing). A key noted is
+    /// read back from the target after the batch's rows are sent; a key
+    /// the batch did not write is read as it is, with nothing sent.
     fn shed(&mut self) {
-        if self.over && self.pending.is_empty() {
-            self.forget();
-            self.lost = true;
+        if !self.over || !self.pending.is_empty() {
+            return;
         }
+        if !self.lost {
+            for kb in std::mem::take(&mut self.recent).into_keys() {
+                if self.shed_bytes > SHED_KEYS_MEMORY {
+                    self.lost = true;
+                    break;
+                }
+                self.shed_bytes += kb.len() + KEY_COST;
+                self.shed_keys.insert(kb);
+            }
+        }
+        self.forget();
+    }
+
+    /// Whether a read of `want` must send the batch's rows first, so it
+    /// sees them: some key's row of this batch may be missing from
+    /// `recent`.
+    fn must_send_first(&self, want: &[ToRead]) -> bool {
+        self.lost || want.iter().any(|(kb, ..)| self.shed_keys.contains(kb))
+    }
+
+    /// The batch's rows were sent: the target holds each key's newest.
+    fn sent(&mut self) {
+        self.lost = false;
+        self.emptied = false;
+        self.shed_keys = HashSet::new();
+        self.shed_bytes = 0;
     }
 
     /// Nothing kept.

@@ -300,7 +300,11 @@ impl ClickHouse {
                     Engine::History => vals.len() * (96 + 4 * kb.len()),
                     Engine::Replacing => 0,
                 };
-                size += m.len() + 4 * kb.len() + 64 + per_key;
+                // The key's part of the query: its literals, or its
+                // RowBinary as `\xHH` (both signs of a zero REAL, so
+                // twice at most).
+                let own = if typed { 8 * kb.len() } else { m.len() };
+                size += own + 2 + per_key;
                 members.push(m);
                 n += 1;
             }
