@@ -13,7 +13,7 @@ use crate::pg::{pg_err, runtime, server_version};
 use crate::source::Verified;
 use crate::util::quote_ident;
 use crate::wire::Cursor;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, Row};
 
 impl PgSource {
     /// Install capture for `tables` (`schema.table`; default: every table with a
@@ -30,121 +30,141 @@ impl PgSource {
     pub fn init_with(&self, tables: &[String], make_slot: bool) -> Result<(String, Vec<String>)> {
         runtime()?.block_on(async {
             let c = self.client("init").await?;
-            let standby: bool = c
-                .query_one("SELECT pg_is_in_recovery()", &[])
-                .await
-                .map_err(pg_err("cannot ask whether the server is a standby"))?
-                .get(0);
-            if standby {
+            if is_standby(&c).await? {
                 return self.init_on_standby(&c, tables, make_slot).await;
             }
-            let existing = c
-                .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&self.publication])
-                .await
-                .map_err(pg_err("cannot read publications"))?
-                .is_some();
-            let mut names: Vec<String> = if tables.is_empty() && existing {
-                // A publication that exists is used as it is: its tables
-                // (add others with --table).
-                publication_tables(&c, &self.publication).await?
-            } else if tables.is_empty() {
-                // Partitions come with their partitioned table.
-                let rows = c
-                    .query(
-                        "SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                         WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
-                         AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
-                         AND n.nspname NOT LIKE 'pg\\_%'",
-                        &[],
-                    )
-                    .await
-                    .map_err(pg_err("cannot list tables"))?;
-                let mut v: Vec<String> = rows
-                    .iter()
-                    .map(|r| crate::wire::names::join(&r.get::<_, String>(0), &r.get::<_, String>(1)))
-                    .collect();
-                v.sort();
-                v
-            } else {
-                tables.iter().map(|t| table_arg(t)).collect::<Result<_>>()?
-            };
-            names.dedup();
+            let names = self.tables_to_capture(&c, tables).await?;
             let pub_exists = c
-                .query_opt("SELECT puballtables FROM pg_publication WHERE pubname = $1", &[&self.publication])
+                .query_opt(
+                    "SELECT puballtables FROM pg_publication WHERE pubname = $1",
+                    &[&self.publication],
+                )
                 .await
                 .map_err(pg_err("cannot read publications"))?;
-            self.check_owner(&c, &names, pub_exists.is_none(), make_slot, "init").await?;
-            for n in &names {
-                let (s, t) = split_table(n)?;
-                table_schema(&c, &s, &t).await?;
-            }
-            let qualified: Vec<String> = names
-                .iter()
-                .map(|n| {
-                    let (s, t) = split_table(n)?;
-                    Ok(format!("{}.{}", quote_ident(&s), quote_ident(&t)))
-                })
-                .collect::<Result<_>>()?;
-            match pub_exists {
-                None => {
-                    if qualified.is_empty() {
-                        return Err(Error::usage("no tables to capture (name them with --table schema.table)"));
-                    }
-                    c.batch_execute(&format!(
-                        "CREATE PUBLICATION {} FOR TABLE {}",
-                        quote_ident(&self.publication),
-                        qualified.join(", ")
-                    ))
-                    .await
-                    .map_err(pg_err("cannot create the publication"))?;
-                }
-                Some(r) => {
-                    let all: bool = r.get(0);
-                    if !all {
-                        let have = publication_tables(&c, &self.publication).await?;
-                        for (n, q) in names.iter().zip(&qualified) {
-                            if !have.contains(n) {
-                                c.batch_execute(&format!("ALTER PUBLICATION {} ADD TABLE {q}", quote_ident(&self.publication)))
-                                    .await
-                                    .map_err(pg_err("cannot add a table to the publication"))?;
-                            }
-                        }
-                    }
-                }
-            }
+            self.check_owner(&c, &names, pub_exists.is_none(), make_slot, "init")
+                .await?;
+            check_tables(&c, &names).await?;
+            let qualified = quoted_names(&names)?;
+            self.publish_tables(&c, pub_exists, &names, &qualified)
+                .await?;
             if let Some(msg) = publish_gap(&c, &self.publication).await? {
                 return Err(Error::state(msg));
             }
             let published = publication_detail(&c, &self.publication).await?;
-            // The identity is set on the tables this init names (all the
-            // publication's when it names none), as --replica-identity
-            // says (FULL unless it says otherwise); others keep theirs.
-            let named = |p: &PubTable| tables.is_empty() || names.contains(&p.name);
-            let choice = &self.replica_identity;
-            // Never a change that makes the application's own writes fail:
-            // under a column list that leaves columns out, FULL identity
-            // makes PostgreSQL refuse every UPDATE and DELETE of the table.
-            for p in &published {
-                let full = if named(p) {
-                    choice.mode_for(&p.name) == IdentityMode::Full
-                } else {
-                    identity_of(&c, p).await?.first().is_some_and(|r| r.2 == "f")
-                };
-                if full {
-                    if let Some(msg) = column_list_conflict(&c, p, &self.publication).await? {
-                        return Err(Error::state(msg));
-                    }
-                }
-            }
-            for p in published.iter().filter(|p| named(p)) {
-                set_identity(&c, p, choice.mode_for(&p.name)).await?;
-            }
+            self.set_identities(&c, &published, tables, &names).await?;
             if make_slot {
                 self.ensure_slot(&c).await?;
             }
             let id = self.identity().await?;
             Ok((id, publication_tables(&c, &self.publication).await?))
         })
+    }
+
+    /// Whether the publication exists (init and a standby's init both ask).
+    async fn publication_exists(&self, c: &Client) -> Result<bool> {
+        Ok(c.query_opt(
+            "SELECT 1 FROM pg_publication WHERE pubname = $1",
+            &[&self.publication],
+        )
+        .await
+        .map_err(pg_err("cannot read publications"))?
+        .is_some())
+    }
+
+    /// The tables init captures, by their stream names: those `tables`
+    /// names, else an existing publication's, else every user table.
+    async fn tables_to_capture(&self, c: &Client, tables: &[String]) -> Result<Vec<String>> {
+        let existing = self.publication_exists(c).await?;
+        let mut names: Vec<String> = if tables.is_empty() && existing {
+            // A publication that exists is used as it is: its tables
+            // (add others with --table).
+            publication_tables(c, &self.publication).await?
+        } else if tables.is_empty() {
+            user_tables(c).await?
+        } else {
+            tables.iter().map(|t| table_arg(t)).collect::<Result<_>>()?
+        };
+        names.dedup();
+        Ok(names)
+    }
+
+    /// Make the publication with the `qualified` tables when there is none
+    /// (`existing` is its `puballtables` row), else add those it lacks.
+    async fn publish_tables(
+        &self,
+        c: &Client,
+        existing: Option<Row>,
+        names: &[String],
+        qualified: &[String],
+    ) -> Result<()> {
+        match existing {
+            None => {
+                if qualified.is_empty() {
+                    return Err(Error::usage(
+                        "no tables to capture (name them with --table schema.table)",
+                    ));
+                }
+                c.batch_execute(&format!(
+                    "CREATE PUBLICATION {} FOR TABLE {}",
+                    quote_ident(&self.publication),
+                    qualified.join(", ")
+                ))
+                .await
+                .map_err(pg_err("cannot create the publication"))?;
+            }
+            Some(r) => {
+                let all: bool = r.get(0);
+                if !all {
+                    let have = publication_tables(c, &self.publication).await?;
+                    for (n, q) in names.iter().zip(qualified) {
+                        if !have.contains(n) {
+                            c.batch_execute(&format!(
+                                "ALTER PUBLICATION {} ADD TABLE {q}",
+                                quote_ident(&self.publication)
+                            ))
+                            .await
+                            .map_err(pg_err("cannot add a table to the publication"))?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Set the replica identity on the `published` tables init names, after
+    /// checking that no FULL identity would make the application's writes fail.
+    async fn set_identities(
+        &self,
+        c: &Client,
+        published: &[PubTable],
+        tables: &[String],
+        names: &[String],
+    ) -> Result<()> {
+        // The identity is set on the tables this init names (all the
+        // publication's when it names none), as --replica-identity
+        // says (FULL unless it says otherwise); others keep theirs.
+        let named = |p: &PubTable| tables.is_empty() || names.contains(&p.name);
+        let choice = &self.replica_identity;
+        // Never a change that makes the application's own writes fail:
+        // under a column list that leaves columns out, FULL identity
+        // makes PostgreSQL refuse every UPDATE and DELETE of the table.
+        for p in published {
+            let full = if named(p) {
+                choice.mode_for(&p.name) == IdentityMode::Full
+            } else {
+                identity_of(c, p).await?.first().is_some_and(|r| r.2 == "f")
+            };
+            if full {
+                if let Some(msg) = column_list_conflict(c, p, &self.publication).await? {
+                    return Err(Error::state(msg));
+                }
+            }
+        }
+        for p in published.iter().filter(|p| named(p)) {
+            set_identity(c, p, choice.mode_for(&p.name)).await?;
+        }
+        Ok(())
     }
 
     /// On a standby: the publication and identities must be there (made on
@@ -155,39 +175,20 @@ impl PgSource {
         tables: &[String],
         make_slot: bool,
     ) -> Result<(String, Vec<String>)> {
-        let v = server_version(c).await?;
-        if v < 160000 {
+        check_standby(c, make_slot).await?;
+        let published = self.standby_publication(c, tables).await?;
+        self.check_standby_identities(c, tables, &published).await?;
+        self.make_standby_slot(c).await?;
+        let id = self.identity().await?;
+        Ok((id, published.into_iter().map(|p| p.name).collect()))
+    }
+
+    /// On a standby: the publication must exist, publish every kind of
+    /// change and hold each table named. Returns its tables.
+    async fn standby_publication(&self, c: &Client, tables: &[String]) -> Result<Vec<PubTable>> {
+        if !self.publication_exists(c).await? {
             return Err(Error::state(format!(
-                "this server is a standby running PostgreSQL {}: capture from a standby needs PostgreSQL 16 or later; point --source at the primary",
-                v / 10000
-            )));
-        }
-        if !make_slot {
-            return Err(Error::usage(
-                "this server is a standby, which takes no writes: run init --no-slot against the primary (it makes the publication and identities), then init here (it makes the slot)",
-            ));
-        }
-        let feedback: String = c
-            .query_one("SHOW hot_standby_feedback", &[])
-            .await
-            .map_err(pg_err("cannot read hot_standby_feedback"))?
-            .get(0);
-        if feedback != "on" {
-            return Err(Error::state(
-                "this standby has hot_standby_feedback = off: the primary would remove catalog rows the standby's slot needs and invalidate it; set hot_standby_feedback = on on the standby (and reload), then run init again",
-            ));
-        }
-        let first = "make them on the primary first: mooncdc-capture init --no-slot --source PRIMARY (with the same --table and --publication), then run init here again";
-        let exists = c
-            .query_opt(
-                "SELECT 1 FROM pg_publication WHERE pubname = $1",
-                &[&self.publication],
-            )
-            .await
-            .map_err(pg_err("cannot read publications"))?;
-        if exists.is_none() {
-            return Err(Error::state(format!(
-                "this server is a standby and publication {:?} does not exist here (if init --no-slot just made it on the primary, the standby has not replayed it yet: run init here again in a moment): {first}",
+                "this server is a standby and publication {:?} does not exist here (if init --no-slot just made it on the primary, the standby has not replayed it yet: run init here again in a moment): {FIRST_ON_PRIMARY}",
                 self.publication
             )));
         }
@@ -199,24 +200,26 @@ impl PgSource {
             let full = table_arg(t)?;
             if !published.iter().any(|p| p.name == full) {
                 return Err(Error::state(format!(
-                    "this server is a standby and table {full:?} is not in publication {:?}: {first}",
+                    "this server is a standby and table {full:?} is not in publication {:?}: {FIRST_ON_PRIMARY}",
                     self.publication
                 )));
             }
         }
-        for p in &published {
+        Ok(published)
+    }
+
+    /// On a standby: each published table (and partition) must have a
+    /// usable schema and the replica identity capture needs, as it cannot be set here.
+    async fn check_standby_identities(
+        &self,
+        c: &Client,
+        tables: &[String],
+        published: &[PubTable],
+    ) -> Result<()> {
+        for p in published {
             published_schema(c, p).await?;
             let rels = identity_of(c, p).await?;
-            let want = match (
-                tables.is_empty()
-                    || tables
-                        .iter()
-                        .any(|t| table_arg(t).is_ok_and(|t| t == p.name)),
-                self.replica_identity.mode_for(&p.name),
-            ) {
-                (true, IdentityMode::Full) => Some("f"),
-                _ => None,
-            };
+            let want = self.standby_identity_wanted(tables, p);
             for (s, t, ident) in rels {
                 let ok = match want {
                     Some(w) => ident == w,
@@ -228,13 +231,34 @@ impl PgSource {
                 };
                 if !ok {
                     return Err(Error::state(format!(
-                        "this server is a standby and {:?} does not have the replica identity capture needs (it has {}): {first}",
+                        "this server is a standby and {:?} does not have the replica identity capture needs (it has {}): {FIRST_ON_PRIMARY}",
                         crate::wire::names::join(&s, &t),
                         word(&ident)
                     )));
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The identity a standby's table must have: FULL (`"f"`) when this init
+    /// names it (or names none) and wants FULL; `None` when any usable one will do.
+    fn standby_identity_wanted(&self, tables: &[String], p: &PubTable) -> Option<&'static str> {
+        match (
+            tables.is_empty()
+                || tables
+                    .iter()
+                    .any(|t| table_arg(t).is_ok_and(|t| t == p.name)),
+            self.replica_identity.mode_for(&p.name),
+        ) {
+            (true, IdentityMode::Full) => Some("f"),
+            _ => None,
+        }
+    }
+
+    /// Make the slot on a standby, under a 60 s statement timeout, and say
+    /// how to hurry the primary when it runs out.
+    async fn make_standby_slot(&self, c: &Client) -> Result<()> {
         // The slot waits for the primary's next running-transactions record,
         // which an idle primary may not write for long: bounded, with the
         // way to hurry it.
@@ -254,8 +278,7 @@ impl PgSource {
             }
             return Err(e);
         }
-        let id = self.identity().await?;
-        Ok((id, published.into_iter().map(|p| p.name).collect()))
+        Ok(())
     }
 
     /// The slot, made when missing (on a standby this waits for the
@@ -482,6 +505,93 @@ impl PgSource {
             Ok(lsn)
         })
     }
+}
+
+/// The way out when a standby lacks what the primary's init makes.
+const FIRST_ON_PRIMARY: &str =
+    "make them on the primary first: mooncdc-capture init --no-slot --source PRIMARY (with the same --table and --publication), then run init here again";
+
+/// Whether the server is a standby (in recovery): init then takes the
+/// standby's way.
+async fn is_standby(c: &Client) -> Result<bool> {
+    let standby: bool = c
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .await
+        .map_err(pg_err("cannot ask whether the server is a standby"))?
+        .get(0);
+    Ok(standby)
+}
+
+/// Every table outside the system schemas, by stream name, sorted: what
+/// init captures when it is given no table and no publication exists.
+async fn user_tables(c: &Client) -> Result<Vec<String>> {
+    // Partitions come with their partitioned table.
+    let rows = c
+        .query(
+            "SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
+             AND n.nspname NOT IN ('pg_catalog', 'information_schema') \
+             AND n.nspname NOT LIKE 'pg\\_%'",
+            &[],
+        )
+        .await
+        .map_err(pg_err("cannot list tables"))?;
+    let mut v: Vec<String> = rows
+        .iter()
+        .map(|r| crate::wire::names::join(&r.get::<_, String>(0), &r.get::<_, String>(1)))
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+/// Read each table's schema, so that init refuses a table capture cannot
+/// read before it changes anything.
+async fn check_tables(c: &Client, names: &[String]) -> Result<()> {
+    for n in names {
+        let (s, t) = split_table(n)?;
+        table_schema(c, &s, &t).await?;
+    }
+    Ok(())
+}
+
+/// The tables as quoted SQL names (`"schema"."table"`), for the
+/// publication's DDL.
+fn quoted_names(names: &[String]) -> Result<Vec<String>> {
+    names
+        .iter()
+        .map(|n| {
+            let (s, t) = split_table(n)?;
+            Ok(format!("{}.{}", quote_ident(&s), quote_ident(&t)))
+        })
+        .collect()
+}
+
+/// Whether init can make a slot on this standby: PostgreSQL 16+, a slot
+/// asked for, and hot_standby_feedback on (else the slot gets invalidated).
+async fn check_standby(c: &Client, make_slot: bool) -> Result<()> {
+    let v = server_version(c).await?;
+    if v < 160000 {
+        return Err(Error::state(format!(
+            "this server is a standby running PostgreSQL {}: capture from a standby needs PostgreSQL 16 or later; point --source at the primary",
+            v / 10000
+        )));
+    }
+    if !make_slot {
+        return Err(Error::usage(
+            "this server is a standby, which takes no writes: run init --no-slot against the primary (it makes the publication and identities), then init here (it makes the slot)",
+        ));
+    }
+    let feedback: String = c
+        .query_one("SHOW hot_standby_feedback", &[])
+        .await
+        .map_err(pg_err("cannot read hot_standby_feedback"))?
+        .get(0);
+    if feedback != "on" {
+        return Err(Error::state(
+            "this standby has hot_standby_feedback = off: the primary would remove catalog rows the standby's slot needs and invalidate it; set hot_standby_feedback = on on the standby (and reload), then run init again",
+        ));
+    }
+    Ok(())
 }
 
 pub(super) struct SlotInfo {

@@ -30,7 +30,7 @@ use super::streamed::Budget;
 use crate::error::Result;
 use crate::source::ReadLimits;
 use crate::wire::batch::{BatchStreamReader, Item};
-use crate::wire::{Column, Limits, Operation, Schema, Sequence, Value};
+use crate::wire::{Column, Event, Limits, Operation, Schema, Sequence, Value};
 use proptest::prelude::*;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -366,34 +366,7 @@ fn written(
                 assert!(e.sequence > start);
                 *last = e.sequence;
                 assert_eq!(e.table, TABLE);
-                let s = &shapes[&e.table];
-                let cols: Vec<&str> = s.columns.iter().map(|c: &Column| c.name.as_str()).collect();
-                let cols = cols.join(",");
-                let line = match e.operation {
-                    Operation::Insert | Operation::Update => {
-                        let after = e.after.as_ref().expect("a row");
-                        assert_eq!(
-                            after.len(),
-                            s.columns.len(),
-                            "the row has the shape's width"
-                        );
-                        let word = if e.operation == Operation::Insert {
-                            "insert"
-                        } else {
-                            "update"
-                        };
-                        format!(
-                            "{word} [{cols}] {:?}",
-                            after.iter().map(cell).collect::<Vec<_>>()
-                        )
-                    }
-                    Operation::Delete => {
-                        let key = e.before_key.as_ref().expect("a key");
-                        format!("delete [{cols}] key {}", cell(&key[0]).unwrap())
-                    }
-                    other => panic!("{other:?}"),
-                };
-                out.push((e.sequence, line));
+                out.push((e.sequence, event_line(&e, &shapes[&e.table])));
             }
             Item::Message(m) => {
                 assert!(m.sequence > *last, "message {} after {}", m.sequence, last);
@@ -414,6 +387,37 @@ fn written(
         }
     }
     (out, end)
+}
+
+/// An event as the model's line, in the shape `s` it was written with
+/// (checked to have that shape's width).
+fn event_line(e: &Event, s: &Schema) -> String {
+    let cols: Vec<&str> = s.columns.iter().map(|c: &Column| c.name.as_str()).collect();
+    let cols = cols.join(",");
+    match e.operation {
+        Operation::Insert | Operation::Update => {
+            let after = e.after.as_ref().expect("a row");
+            assert_eq!(
+                after.len(),
+                s.columns.len(),
+                "the row has the shape's width"
+            );
+            let word = if e.operation == Operation::Insert {
+                "insert"
+            } else {
+                "update"
+            };
+            format!(
+                "{word} [{cols}] {:?}",
+                after.iter().map(cell).collect::<Vec<_>>()
+            )
+        }
+        Operation::Delete => {
+            let key = e.before_key.as_ref().expect("a key");
+            format!("delete [{cols}] key {}", cell(&key[0]).unwrap())
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 /// The read path asks the model's catalog: the key is `id`, the rest may

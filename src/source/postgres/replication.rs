@@ -274,6 +274,28 @@ impl ReplClient {
             &mut buf,
         )?;
         self.send(&buf).await?;
+        let mut scram: Option<ScramSha256> = None;
+        loop {
+            let m = self.next().await?;
+            match m.tag {
+                b'R' => self.authenticate(conn, &m.body, &mut scram).await?,
+                b'E' => return Err(error_response(&m.body)),
+                b'Z' => return Ok(()),
+                // ParameterStatus, BackendKeyData, notices.
+                _ => {}
+            }
+        }
+    }
+
+    /// Answer one authentication request of the startup (`body`: the
+    /// message after its tag): a password in clear, MD5 or SCRAM-SHA-256,
+    /// whose exchange so far `scram` holds.
+    async fn authenticate(
+        &mut self,
+        conn: &PgConn,
+        body: &[u8],
+        scram: &mut Option<ScramSha256>,
+    ) -> R<()> {
         let password = || {
             conn.password().ok_or_else(|| {
                 ReplError::Protocol(format!(
@@ -282,71 +304,58 @@ impl ReplClient {
                 ))
             })
         };
-        let mut scram: Option<ScramSha256> = None;
-        loop {
-            let m = self.next().await?;
-            let mut buf = BytesMut::new();
-            match m.tag {
-                b'R' => {
-                    let code = m
-                        .body
-                        .get(..4)
-                        .map(|b| u32::from_be_bytes(b.try_into().expect("4")));
-                    match code {
-                        Some(0) => {}
-                        Some(3) => {
-                            frontend::password_message(password()?.as_bytes(), &mut buf)?;
-                            self.send(&buf).await?;
-                        }
-                        Some(5) => {
-                            let salt: [u8; 4] = m
-                                .body
-                                .get(4..8)
-                                .and_then(|s| s.try_into().ok())
-                                .ok_or_else(|| ReplError::Protocol("MD5 request without a salt".into()))?;
-                            let hash = postgres_protocol::authentication::md5_hash(
-                                conn.user.as_bytes(),
-                                password()?.as_bytes(),
-                                salt,
-                            );
-                            frontend::password_message(hash.as_bytes(), &mut buf)?;
-                            self.send(&buf).await?;
-                        }
-                        Some(10) => {
-                            let offered = String::from_utf8_lossy(&m.body[4..]).into_owned();
-                            if !offered.split('\0').any(|s| s == SCRAM_SHA_256) {
-                                return Err(ReplError::Protocol(format!(
-                                    "the server offers SASL mechanisms {offered:?}, not SCRAM-SHA-256"
-                                )));
-                            }
-                            let s = ScramSha256::new(password()?.as_bytes(), ChannelBinding::unsupported());
-                            frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut buf)?;
-                            self.send(&buf).await?;
-                            scram = Some(s);
-                        }
-                        Some(11) => {
-                            let s = scram.as_mut().ok_or_else(|| ReplError::Protocol("SASL continue without a start".into()))?;
-                            s.update(&m.body[4..])?;
-                            frontend::sasl_response(s.message(), &mut buf)?;
-                            self.send(&buf).await?;
-                        }
-                        Some(12) => {
-                            let s = scram.as_mut().ok_or_else(|| ReplError::Protocol("SASL final without a start".into()))?;
-                            s.finish(&m.body[4..])?;
-                        }
-                        other => {
-                            return Err(ReplError::Protocol(format!(
-                                "the server asks for an authentication method this client does not speak ({other:?})"
-                            )))
-                        }
-                    }
+        let mut buf = BytesMut::new();
+        let code = body
+            .get(..4)
+            .map(|b| u32::from_be_bytes(b.try_into().expect("4")));
+        match code {
+            Some(0) => {}
+            Some(3) => {
+                frontend::password_message(password()?.as_bytes(), &mut buf)?;
+                self.send(&buf).await?;
+            }
+            Some(5) => {
+                let salt: [u8; 4] = body
+                    .get(4..8)
+                    .and_then(|s| s.try_into().ok())
+                    .ok_or_else(|| ReplError::Protocol("MD5 request without a salt".into()))?;
+                let hash = postgres_protocol::authentication::md5_hash(
+                    conn.user.as_bytes(),
+                    password()?.as_bytes(),
+                    salt,
+                );
+                frontend::password_message(hash.as_bytes(), &mut buf)?;
+                self.send(&buf).await?;
+            }
+            Some(10) => {
+                let offered = String::from_utf8_lossy(&body[4..]).into_owned();
+                if !offered.split('\0').any(|s| s == SCRAM_SHA_256) {
+                    return Err(ReplError::Protocol(format!(
+                        "the server offers SASL mechanisms {offered:?}, not SCRAM-SHA-256"
+                    )));
                 }
-                b'E' => return Err(error_response(&m.body)),
-                b'Z' => return Ok(()),
-                // ParameterStatus, BackendKeyData, notices.
-                _ => {}
+                let s = ScramSha256::new(password()?.as_bytes(), ChannelBinding::unsupported());
+                frontend::sasl_initial_response(SCRAM_SHA_256, s.message(), &mut buf)?;
+                self.send(&buf).await?;
+                *scram = Some(s);
+            }
+            Some(11) => {
+                let s = scram.as_mut().ok_or_else(|| ReplError::Protocol("SASL continue without a start".into()))?;
+                s.update(&body[4..])?;
+                frontend::sasl_response(s.message(), &mut buf)?;
+                self.send(&buf).await?;
+            }
+            Some(12) => {
+                let s = scram.as_mut().ok_or_else(|| ReplError::Protocol("SASL final without a start".into()))?;
+                s.finish(&body[4..])?;
+            }
+            other => {
+                return Err(ReplError::Protocol(format!(
+                    "the server asks for an authentication method this client does not speak ({other:?})"
+                )))
             }
         }
+        Ok(())
     }
 
     /// Run a simple query; the rows of its result, each column as bytes.

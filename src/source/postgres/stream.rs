@@ -13,8 +13,9 @@ use super::reconnect::{ack_from, before_confirmed};
 use super::replication::{ReplClient, ReplError, StartOptions};
 use super::standby;
 use super::{
-    admin::slot_info, io_out, is_transient, lsn_text, parse_lsn, pg_err, repl_err, runtime,
-    sequence, server_version, PgSource, WAL_END,
+    admin::{slot_info, SlotInfo},
+    io_out, is_transient, lsn_text, parse_lsn, pg_err, repl_err, runtime, sequence, server_version,
+    PgSource, WAL_END,
 };
 use crate::error::{Cause, Error, ErrorKind, Result};
 use crate::source::{FollowTiming, ReadLimits};
@@ -66,7 +67,37 @@ struct Link<'a> {
     watch: standby::Watch,
 }
 
-impl Link<'_> {
+impl<'a> Link<'a> {
+    /// The link of a read as it opened, with its started replication session.
+    /// The clocks start now, but the slot's is due at once (for the metrics).
+    fn new(
+        o: Opened,
+        client: ReplClient,
+        timing: Option<FollowTiming>,
+        ack_target: Option<AckTarget<'a>>,
+    ) -> Self {
+        Link {
+            c: o.c,
+            client: Some(client),
+            id: o.id,
+            timeline: o.timeline,
+            opts: o.opts,
+            acked: o.confirmed,
+            standby: o.standby,
+            members: o.members,
+            timing,
+            ack_target,
+            ping: false,
+            retries: 0,
+            last_received: Instant::now(),
+            last_heartbeat: Instant::now(),
+            last_slot_look: Instant::now() - Duration::from_secs(60),
+            last_members_look: Instant::now(),
+            last_ack_check: Instant::now(),
+            watch: standby::Watch::default(),
+        }
+    }
+
     fn follow(&self) -> bool {
         self.timing.is_some()
     }
@@ -135,44 +166,25 @@ impl PgSource {
         let client = self
             .replication_stream((o.start >> 64) as u64, o.confirmed, o.opts)
             .await?;
-        let high_water = sequence(o.wal_end, 0).max(o.start);
-        // Headers carry the tables as the stream has described them so far
-        // (the schema at this point of the WAL, not the catalog's now).
-        let w = BatchOut::new(o.id.clone(), o.start, high_water, Vec::new(), out);
-        let settings = ReadSettings {
-            follow: timing.is_some(),
-            wal_end: o.wal_end,
-            limits,
-            idle_batch: timing.map(|t| t.idle_batch),
-        };
-        let mut r = Reader::new(settings, o.start, catalog, bf, limits.stream_budget, w);
-        if timing.is_some() {
-            r.w.owe_first_batch();
-        }
-        let mut l = Link {
-            c: o.c,
-            client: Some(client),
-            id: o.id,
-            timeline: o.timeline,
-            opts: o.opts,
-            acked: o.confirmed,
-            standby: o.standby,
-            members: o.members,
-            timing,
-            ack_target,
-            ping: false,
-            retries: 0,
-            last_received: Instant::now(),
-            last_heartbeat: Instant::now(),
-            last_slot_look: Instant::now() - Duration::from_secs(60),
-            last_members_look: Instant::now(),
-            last_ack_check: Instant::now(),
-            watch: standby::Watch::default(),
-        };
+        let (mut r, high_water) = new_reader(&o, limits, timing, catalog, bf, out);
+        let mut l = Link::new(o, client, timing, ack_target);
         crate::metrics::confirmed(l.acked);
         crate::metrics::started();
+        self.run_sessions(&mut r, &mut l, high_water).await?;
+        end_stream(&mut r, &l)?;
+        Ok(r.total)
+    }
+
+    /// Run replication sessions until the read ends: a read's one session,
+    /// or a follower's, reconnecting after a transient failure until stopped.
+    async fn run_sessions(
+        &self,
+        r: &mut Reader<'_>,
+        l: &mut Link<'_>,
+        high_water: Sequence,
+    ) -> Result<()> {
         loop {
-            let session = self.session(&mut r, &mut l).await;
+            let session = self.session(r, l).await;
             if let Some(cl) = l.client.take() {
                 cl.close().await;
             }
@@ -198,19 +210,11 @@ impl PgSource {
                 Err(e) => return Err(e),
                 Ok(_) => "the server ended the replication stream".to_string(),
             };
-            if !self.reconnect(&mut r, &mut l, &t, &reason).await? {
+            if !self.reconnect(r, l, &t, &reason).await? {
                 break;
             }
         }
-        // A follower stopped before its first batch still writes one (empty,
-        // at its start), as a SQLite follower always does: apply then ends
-        // with the stream, and the pipeline with status 0.
-        if l.timing.is_some() && r.w.batches == 0 && crate::util::stop::requested() {
-            let at = r.w.position;
-            r.w.finish_batch(at)?;
-        }
-        r.w.out.flush().map_err(io_out)?;
-        Ok(r.total)
+        Ok(())
     }
 
     /// Check the slot and the cursor, and see where the server's WAL ends.
@@ -227,27 +231,7 @@ impl PgSource {
         let tables = publication_tables(&c, &self.publication).await?;
         self.check_reader(&c, &tables, true, "a read").await?;
         let (id, timeline) = self.identity_and_timeline().await?;
-        let slot = slot_info(&c, &self.slot).await?.ok_or_else(|| {
-            Error::state(format!(
-                "slot {:?} does not exist (run mooncdc-capture init)",
-                self.slot
-            ))
-        })?;
-        if slot.plugin != "pgoutput" || slot.database != self.conn.dbname {
-            return Err(Error::state(format!(
-                "slot {:?} uses plugin {:?} in database {:?}; MoonCDC needs a pgoutput slot in {:?}",
-                self.slot, slot.plugin, slot.database, self.conn.dbname
-            )));
-        }
-        if slot.lost {
-            return Err(slot.invalidated(&self.slot));
-        }
-        if slot.active {
-            return Err(Error::state(format!(
-                "slot {:?} is in use by another session",
-                self.slot
-            )));
-        }
+        let slot = self.read_slot(&c).await?;
         let start = match after {
             None => sequence(slot.confirmed, 0),
             Some(cur) => {
@@ -255,29 +239,8 @@ impl PgSource {
                     .await?
             }
         };
-        let flushed: String = c
-            .query_one(&format!("SELECT {WAL_END}::text"), &[])
-            .await
-            .map_err(pg_err("cannot read the WAL position"))?
-            .get(0);
-        let wal_end = parse_lsn(&flushed)?;
-        if (start >> 64) as u64 > wal_end {
-            return Err(Error::state(format!(
-                "cursor LSN {} is beyond the server's WAL {flushed}",
-                lsn_text((start >> 64) as u64)
-            )));
-        }
-        let standby: bool = c
-            .query_one("SELECT pg_is_in_recovery()", &[])
-            .await
-            .map_err(pg_err("cannot ask whether the server is a standby"))?
-            .get(0);
-        if standby && timing.is_some_and(|t| t.heartbeat.is_some()) {
-            crate::log::warn(
-                "--heartbeat-ms: this server is a standby, which takes no writes; no heartbeats (write them on the primary)",
-                &[("event", "heartbeats-off".into())],
-            );
-        }
+        let wal_end = wal_end_after(&c, start).await?;
+        let standby = server_is_standby(&c, timing).await?;
         // The relations the publication publishes rows of: a partition
         // without FULL identity stops the read before anything is written;
         // one attached while following is told (its earlier rows are not in
@@ -298,6 +261,33 @@ impl PgSource {
             members,
             opts,
         })
+    }
+
+    /// The slot a read streams from: it must exist, be a pgoutput slot in
+    /// this database, not be invalidated, and not be in use.
+    async fn read_slot(&self, c: &Client) -> Result<SlotInfo> {
+        let slot = slot_info(c, &self.slot).await?.ok_or_else(|| {
+            Error::state(format!(
+                "slot {:?} does not exist (run mooncdc-capture init)",
+                self.slot
+            ))
+        })?;
+        if slot.plugin != "pgoutput" || slot.database != self.conn.dbname {
+            return Err(Error::state(format!(
+                "slot {:?} uses plugin {:?} in database {:?}; MoonCDC needs a pgoutput slot in {:?}",
+                self.slot, slot.plugin, slot.database, self.conn.dbname
+            )));
+        }
+        if slot.lost {
+            return Err(slot.invalidated(&self.slot));
+        }
+        if slot.active {
+            return Err(Error::state(format!(
+                "slot {:?} is in use by another session",
+                self.slot
+            )));
+        }
+        Ok(slot)
     }
 
     /// Where a read after `cur` starts: a cursor of this source, not before
@@ -494,45 +484,11 @@ impl PgSource {
         while l.client.is_none() && l.retries < t.max_retries {
             l.retries += 1;
             crate::metrics::retry();
-            let delay =
-                (t.retry_delay * 2u32.saturating_pow(l.retries - 1)).min(Duration::from_secs(30));
-            crate::log::warn(
-                &format!(
-                    "{reason}; reconnecting in {} ms (attempt {} of {})",
-                    delay.as_millis(),
-                    l.retries,
-                    t.max_retries
-                ),
-                &[
-                    ("event", "reconnecting".into()),
-                    ("attempt", l.retries.into()),
-                    ("delay_ms", (delay.as_millis() as u64).into()),
-                ],
-            );
-            let until = Instant::now() + delay;
-            while Instant::now() < until && !crate::util::stop::requested() {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            wait_before_retry(t, l.retries, reason).await;
             if crate::util::stop::requested() {
                 break;
             }
-            match self.resume(&l.id, &l.timeline, at, l.acked, l.opts).await {
-                Ok((sql, repl, now_timeline)) => {
-                    // A failover may have made the standby a primary (or
-                    // a multi-host URL reached another server).
-                    l.standby = sql
-                        .query_one("SELECT pg_is_in_recovery()", &[])
-                        .await
-                        .map_err(pg_err("cannot ask whether the server is a standby"))?
-                        .get(0);
-                    l.watch = standby::Watch::default();
-                    l.c = sql;
-                    l.client = Some(repl);
-                    l.timeline = now_timeline;
-                }
-                Err(e) if is_transient(&e) => {}
-                Err(e) => return Err(e),
-            }
+            self.try_resume(l, at).await?;
         }
         if l.client.is_none() {
             if crate::util::stop::requested() {
@@ -561,6 +517,127 @@ impl PgSource {
         r.bf.reload(&l.c, &self.publication, r.start).await?;
         Ok(true)
     }
+
+    /// One attempt to resume after `at`: on success `l` has the new
+    /// sessions; a transient failure leaves it without one, to try again.
+    async fn try_resume(&self, l: &mut Link<'_>, at: u64) -> Result<()> {
+        match self.resume(&l.id, &l.timeline, at, l.acked, l.opts).await {
+            Ok((sql, repl, now_timeline)) => {
+                // A failover may have made the standby a primary (or
+                // a multi-host URL reached another server).
+                l.standby = sql
+                    .query_one("SELECT pg_is_in_recovery()", &[])
+                    .await
+                    .map_err(pg_err("cannot ask whether the server is a standby"))?
+                    .get(0);
+                l.watch = standby::Watch::default();
+                l.c = sql;
+                l.client = Some(repl);
+                l.timeline = now_timeline;
+            }
+            Err(e) if is_transient(&e) => {}
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+}
+
+/// The server's WAL end, which a read's cursor `start` must not be past.
+async fn wal_end_after(c: &Client, start: Sequence) -> Result<u64> {
+    let flushed: String = c
+        .query_one(&format!("SELECT {WAL_END}::text"), &[])
+        .await
+        .map_err(pg_err("cannot read the WAL position"))?
+        .get(0);
+    let wal_end = parse_lsn(&flushed)?;
+    if (start >> 64) as u64 > wal_end {
+        return Err(Error::state(format!(
+            "cursor LSN {} is beyond the server's WAL {flushed}",
+            lsn_text((start >> 64) as u64)
+        )));
+    }
+    Ok(wal_end)
+}
+
+/// Whether the server is a standby. A standby takes no writes, so a
+/// follower asked for heartbeats is warned that it gets none.
+async fn server_is_standby(c: &Client, timing: Option<FollowTiming>) -> Result<bool> {
+    let standby: bool = c
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .await
+        .map_err(pg_err("cannot ask whether the server is a standby"))?
+        .get(0);
+    if standby && timing.is_some_and(|t| t.heartbeat.is_some()) {
+        crate::log::warn(
+            "--heartbeat-ms: this server is a standby, which takes no writes; no heartbeats (write them on the primary)",
+            &[("event", "heartbeats-off".into())],
+        );
+    }
+    Ok(standby)
+}
+
+/// Warn of the next reconnect attempt, then wait its delay (doubled each
+/// attempt, at most 30 s), or until a stop is asked for.
+async fn wait_before_retry(t: &FollowTiming, retries: u32, reason: &str) {
+    let delay = (t.retry_delay * 2u32.saturating_pow(retries - 1)).min(Duration::from_secs(30));
+    crate::log::warn(
+        &format!(
+            "{reason}; reconnecting in {} ms (attempt {} of {})",
+            delay.as_millis(),
+            retries,
+            t.max_retries
+        ),
+        &[
+            ("event", "reconnecting".into()),
+            ("attempt", retries.into()),
+            ("delay_ms", (delay.as_millis() as u64).into()),
+        ],
+    );
+    let until = Instant::now() + delay;
+    while Instant::now() < until && !crate::util::stop::requested() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The read's state machine, writing batches to `out`, and the high-water
+/// mark where a read that does not follow ends (the WAL end it saw, or its start).
+fn new_reader<'w>(
+    o: &Opened,
+    limits: ReadLimits,
+    timing: Option<FollowTiming>,
+    catalog: Catalog,
+    bf: Backfills,
+    out: &'w mut dyn Write,
+) -> (Reader<'w>, Sequence) {
+    let high_water = sequence(o.wal_end, 0).max(o.start);
+    // Headers carry the tables as the stream has described them so far
+    // (the schema at this point of the WAL, not the catalog's now).
+    let w = BatchOut::new(o.id.clone(), o.start, high_water, Vec::new(), out);
+    let settings = ReadSettings {
+        follow: timing.is_some(),
+        wal_end: o.wal_end,
+        limits,
+        idle_batch: timing.map(|t| t.idle_batch),
+    };
+    let mut r = Reader::new(settings, o.start, catalog, bf, limits.stream_budget, w);
+    if timing.is_some() {
+        r.w.owe_first_batch();
+    }
+    (r, high_water)
+}
+
+/// The end of a stream: the batch a stopped follower still owes, then
+/// everything written flushed.
+fn end_stream(r: &mut Reader<'_>, l: &Link<'_>) -> Result<()> {
+    // A follower stopped before its first batch still writes one (empty,
+    // at its start), as a SQLite follower always does: apply then ends
+    // with the stream, and the pipeline with status 0.
+    if l.timing.is_some() && r.w.batches == 0 && crate::util::stop::requested() {
+        let at = r.w.position;
+        r.w.finish_batch(at)?;
+    }
+    r.w.out.flush().map_err(io_out)?;
+    Ok(())
 }
 
 /// Large transactions: the highest protocol the server has, with streaming

@@ -276,30 +276,38 @@ impl Streams {
                 if self.block.is_some() {
                     return Err(protocol("Stream Commit inside a block"));
                 }
-                let mut open = self.open.remove(&xid).ok_or_else(|| {
-                    protocol(format!(
-                        "Stream Commit of transaction {xid}, whose blocks never came"
-                    ))
-                })?;
-                self.forget(&open);
-                Ok(Feed::Replay(Replay {
-                    begin: Some(Message::Begin {
-                        final_lsn: commit_lsn,
-                        timestamp,
-                        xid,
-                    }),
-                    reader: open.spool.drain()?,
-                    commit: Some(Message::Commit {
-                        flags,
-                        commit_lsn,
-                        end_lsn,
-                        timestamp,
-                    }),
-                    buf: Vec::new(),
-                }))
+                let begin = Message::Begin {
+                    final_lsn: commit_lsn,
+                    timestamp,
+                    xid,
+                };
+                let commit = Message::Commit {
+                    flags,
+                    commit_lsn,
+                    end_lsn,
+                    timestamp,
+                };
+                self.replay(xid, begin, commit)
             }
             m => Ok(Feed::Now(Some(m))),
         }
+    }
+
+    /// The transaction `xid` committed: its spool, read back between the
+    /// Begin and the Commit protocol 1 would have sent around it.
+    fn replay(&mut self, xid: u32, begin: Message, commit: Message) -> Result<Feed> {
+        let mut open = self.open.remove(&xid).ok_or_else(|| {
+            protocol(format!(
+                "Stream Commit of transaction {xid}, whose blocks never came"
+            ))
+        })?;
+        self.forget(&open);
+        Ok(Feed::Replay(Replay {
+            begin: Some(begin),
+            reader: open.spool.drain()?,
+            commit: Some(commit),
+            buf: Vec::new(),
+        }))
     }
 
     /// A transaction's figures leave the totals.

@@ -21,7 +21,7 @@ mod request;
 pub(super) use read::{describe, Backfills};
 
 use super::catalog::published_schema;
-use super::publication::publication_detail;
+use super::publication::{publication_detail, PubTable};
 use super::types::{from_text, Class};
 use crate::error::{Error, Result};
 use crate::pg::pg_err;
@@ -182,77 +182,16 @@ pub(super) async fn shape(c: &Client, publication: &str, name: &str) -> Result<S
             "table {name:?} is not in publication {publication:?}"
         ))
     })?;
-    let refuse = |why: String| {
-        Error::usage(format!(
-            "table {name:?} cannot be backfilled: {why} (docs/BACKFILL.md, Limits); take a new snapshot instead"
-        ))
-    };
-    if p.filter.is_some() {
-        return Err(refuse(
-            "the publication filters its rows (a row filter)".into(),
-        ));
-    }
-    if p.partitioned {
-        return Err(refuse("it is partitioned".into()));
-    }
+    refuse_published_part(p, name)?;
     let (schema, classes) = published_schema(c, p).await?;
     let mut order = Vec::new();
     let mut key_types = Vec::new();
     let mut scanned = Vec::new();
     for k in &schema.key {
-        // The key column's type and collation: its own, or the database's
-        // for "default" (provider: c libc, i ICU, b builtin; before
-        // PostgreSQL 15 a database's is always libc).
-        let row = c
-            .query_one(
-                "SELECT format_type(a.atttypid, NULL), coalesce(co.collname, '')::text, \
-                        CASE WHEN co.collname = 'default' THEN d.provider ELSE coalesce(co.collprovider::text, '') END, \
-                        CASE WHEN co.collname = 'default' THEN d.datcollate::text ELSE coalesce(co.collcollate, '')::text END \
-                 FROM pg_attribute a LEFT JOIN pg_collation co ON co.oid = a.attcollation, \
-                      (SELECT datcollate, coalesce(to_jsonb(db) ->> 'datlocprovider', 'c') AS provider \
-                       FROM pg_database db WHERE datname = current_database()) d \
-                 WHERE a.attrelid = format('%I.%I', $1::text, $2::text)::regclass AND a.attname = $3",
-                &[&p.schema, &p.table, k],
-            )
-            .await
-            .map_err(pg_err("cannot read the key's types"))?;
-        let ty: String = row.get(0);
-        let (provider, collate): (String, String) = (row.get(2), row.get(3));
-        let q = quote_ident(k);
-        if ORDERED_KEY_TYPES.contains(&ty.as_str()) {
-            order.push(q);
-        } else if TEXT_KEY_TYPES.contains(&ty.as_str()) {
-            // The server compares text as its encoding's bytes; those are
-            // in the stream's order (UTF-8's, code points) only for UTF-8,
-            // LATIN1 (one byte a code point) and SQL_ASCII (bytes as sent).
-            let enc: String = c
-                .query_one(
-                    "SELECT pg_encoding_to_char(encoding)::text FROM pg_database WHERE datname = current_database()",
-                    &[],
-                )
-                .await
-                .map_err(pg_err("cannot read the database's encoding"))?
-                .get(0);
-            if !matches!(enc.as_str(), "UTF8" | "LATIN1" | "SQL_ASCII") {
-                return Err(refuse(format!(
-                    "its key column {k:?} is text in a {enc} database, whose byte order is not the order the stream compares keys in (UTF-8's)"
-                )));
-            }
-            if byte_ordered(&provider, &collate) {
-                // Its own collation is the byte order the stream compares
-                // keys in: its index serves the chunk's range.
-                order.push(q);
-            } else {
-                // Another order (a language's): the chunk orders in "C",
-                // which an index on the key in its own collation cannot
-                // serve; each chunk then reads the table through.
-                order.push(format!("{q} COLLATE \"C\""));
-                scanned.push(k.clone());
-            }
-        } else {
-            return Err(refuse(format!(
-                "its key column {k:?} is of type {ty}, whose order is not the order of its text (keys of integers, booleans, bytea, uuid and text can be)"
-            )));
+        let (ty, by, scans) = key_column_order(c, p, name, k).await?;
+        order.push(by);
+        if scans {
+            scanned.push(k.clone());
         }
         key_types.push(ty);
     }
@@ -264,6 +203,100 @@ pub(super) async fn shape(c: &Client, publication: &str, name: &str) -> Result<S
         key_types,
         scanned,
     })
+}
+
+/// Why table `name` cannot be backfilled, as the error that says so.
+fn refuse(name: &str, why: String) -> Error {
+    Error::usage(format!(
+        "table {name:?} cannot be backfilled: {why} (docs/BACKFILL.md, Limits); take a new snapshot instead"
+    ))
+}
+
+/// Refuse a table the publication publishes only part of: some of its
+/// rows (a row filter), or its partitions.
+fn refuse_published_part(p: &PubTable, name: &str) -> Result<()> {
+    if p.filter.is_some() {
+        return Err(refuse(
+            name,
+            "the publication filters its rows (a row filter)".into(),
+        ));
+    }
+    if p.partitioned {
+        return Err(refuse(name, "it is partitioned".into()));
+    }
+    Ok(())
+}
+
+/// Key column `k` of table `p`: its type, its term of the chunk's
+/// `ORDER BY`, and whether that term is "C" over another collation (then
+/// each chunk reads the table through); or why the table cannot be
+/// backfilled.
+async fn key_column_order(
+    c: &Client,
+    p: &PubTable,
+    name: &str,
+    k: &str,
+) -> Result<(String, String, bool)> {
+    // The key column's type and collation: its own, or the database's
+    // for "default" (provider: c libc, i ICU, b builtin; before
+    // PostgreSQL 15 a database's is always libc).
+    let row = c
+        .query_one(
+            "SELECT format_type(a.atttypid, NULL), coalesce(co.collname, '')::text, \
+                    CASE WHEN co.collname = 'default' THEN d.provider ELSE coalesce(co.collprovider::text, '') END, \
+                    CASE WHEN co.collname = 'default' THEN d.datcollate::text ELSE coalesce(co.collcollate, '')::text END \
+             FROM pg_attribute a LEFT JOIN pg_collation co ON co.oid = a.attcollation, \
+                  (SELECT datcollate, coalesce(to_jsonb(db) ->> 'datlocprovider', 'c') AS provider \
+                   FROM pg_database db WHERE datname = current_database()) d \
+             WHERE a.attrelid = format('%I.%I', $1::text, $2::text)::regclass AND a.attname = $3",
+            &[&p.schema, &p.table, &k],
+        )
+        .await
+        .map_err(pg_err("cannot read the key's types"))?;
+    let ty: String = row.get(0);
+    let (provider, collate): (String, String) = (row.get(2), row.get(3));
+    let q = quote_ident(k);
+    if ORDERED_KEY_TYPES.contains(&ty.as_str()) {
+        Ok((ty, q, false))
+    } else if TEXT_KEY_TYPES.contains(&ty.as_str()) {
+        refuse_text_encoding(c, name, k).await?;
+        if byte_ordered(&provider, &collate) {
+            // Its own collation is the byte order the stream compares
+            // keys in: its index serves the chunk's range.
+            Ok((ty, q, false))
+        } else {
+            // Another order (a language's): the chunk orders in "C",
+            // which an index on the key in its own collation cannot
+            // serve; each chunk then reads the table through.
+            Ok((ty, format!("{q} COLLATE \"C\""), true))
+        }
+    } else {
+        Err(refuse(name, format!(
+            "its key column {k:?} is of type {ty}, whose order is not the order of its text (keys of integers, booleans, bytea, uuid and text can be)"
+        )))
+    }
+}
+
+/// Refuse text key column `k` in a database whose encoding does not order
+/// text as the stream does.
+async fn refuse_text_encoding(c: &Client, name: &str, k: &str) -> Result<()> {
+    // The server compares text as its encoding's bytes; those are
+    // in the stream's order (UTF-8's, code points) only for UTF-8,
+    // LATIN1 (one byte a code point) and SQL_ASCII (bytes as sent).
+    let enc: String = c
+        .query_one(
+            "SELECT pg_encoding_to_char(encoding)::text FROM pg_database WHERE datname = current_database()",
+            &[],
+        )
+        .await
+        .map_err(pg_err("cannot read the database's encoding"))?
+        .get(0);
+    if !matches!(enc.as_str(), "UTF8" | "LATIN1" | "SQL_ASCII") {
+        return Err(refuse(name, format!(
+            "its key column {k:?} is text in a {enc} database, whose byte order is not the order the stream compares keys in (UTF-8's)"
+        )));
+    }
+    Ok(())
 }
 
 /// Whether a collation orders text as its UTF-8 bytes (code points): libc's

@@ -43,6 +43,54 @@ struct Note {
     publication: Option<String>,
 }
 
+impl Note {
+    /// A message's content as a note; one that cannot be read is an error
+    /// naming the message's position.
+    fn parse(content: &[u8], commit: u64) -> Result<Note> {
+        serde_json::from_slice::<Note>(content).map_err(|e| {
+            Error::data(format!(
+                "a backfill message at {} is unreadable: {e}",
+                lsn_text(commit)
+            ))
+        })
+    }
+
+    /// Whether the note is of another pipeline's request (one that names no
+    /// publication is every pipeline's).
+    fn for_another(&self, publication: &str) -> bool {
+        self.publication
+            .as_deref()
+            .is_some_and(|p| p != publication)
+    }
+
+    /// The table as the note describes it, checked: its schema and value
+    /// classes (no schema for an end, which need not describe it).
+    fn table_described(&self, commit: u64) -> Result<(Option<Schema>, Vec<Class>)> {
+        match &self.table_is {
+            Some(t) => {
+                t.schema.check().map_err(Error::data)?;
+                let classes = t
+                    .classes
+                    .iter()
+                    .map(|c| class_from_name(c))
+                    .collect::<Result<Vec<_>>>()?;
+                if classes.len() != t.schema.columns.len() || t.schema.table != self.table {
+                    return Err(Error::data(format!(
+                        "a backfill message at {} describes its table inconsistently",
+                        lsn_text(commit)
+                    )));
+                }
+                Ok((Some(t.schema.clone()), classes))
+            }
+            None if self.kind == "done" || self.kind == "failed" => Ok((None, Vec::new())),
+            None => Err(Error::data(format!(
+                "a backfill message at {} does not describe its table",
+                lsn_text(commit)
+            ))),
+        }
+    }
+}
+
 /// Where a request, chunk or end was decoded: noted in the backfill tables
 /// (once) before the batch that holds it is written.
 enum Seen {
@@ -165,144 +213,38 @@ impl Backfills {
         commit: u64,
         ordinal: &mut u64,
     ) -> Result<(Option<Described>, Vec<Event>)> {
-        let note: Note = serde_json::from_slice(content).map_err(|e| {
-            Error::data(format!(
-                "a backfill message at {} is unreadable: {e}",
-                lsn_text(commit)
-            ))
-        })?;
-        if note
-            .publication
-            .as_deref()
-            .is_some_and(|p| p != self.publication)
-        {
+        let note = Note::parse(content, commit)?;
+        if note.for_another(&self.publication) {
             return Ok((None, Vec::new()));
         }
-        let table = note.table.clone();
-        let (schema, classes) = match &note.table_is {
-            Some(t) => {
-                t.schema.check().map_err(Error::data)?;
-                let classes = t
-                    .classes
-                    .iter()
-                    .map(|c| class_from_name(c))
-                    .collect::<Result<Vec<_>>>()?;
-                if classes.len() != t.schema.columns.len() || t.schema.table != table {
-                    return Err(Error::data(format!(
-                        "a backfill message at {} describes its table inconsistently",
-                        lsn_text(commit)
-                    )));
-                }
-                (Some(t.schema.clone()), classes)
-            }
-            None if note.kind == "done" || note.kind == "failed" => (None, Vec::new()),
-            None => {
-                return Err(Error::data(format!(
-                    "a backfill message at {} does not describe its table",
-                    lsn_text(commit)
-                )))
-            }
-        };
+        let (schema, classes) = note.table_described(commit)?;
         let described = schema.clone().map(|s| (s, classes.clone()));
         let mut events = Vec::new();
         match note.kind.as_str() {
-            "request" => {
-                *ordinal += 1;
-                events.push(Event::truncate(
-                    sequence(commit, *ordinal),
-                    table.clone(),
-                    Operation::TRUNCATE,
-                ));
-                let schema = schema.as_ref().expect("described");
-                self.reached
-                    .insert(table, (Reached::Nothing, schema.key.clone()));
-                self.seen.push(Seen::Request(note.request));
-                self.work = true;
-            }
-            "chunk" => {
-                let Some((reached, key)) = self.reached.get_mut(&table) else {
-                    return Err(Error::data(format!(
-                        "a backfill chunk of table {table:?} at {} belongs to no request this read has seen",
-                        lsn_text(commit)
-                    )));
-                };
-                let schema = schema.as_ref().expect("described");
-                if &schema.key != key {
-                    return Err(Error::data(format!(
-                        "backfill chunk {} of table {table:?} at {} has another key than its request",
-                        note.chunk,
-                        lsn_text(commit)
-                    )));
-                }
-                let positions = key_positions(schema);
-                let lower = match &note.lower {
-                    None => Reached::Nothing,
-                    Some(k) => Reached::UpTo(key_values(schema, &classes, k)?),
-                };
-                if &lower != reached {
-                    return Err(Error::data(format!(
-                        "backfill chunk {} of table {table:?} at {} does not start where the one before it ended",
-                        note.chunk,
-                        lsn_text(commit)
-                    )));
-                }
-                for r in &note.rows {
-                    if r.len() != classes.len() {
-                        return Err(Error::data(format!(
-                            "a backfill row of table {table:?} has {} values, the table {}",
-                            r.len(),
-                            classes.len()
-                        )));
-                    }
-                    let row: Row = r
-                        .iter()
-                        .zip(&classes)
-                        .map(|(v, cls)| from_text(*cls, v.as_deref().map(str::as_bytes)))
-                        .collect::<std::result::Result<_, _>>()
-                        .map_err(|e| Error::data(format!("table {table:?}, backfill row: {e}")))?;
-                    let key = key_of(&row, &positions);
-                    if reached.covers(&key) {
-                        return Err(Error::data(format!(
-                            "a backfill row of table {table:?} at {} is not beyond the rows before it",
-                            lsn_text(commit)
-                        )));
-                    }
-                    *reached = Reached::UpTo(key);
-                    *ordinal += 1;
-                    events.push(Event {
-                        sequence: sequence(commit, *ordinal),
-                        table: table.clone(),
-                        operation: Operation::Insert,
-                        before: None,
-                        before_key: None,
-                        after: Some(row),
-                    });
-                }
-                self.seen.push(Seen::Chunk(note.request, note.chunk));
-                if self.in_flight == Some((note.request, note.chunk)) {
-                    self.in_flight = None;
-                }
-            }
+            "request" => self.request_decoded(&note, schema.as_ref(), commit, ordinal, &mut events),
+            "chunk" => self.chunk_decoded(
+                &note,
+                schema.as_ref(),
+                &classes,
+                commit,
+                ordinal,
+                &mut events,
+            )?,
             "failed" => {
                 // The table stays where its chunks reached: its rows beyond
                 // are left out until a new request for it.
                 self.progress.failed(
                     note.request,
-                    &table,
+                    &note.table,
                     note.why.as_deref().unwrap_or("no reason given"),
                 );
-                self.seen.push(Seen::Done(note.request));
-                if self.in_flight.is_some_and(|(r, _)| r == note.request) {
-                    self.in_flight = None;
-                }
+                self.end_decoded(note.request);
             }
             "done" => {
-                self.progress.done(note.request, &table, note.rows_total);
-                self.reached.remove(&table);
-                self.seen.push(Seen::Done(note.request));
-                if self.in_flight.is_some_and(|(r, _)| r == note.request) {
-                    self.in_flight = None;
-                }
+                self.progress
+                    .done(note.request, &note.table, note.rows_total);
+                self.reached.remove(&note.table);
+                self.end_decoded(note.request);
             }
             other => {
                 return Err(Error::data(format!(
@@ -311,6 +253,84 @@ impl Backfills {
             }
         }
         Ok((described, events))
+    }
+
+    /// A request: its table's truncate, and the table backfilled from no
+    /// row on (a follower has a chunk to write).
+    fn request_decoded(
+        &mut self,
+        note: &Note,
+        schema: Option<&Schema>,
+        commit: u64,
+        ordinal: &mut u64,
+        events: &mut Vec<Event>,
+    ) {
+        *ordinal += 1;
+        events.push(Event::truncate(
+            sequence(commit, *ordinal),
+            note.table.clone(),
+            Operation::TRUNCATE,
+        ));
+        let schema = schema.expect("described");
+        self.reached
+            .insert(note.table.clone(), (Reached::Nothing, schema.key.clone()));
+        self.seen.push(Seen::Request(note.request));
+        self.work = true;
+    }
+
+    /// A chunk: its rows as inserts. It must belong to a request this read
+    /// has seen, have its key, and start where the chunk before it ended.
+    fn chunk_decoded(
+        &mut self,
+        note: &Note,
+        schema: Option<&Schema>,
+        classes: &[Class],
+        commit: u64,
+        ordinal: &mut u64,
+        events: &mut Vec<Event>,
+    ) -> Result<()> {
+        let table = &note.table;
+        let Some((reached, key)) = self.reached.get_mut(table) else {
+            return Err(Error::data(format!(
+                "a backfill chunk of table {table:?} at {} belongs to no request this read has seen",
+                lsn_text(commit)
+            )));
+        };
+        let schema = schema.expect("described");
+        if &schema.key != key {
+            return Err(Error::data(format!(
+                "backfill chunk {} of table {table:?} at {} has another key than its request",
+                note.chunk,
+                lsn_text(commit)
+            )));
+        }
+        let positions = key_positions(schema);
+        let lower = match &note.lower {
+            None => Reached::Nothing,
+            Some(k) => Reached::UpTo(key_values(schema, classes, k)?),
+        };
+        if &lower != reached {
+            return Err(Error::data(format!(
+                "backfill chunk {} of table {table:?} at {} does not start where the one before it ended",
+                note.chunk,
+                lsn_text(commit)
+            )));
+        }
+        chunk_rows(note, classes, &positions, reached, commit, ordinal, events)?;
+        self.seen.push(Seen::Chunk(note.request, note.chunk));
+        if self.in_flight == Some((note.request, note.chunk)) {
+            self.in_flight = None;
+        }
+        Ok(())
+    }
+
+    /// A request's end (done or failed): noted with the batch, and a chunk
+    /// of it in flight is waited for no more.
+    fn end_decoded(&mut self, request: i64) {
+        self.seen.push(Seen::Done(request));
+        if self.in_flight.is_some_and(|(r, _)| r == request) {
+            self.in_flight = None;
+        }
     }
 
     /// The ordinary changes of one source change (a TRUNCATE has several)
@@ -389,6 +409,53 @@ impl Backfills {
             .map_err(pg_err("cannot note where a backfill message is"))?;
         Ok(())
     }
+}
+
+/// A chunk's rows as inserts of its table, after `ordinal`: each must be
+/// beyond the rows before it, and moves `reached` on to its key.
+fn chunk_rows(
+    note: &Note,
+    classes: &[Class],
+    positions: &[usize],
+    reached: &mut Reached,
+    commit: u64,
+    ordinal: &mut u64,
+    events: &mut Vec<Event>,
+) -> Result<()> {
+    let table = &note.table;
+    for r in &note.rows {
+        if r.len() != classes.len() {
+            return Err(Error::data(format!(
+                "a backfill row of table {table:?} has {} values, the table {}",
+                r.len(),
+                classes.len()
+            )));
+        }
+        let row: Row = r
+            .iter()
+            .zip(classes)
+            .map(|(v, cls)| from_text(*cls, v.as_deref().map(str::as_bytes)))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| Error::data(format!("table {table:?}, backfill row: {e}")))?;
+        let key = key_of(&row, positions);
+        if reached.covers(&key) {
+            return Err(Error::data(format!(
+                "a backfill row of table {table:?} at {} is not beyond the rows before it",
+                lsn_text(commit)
+            )));
+        }
+        *reached = Reached::UpTo(key);
+        *ordinal += 1;
+        events.push(Event {
+            sequence: sequence(commit, *ordinal),
+            table: table.clone(),
+            operation: Operation::Insert,
+            before: None,
+            before_key: None,
+            after: Some(row),
+        });
+    }
+    Ok(())
 }
 
 /// A note that failed: the two reasons there can be.

@@ -5,7 +5,7 @@ use super::super::publication::{
     identity_of, publication_detail, publication_tables, refuse_hidden_rows,
 };
 use super::super::{split_table, table_arg, PgSource};
-use super::{described, requests, set_up, shape, PREFIX, SETUP};
+use super::{described, requests, set_up, shape, Request, Shape, PREFIX, SETUP};
 use crate::error::{Error, Result};
 use crate::pg::{pg_err, runtime, server_version};
 use crate::util::quote_ident;
@@ -21,55 +21,10 @@ impl PgSource {
     pub fn backfill(&self, tables: &[String], all: bool, resync: bool) -> Result<Vec<String>> {
         runtime()?.block_on(async {
             let c = self.client("backfill").await?;
-            if server_version(&c).await? < 140000 {
-                return Err(Error::usage("backfill needs PostgreSQL 14 or later"));
-            }
-            let standby: bool = c
-                .query_one("SELECT pg_is_in_recovery()", &[])
-                .await
-                .map_err(pg_err("cannot ask whether the server is a standby"))?
-                .get(0);
-            if standby {
-                return Err(Error::usage(
-                    "backfill writes its requests into the WAL: run it against the primary",
-                ));
-            }
-            let names: Vec<String> = if all {
-                publication_tables(&c, &self.publication).await?
-            } else if tables.is_empty() {
-                return Err(Error::usage(
-                    "backfill needs --table NAME (repeatable) or --all",
-                ));
-            } else {
-                tables.iter().map(|t| table_arg(t)).collect::<Result<_>>()?
-            };
-            // A table named twice (or as `t` and `public.t`) is one request.
-            let mut names = names;
-            names.sort();
-            names.dedup();
+            refuse_server(&c).await?;
+            let names = self.request_names(&c, tables, all).await?;
             let published = publication_tables(&c, &self.publication).await?;
-            let all_tables: bool = c
-                .query_opt(
-                    "SELECT puballtables FROM pg_publication WHERE pubname = $1",
-                    &[&self.publication],
-                )
-                .await
-                .map_err(pg_err("cannot read publications"))?
-                .ok_or_else(|| {
-                    Error::state(format!(
-                        "publication {:?} does not exist (run mooncdc-capture init)",
-                        self.publication
-                    ))
-                })?
-                .get(0);
-            // A publication of every table would publish the backfill's own
-            // tables too.
-            if all_tables {
-                return Err(Error::usage(format!(
-                    "publication {:?} is FOR ALL TABLES, which would publish the backfill's own tables (mooncdc.backfill): backfill needs a publication that names its tables (mooncdc-capture init makes one)",
-                    self.publication
-                )));
-            }
+            self.refuse_all_tables(&c).await?;
             // A table it adds to the publication is altered: its owner's to do.
             let adding: Vec<String> = names
                 .iter()
@@ -78,24 +33,58 @@ impl PgSource {
                 .collect();
             self.check_owner(&c, &adding, false, false, "a backfill request")
                 .await?;
-            // The tables and their grants in one transaction: a follower
-            // never finds them without its rights. Tables already as this
-            // version makes them are left alone (making or altering them
-            // needs their owner; granting needs it too, and a grant this
-            // role may not give is said, not failed).
-            let setup = if set_up(&c).await? { "" } else { SETUP };
-            c.batch_execute(&format!("BEGIN; {setup}"))
-                .await
-                .map_err(pg_err("cannot create the backfill tables"))?;
-            let granted = grant_followers(&c).await;
-            c.batch_execute(if granted.is_ok() { "COMMIT" } else { "ROLLBACK" })
-                .await
-                .map_err(pg_err("cannot create the backfill tables"))?;
-            granted?;
+            make_tables(&c).await?;
             self.follower_rights(&c, &names).await?;
-            self.record_when_free(&c, &names, &published, resync).await?;
+            self.record_when_free(&c, &names, &published, resync)
+                .await?;
             Ok(names)
         })
+    }
+
+    /// The tables a request names, each once, or every published one for
+    /// `--all`.
+    async fn request_names(&self, c: &Client, tables: &[String], all: bool) -> Result<Vec<String>> {
+        let names: Vec<String> = if all {
+            publication_tables(c, &self.publication).await?
+        } else if tables.is_empty() {
+            return Err(Error::usage(
+                "backfill needs --table NAME (repeatable) or --all",
+            ));
+        } else {
+            tables.iter().map(|t| table_arg(t)).collect::<Result<_>>()?
+        };
+        // A table named twice (or as `t` and `public.t`) is one request.
+        let mut names = names;
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    /// Refuse a publication that does not exist, or one of every table.
+    async fn refuse_all_tables(&self, c: &Client) -> Result<()> {
+        let all_tables: bool = c
+            .query_opt(
+                "SELECT puballtables FROM pg_publication WHERE pubname = $1",
+                &[&self.publication],
+            )
+            .await
+            .map_err(pg_err("cannot read publications"))?
+            .ok_or_else(|| {
+                Error::state(format!(
+                    "publication {:?} does not exist (run mooncdc-capture init)",
+                    self.publication
+                ))
+            })?
+            .get(0);
+        // A publication of every table would publish the backfill's own
+        // tables too.
+        if all_tables {
+            return Err(Error::usage(format!(
+                "publication {:?} is FOR ALL TABLES, which would publish the backfill's own tables (mooncdc.backfill): backfill needs a publication that names its tables (mooncdc-capture init makes one)",
+                self.publication
+            )));
+        }
+        Ok(())
     }
 
     /// The rights of the follower reading the slot now, if one does: a
@@ -217,143 +206,247 @@ impl PgSource {
         resync: bool,
         say: &mut Vec<Say>,
     ) -> Result<Option<String>> {
-        {
-            let known = requests(tx, &self.publication).await?;
-            for n in names {
-                let (s, t) = split_table(n)?;
-                let exists: bool = tx
-                    .query_one(
-                        "SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL",
-                        &[&s, &t],
-                    )
-                    .await
-                    .map_err(pg_err("cannot look for the table"))?
-                    .get(0);
-                if !exists {
-                    return Err(Error::usage(format!("table {n:?} does not exist")));
-                }
-                table_schema(tx, &s, &t).await?;
-                refuse_hidden_rows(tx, &[n.as_str()], "a backfill").await?;
-                let added = !published.contains(n);
-                if added {
-                    match tx
-                        .batch_execute(&format!(
-                            "ALTER PUBLICATION {} ADD TABLE {}.{}",
-                            quote_ident(&self.publication),
-                            quote_ident(&s),
-                            quote_ident(&t)
-                        ))
-                        .await
-                    {
-                        Err(e) if lock_timeout(&e) => return Ok(Some(n.clone())),
-                        r => r.map_err(pg_err("cannot add a table to the publication"))?,
-                    }
-                }
-                let p = publication_detail(tx, &self.publication)
-                    .await?
-                    .into_iter()
-                    .find(|p| &p.name == n)
-                    .ok_or_else(|| Error::state(format!("table {n:?} is not published")))?;
-                // A table it adds gets FULL identity, as init gives by
-                // default; a published one keeps its own, unless NOTHING
-                // (docs/POSTGRES.md, "Replica identity").
-                for (s, t, ident) in identity_of(tx, &p).await? {
-                    if ident == "n" || (added && ident != "f") {
-                        match tx
-                            .batch_execute(&format!(
-                                "ALTER TABLE {}.{} REPLICA IDENTITY FULL",
-                                quote_ident(&s),
-                                quote_ident(&t)
-                            ))
-                            .await
-                        {
-                            Err(e) if lock_timeout(&e) => return Ok(Some(n.clone())),
-                            r => r.map_err(pg_err("cannot set REPLICA IDENTITY FULL"))?,
-                        }
-                    }
-                }
-                let sh = shape(tx, &self.publication, n).await?;
-                if !sh.scanned.is_empty() {
-                    // Every key column, in the chunk's order: the index
-                    // must serve the whole ORDER BY.
-                    let text = format!(
-                        "table {n:?}: its key is text in a collation that does not order by bytes, so each chunk reads the \
-                         table through to find its next rows in byte order (slow on a large table); an index in that order \
-                         makes each chunk a range read: CREATE INDEX CONCURRENTLY ON {}.{} ({})",
-                        quote_ident(&s),
-                        quote_ident(&t),
-                        sh.order.join(", ")
-                    );
-                    let table = n.clone();
-                    say.push(Box::new(move || {
-                        crate::log::warn(
-                            &text,
-                            &[("event", "backfill-scans".into()), ("table", table.into())],
-                        )
-                    }));
-                }
-                if let Some(r) = known.iter().find(|r| &r.table == n && !r.done) {
-                    return Err(Error::state(format!(
-                        "table {n:?} is being backfilled already (request {}); nothing was recorded",
-                        r.id
-                    )));
-                }
-                if !resync {
-                    if let Some(r) = known.iter().rev().find(|r| &r.table == n) {
-                        return Err(Error::state(format!(
-                            "table {n:?} was backfilled already (request {}); to empty it in the targets and read it again, pass --resync; nothing was recorded",
-                            r.id
-                        )));
-                    }
-                }
-                // The planner's estimate; a count where there is none yet
-                // (a table never analyzed).
-                let mut estimate: i64 = tx
-                    .query_one(
-                        "SELECT reltuples::bigint FROM pg_class WHERE oid = format('%I.%I', $1::text, $2::text)::regclass",
-                        &[&s, &t],
-                    )
-                    .await
-                    .map_err(pg_err("cannot read the table's size"))?
-                    .get(0);
-                if estimate <= 0 {
-                    estimate = tx
-                        .query_one(
-                            &format!(
-                                "SELECT count(*) FROM ONLY {}.{}",
-                                quote_ident(&s),
-                                quote_ident(&t)
-                            ),
-                            &[],
-                        )
-                        .await
-                        .map_err(pg_err("cannot count the table's rows"))?
-                        .get(0);
-                }
-                let desc = described(&sh).to_string();
-                let id: i64 = tx
-                    .query_one(
-                        "INSERT INTO mooncdc.backfill(table_name, resync, estimate, described, publication) VALUES ($1, $2, $3, $4, $5) RETURNING id",
-                        &[n, &resync, &estimate, &desc, &self.publication],
-                    )
-                    .await
-                    .map_err(pg_err("cannot record the backfill request"))?
-                    .get(0);
-                if added {
-                    let text = format!("capturing table {n:?}");
-                    say.push(Box::new(move || crate::log::info(&text)));
-                }
-                let content = json!({"kind": "request", "request": id, "table": n, "table_is": described(&sh), "publication": self.publication}).to_string();
-                tx.execute(
-                    "SELECT pg_logical_emit_message(true, $1, $2::bytea)",
-                    &[&PREFIX, &content.as_bytes()],
-                )
-                .await
-                .map_err(pg_err("cannot write the backfill request"))?;
+        let known = requests(tx, &self.publication).await?;
+        for n in names {
+            let (s, t) = split_table(n)?;
+            refuse_table(tx, n, &s, &t).await?;
+            let added = !published.contains(n);
+            if added && !self.add_to_publication(tx, &s, &t).await? {
+                return Ok(Some(n.clone()));
             }
-            Ok(None)
+            if !self.full_identity(tx, n, added).await? {
+                return Ok(Some(n.clone()));
+            }
+            let sh = shape(tx, &self.publication, n).await?;
+            if !sh.scanned.is_empty() {
+                say.push(scans_warning(n, &s, &t, &sh));
+            }
+            refuse_known(&known, n, resync)?;
+            let estimate = row_estimate(tx, &s, &t).await?;
+            let id = self.insert_request(tx, n, resync, estimate, &sh).await?;
+            if added {
+                let text = format!("capturing table {n:?}");
+                say.push(Box::new(move || crate::log::info(&text)));
+            }
+            self.emit_request(tx, id, n, &sh).await?;
+        }
+        Ok(None)
+    }
+
+    /// Put table `s`.`t` into the publication; false when its lock was not
+    /// granted within the transaction's lock timeout.
+    async fn add_to_publication(&self, tx: &Client, s: &str, t: &str) -> Result<bool> {
+        match tx
+            .batch_execute(&format!(
+                "ALTER PUBLICATION {} ADD TABLE {}.{}",
+                quote_ident(&self.publication),
+                quote_ident(s),
+                quote_ident(t)
+            ))
+            .await
+        {
+            Err(e) if lock_timeout(&e) => Ok(false),
+            r => r
+                .map(|()| true)
+                .map_err(pg_err("cannot add a table to the publication")),
         }
     }
+
+    /// Give published table `n` FULL identity where it needs it; false when
+    /// a lock was not granted within the transaction's lock timeout.
+    async fn full_identity(&self, tx: &Client, n: &str, added: bool) -> Result<bool> {
+        let p = publication_detail(tx, &self.publication)
+            .await?
+            .into_iter()
+            .find(|p| p.name == n)
+            .ok_or_else(|| Error::state(format!("table {n:?} is not published")))?;
+        // A table it adds gets FULL identity, as init gives by
+        // default; a published one keeps its own, unless NOTHING
+        // (docs/POSTGRES.md, "Replica identity").
+        for (s, t, ident) in identity_of(tx, &p).await? {
+            if ident == "n" || (added && ident != "f") {
+                match tx
+                    .batch_execute(&format!(
+                        "ALTER TABLE {}.{} REPLICA IDENTITY FULL",
+                        quote_ident(&s),
+                        quote_ident(&t)
+                    ))
+                    .await
+                {
+                    Err(e) if lock_timeout(&e) => return Ok(false),
+                    r => r.map_err(pg_err("cannot set REPLICA IDENTITY FULL"))?,
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Record request `n` as a row of `mooncdc.backfill`, with the table as
+    /// its chunks will read it: the request's id.
+    async fn insert_request(
+        &self,
+        tx: &Client,
+        n: &str,
+        resync: bool,
+        estimate: i64,
+        sh: &Shape,
+    ) -> Result<i64> {
+        let desc = described(sh).to_string();
+        let id: i64 = tx
+            .query_one(
+                "INSERT INTO mooncdc.backfill(table_name, resync, estimate, described, publication) VALUES ($1, $2, $3, $4, $5) RETURNING id",
+                &[&n, &resync, &estimate, &desc, &self.publication],
+            )
+            .await
+            .map_err(pg_err("cannot record the backfill request"))?
+            .get(0);
+        Ok(id)
+    }
+
+    /// Write request `id`'s message into the WAL, in the transaction that
+    /// records it, so every follower reads it in commit order.
+    async fn emit_request(&self, tx: &Client, id: i64, n: &str, sh: &Shape) -> Result<()> {
+        let content = json!({"kind": "request", "request": id, "table": n, "table_is": described(sh), "publication": self.publication}).to_string();
+        tx.execute(
+            "SELECT pg_logical_emit_message(true, $1, $2::bytea)",
+            &[&PREFIX, &content.as_bytes()],
+        )
+        .await
+        .map_err(pg_err("cannot write the backfill request"))?;
+        Ok(())
+    }
+}
+
+/// Refuse a server a request cannot be written on: one before
+/// PostgreSQL 14, or a standby (the requests go into the WAL).
+async fn refuse_server(c: &Client) -> Result<()> {
+    if server_version(c).await? < 140000 {
+        return Err(Error::usage("backfill needs PostgreSQL 14 or later"));
+    }
+    let standby: bool = c
+        .query_one("SELECT pg_is_in_recovery()", &[])
+        .await
+        .map_err(pg_err("cannot ask whether the server is a standby"))?
+        .get(0);
+    if standby {
+        return Err(Error::usage(
+            "backfill writes its requests into the WAL: run it against the primary",
+        ));
+    }
+    Ok(())
+}
+
+/// Make the backfill's tables, where this version's are not there yet,
+/// and give the followers their rights on them.
+async fn make_tables(c: &Client) -> Result<()> {
+    // The tables and their grants in one transaction: a follower
+    // never finds them without its rights. Tables already as this
+    // version makes them are left alone (making or altering them
+    // needs their owner; granting needs it too, and a grant this
+    // role may not give is said, not failed).
+    let setup = if set_up(c).await? { "" } else { SETUP };
+    c.batch_execute(&format!("BEGIN; {setup}"))
+        .await
+        .map_err(pg_err("cannot create the backfill tables"))?;
+    let granted = grant_followers(c).await;
+    let end = if granted.is_ok() {
+        "COMMIT"
+    } else {
+        "ROLLBACK"
+    };
+    c.batch_execute(end)
+        .await
+        .map_err(pg_err("cannot create the backfill tables"))?;
+    granted
+}
+
+/// Refuse table `n` (`s`.`t`) if it does not exist, if the stream cannot
+/// carry its schema, or if a policy hides some of its rows.
+async fn refuse_table(tx: &Client, n: &str, s: &str, t: &str) -> Result<()> {
+    let exists: bool = tx
+        .query_one(
+            "SELECT to_regclass(format('%I.%I', $1::text, $2::text)) IS NOT NULL",
+            &[&s, &t],
+        )
+        .await
+        .map_err(pg_err("cannot look for the table"))?
+        .get(0);
+    if !exists {
+        return Err(Error::usage(format!("table {n:?} does not exist")));
+    }
+    table_schema(tx, s, t).await?;
+    refuse_hidden_rows(tx, &[n], "a backfill").await?;
+    Ok(())
+}
+
+/// The warning for a table whose chunks each read the table through (its
+/// key is text not in byte order), naming the index that would help.
+fn scans_warning(n: &str, s: &str, t: &str, sh: &Shape) -> Say {
+    // Every key column, in the chunk's order: the index
+    // must serve the whole ORDER BY.
+    let text = format!(
+        "table {n:?}: its key is text in a collation that does not order by bytes, so each chunk reads the \
+         table through to find its next rows in byte order (slow on a large table); an index in that order \
+         makes each chunk a range read: CREATE INDEX CONCURRENTLY ON {}.{} ({})",
+        quote_ident(s),
+        quote_ident(t),
+        sh.order.join(", ")
+    );
+    let table = n.to_string();
+    Box::new(move || {
+        crate::log::warn(
+            &text,
+            &[("event", "backfill-scans".into()), ("table", table.into())],
+        )
+    })
+}
+
+/// Refuse table `n` if a request of it is still going, or, unless
+/// `resync`, if one ever was.
+fn refuse_known(known: &[Request], n: &str, resync: bool) -> Result<()> {
+    if let Some(r) = known.iter().find(|r| r.table == n && !r.done) {
+        return Err(Error::state(format!(
+            "table {n:?} is being backfilled already (request {}); nothing was recorded",
+            r.id
+        )));
+    }
+    if !resync {
+        if let Some(r) = known.iter().rev().find(|r| r.table == n) {
+            return Err(Error::state(format!(
+                "table {n:?} was backfilled already (request {}); to empty it in the targets and read it again, pass --resync; nothing was recorded",
+                r.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The planner's estimate of the table's rows; a count where there is
+/// none yet (a table never analyzed).
+async fn row_estimate(tx: &Client, s: &str, t: &str) -> Result<i64> {
+    let mut estimate: i64 = tx
+        .query_one(
+            "SELECT reltuples::bigint FROM pg_class WHERE oid = format('%I.%I', $1::text, $2::text)::regclass",
+            &[&s, &t],
+        )
+        .await
+        .map_err(pg_err("cannot read the table's size"))?
+        .get(0);
+    if estimate <= 0 {
+        estimate = tx
+            .query_one(
+                &format!(
+                    "SELECT count(*) FROM ONLY {}.{}",
+                    quote_ident(s),
+                    quote_ident(t)
+                ),
+                &[],
+            )
+            .await
+            .map_err(pg_err("cannot count the table's rows"))?
+            .get(0);
+    }
+    Ok(estimate)
 }
 
 /// A line to say once the requests' transaction has committed.
