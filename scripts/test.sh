@@ -88,6 +88,9 @@ main_pg="${MOONCDC_PG_VERSION:-15}"
 # The example application writes the sample databases some tests use.
 cargo build --quiet --example sample_app
 status=0
+# Every server is installed above: a suite that finds one missing fails
+# (without this, tests/common reports such a suite skipped and goes on).
+export MOONCDC_REQUIRE_SERVERS=1
 cargo test --no-fail-fast "$@" || status=$?
 # The fuzz targets' bodies over their committed seeds and the golden
 # fixtures (docs/FUZZING.md): no input may panic, and the fast paths for

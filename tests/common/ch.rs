@@ -154,8 +154,21 @@ impl Server {
     fn start() -> Server {
         let _ = rustls::crypto::ring::default_provider().install_default();
         if engine_is_chdb() {
+            super::need_server(
+                "ClickHouse (chdb)",
+                chdb_importable(),
+                "python3 cannot import chdb: pip install chdb",
+            );
             return Server::start_chdb();
         }
+        super::need_server(
+            "ClickHouse",
+            server_bin().exists(),
+            &format!(
+                "no {}; MOONCDC_CLICKHOUSE_SERVER names the server program",
+                server_bin().display()
+            ),
+        );
         let dir = tempfile::Builder::new()
             .prefix("mooncdc-ch-")
             .tempdir()
@@ -619,16 +632,21 @@ pub fn server_dir() -> &'static Path {
     &server().dir
 }
 
-/// Whether python3 can import PyPI's `chdb` (a modern ClickHouse engine in
-/// one process); when not, says which check is skipped and why.
-pub fn chdb_or_skip(test: &str, what: &str) -> bool {
-    let ok = Command::new("python3")
+/// Whether python3 can import PyPI's `chdb`.
+fn chdb_importable() -> bool {
+    Command::new("python3")
         .args(["-c", "import chdb"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .map(|s| s.success())
-        .unwrap_or(false);
+        .unwrap_or(false)
+}
+
+/// Whether python3 can import PyPI's `chdb` (a modern ClickHouse engine in
+/// one process); when not, says which check is skipped and why.
+pub fn chdb_or_skip(test: &str, what: &str) -> bool {
+    let ok = chdb_importable();
     if !ok {
         eprintln!(
             "SKIPPED {test}: python3 cannot import chdb (pip install chdb) — {what} not checked on a modern engine"

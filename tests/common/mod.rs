@@ -16,6 +16,44 @@ use mooncdc::wire::{Batch, BatchStreamReader, Item, Limits};
 use serde_json::{json, Value as J};
 use std::path::{Path, PathBuf};
 
+/// A server a suite needs (`what`, found when `found`; `how`: where the
+/// harness looks for it). Missing under `MOONCDC_REQUIRE_SERVERS=1`, which
+/// `scripts/test.sh` sets after installing every server, the test fails
+/// with the reason. Missing otherwise (a plain `cargo test` on a machine
+/// without the servers), the whole suite is reported skipped, with the
+/// reason, and its test program ends with success at once: the suites that
+/// need no server still run and pass. The line is written to the process's
+/// own standard error, past the test harness's capture of test output.
+pub fn need_server(what: &str, found: bool, how: &str) {
+    if found {
+        return;
+    }
+    let required = std::env::var("MOONCDC_REQUIRE_SERVERS").is_ok_and(|v| v == "1");
+    if required {
+        panic!(
+            "{what} is missing ({how}); MOONCDC_REQUIRE_SERVERS=1 makes a missing server a failure"
+        );
+    }
+    let suite = std::env::args()
+        .next()
+        .and_then(|a| {
+            Path::new(&a)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+        })
+        .map(|n| {
+            n.rsplit_once('-')
+                .map_or(n.clone(), |(name, _)| name.to_string())
+        })
+        .unwrap_or_default();
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED the {suite} suite: {what} is missing ({how}); bash scripts/test.sh installs every server and runs every suite"
+    );
+    std::process::exit(0);
+}
+
 /// The default source identity used by the builders.
 pub const SRC: &str = "sqlite:test";
 

@@ -154,6 +154,14 @@ impl Cluster {
 
     /// initdb, configure and start a cluster (see the module's documentation).
     pub fn start() -> Cluster {
+        super::need_server(
+            "PostgreSQL",
+            pg_bin("initdb").exists(),
+            &format!(
+                "no {}; MOONCDC_PG_BIN names the folder of its programs",
+                pg_bin("initdb").display()
+            ),
+        );
         let as_root = run_checked(Command::new("id").arg("-u"), "id -u").trim() == "0";
         let dir = tempfile::Builder::new()
             .prefix("mooncdc-pg-")
