@@ -276,6 +276,10 @@ impl Fill {
         // commit).
         let tf = self.tables.entry(table.to_string()).or_default();
         tf.forget();
+        // Keys whose rows were let go before the truncate have none after
+        // it (`emptied` says so): a read of one need not send anything.
+        tf.shed_keys = HashSet::new();
+        tf.shed_bytes = 0;
         tf.emptied = true;
         tf.touched = true;
         Ok(())
@@ -763,18 +767,25 @@ impl TableFill {
             self.forget();
             return false;
         }
+        let shaped = |row: &Row| -> Row {
+            (sources.iter())
+                .map(|s| s.map_or(Value::Null, |i| row[i].clone()))
+                .collect()
+        };
         // Reshaped rows change size (an added column counts too): count
         // them again, or a later `keep` would take off more than it added.
         self.bytes = 0;
         for (kb, row) in self.recent.iter_mut() {
             if let Some(row) = row {
-                *row = sources
-                    .iter()
-                    .map(|s| s.map_or(Value::Null, |i| row[i].clone()))
-                    .collect();
+                *row = shaped(row);
                 self.row_size = self.row_size.max(row_bytes(row));
             }
             self.bytes += kb.len() + row.as_ref().map_or(0, row_bytes);
+        }
+        // An earlier try's newer rows become the keys' rows later in the
+        // batch: in the shape the batch has by then.
+        for n in self.superseded.values_mut() {
+            n.row = shaped(&n.row);
         }
         self.over |= self.bytes > FILL_MEMORY;
         true
@@ -912,5 +923,30 @@ mod tests {
             Some(vec![Value::Integer(1), Value::Text("ab".into())]),
         );
         assert_eq!(tf.bytes, key.len() + 24 + 26);
+    }
+
+    /// A newer row an earlier try wrote (after a crash) takes the batch's
+    /// schema changes too, or it would later fill a change's values by the
+    /// old columns' places.
+    #[test]
+    fn an_earlier_try_s_newer_rows_take_the_batch_s_schema_changes() {
+        let mut tf = TableFill::default();
+        let newer = Newer {
+            at: 7,
+            gone: false,
+            row: vec![Value::Integer(1), Value::Integer(2), Value::Integer(3)],
+        };
+        tf.superseded.insert(b"k".to_vec(), newer);
+        // The middle column dropped, one added at the end.
+        let sources = [Some(0), Some(2), None];
+        assert!(tf.reshape(
+            &layout(&["id", "a", "b"]),
+            &layout(&["id", "b", "c"]),
+            &sources
+        ));
+        assert_eq!(
+            tf.superseded[b"k".as_slice()].row,
+            vec![Value::Integer(1), Value::Integer(3), Value::Null]
+        );
     }
 }
