@@ -845,6 +845,64 @@ fn a_batch_past_the_fill_memory_after_a_schema_change_reads_what_it_did_not_writ
     );
 }
 
+/// A batch that adds a column and sets it on a row it changed before,
+/// applied whole by an earlier try whose cursor never moved (a kill before
+/// it), then merged: the re-run's header lacks the column, which the table
+/// already has. The column is kept (the earlier try's rows past the cursor
+/// hold its values, and stand for the merged changes), not dropped and
+/// added again empty. Found by the random-history test (seed
+/// 1796661337549415017).
+#[test]
+fn a_rerun_keeps_a_column_its_earlier_try_added_and_filled() {
+    let pgdb = pg::db("ri_rerun_add");
+    let (src, slot) = (pgdb.url(), "s_ri_rerun_add");
+    let s = pgdb.session();
+    s.exec("CREATE TABLE public.r (id int PRIMARY KEY, n int, big text)");
+    s.exec(
+        "INSERT INTO public.r SELECT g, g, repeat(md5(g::text), 100) FROM generate_series(1, 5) g",
+    );
+    common::pg::init_default_identity(&src, slot, &["public.r"]);
+    let db = ch::db("ri_rerun_add");
+    let url = db.url();
+    expect(
+        &common::pg::snapshot_into(&src, slot, &url),
+        0,
+        "snapshot | apply",
+    );
+    let start = exec(APPLY, &["cursor", "--target", &url], None);
+    let start = start.stdout_str().trim().to_string();
+    s.exec(
+        "BEGIN; UPDATE public.r SET n = n + 1 WHERE id = 2; ALTER TABLE public.r ADD COLUMN c int; \
+         UPDATE public.r SET c = 4 WHERE id = 2; UPDATE public.r SET n = 0 WHERE id = 3; COMMIT",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("batch.jsonl");
+    std::fs::write(&file, read_after(&src, slot, &start).stdout).unwrap();
+    let file = file.display().to_string();
+    // The earlier try: every row and change sent, the cursor not moved.
+    expect(
+        &exec(APPLY, &["--target", &url, "-q", &file], None),
+        0,
+        "the earlier try",
+    );
+    set_cursor(&db, &mooncdc::wire::Cursor::parse_json(&start).unwrap());
+    db.query("OPTIMIZE TABLE public_r FINAL");
+    for again in ["the re-run", "the re-run again"] {
+        expect(
+            &exec(APPLY, &["--target", &url, "-q", &file], None),
+            0,
+            again,
+        );
+        audit_equal(&src, slot, &url, &format!("audit after {again}"));
+    }
+    assert_eq!(
+        db.rows(
+            "SELECT toString(id), toString(n), toString(c) FROM public_r__current WHERE id = 2"
+        ),
+        vec![vec!["2".to_string(), "3".to_string(), "4".to_string()]]
+    );
+}
+
 /// A `numeric(p,s)` key is a Decimal column on every server, 18.16 among
 /// them, which has no `format` table function: the old rows of changes by
 /// key alone are read with decimal literals there, exactly (an update, a

@@ -199,6 +199,25 @@ impl ClickHouse {
         ));
     }
 
+    /// Whether the table holds rows at a version past the target's cursor:
+    /// written by an apply of a batch not finished (one stopped amid it).
+    fn rows_past_cursor(&self, stored: &str) -> Result<bool> {
+        let cursor = match self.cursor()? {
+            Some(c) => version(SourceKind::of_identity(&c.source), c.sequence())?,
+            None => 0,
+        };
+        let n = self.query(
+            &format!(
+                "SELECT count() FROM {}.{} WHERE `_etl_version` > {cursor} FORMAT TabSeparated",
+                qi(&self.cfg.database),
+                qi(stored)
+            ),
+            None,
+            Timeout::Insert,
+        )?;
+        Ok(String::from_utf8_lossy(&n).trim() != "0")
+    }
+
     fn ensure_on_server(&self, l: &Layout, drop: bool) -> Result<Option<Error>> {
         let db = qi(&self.cfg.database);
         refuse_meta_names(&l.schema, self.engine)?;
@@ -340,7 +359,17 @@ impl ClickHouse {
                         .collect();
                     let same = kept.len() == expected.len()
                         && kept.iter().zip(&expected).all(|(h, e)| h.1 == e.1);
-                    if same && gone.iter().all(|&i| not_key(&data[i].1)) {
+                    // Rows past the cursor are an earlier try's of this very
+                    // batch, which made its schema changes as it went: a
+                    // column the header lacks was then added by the batch
+                    // (it comes again at that change), and the rows the try
+                    // wrote after it hold their values there. Kept: the
+                    // table is checked against the batch's states at the
+                    // commit instead.
+                    if same
+                        && gone.iter().all(|&i| not_key(&data[i].1))
+                        && !self.rows_past_cursor(&stored)?
+                    {
                         for &i in &gone {
                             self.query(
                                 &format!(
