@@ -79,6 +79,19 @@ pub fn server_bin() -> PathBuf {
     )
 }
 
+/// The server program, or the suite skipped (or failed) without it
+/// ([`super::need_server`]).
+pub fn need_server_bin() {
+    super::need_server(
+        "ClickHouse",
+        server_bin().exists(),
+        &format!(
+            "no {}; MOONCDC_CLICKHOUSE_SERVER names the server program",
+            server_bin().display()
+        ),
+    );
+}
+
 /// A running throwaway server.
 #[derive(Debug)]
 pub struct Server {
@@ -161,14 +174,7 @@ impl Server {
             );
             return Server::start_chdb();
         }
-        super::need_server(
-            "ClickHouse",
-            server_bin().exists(),
-            &format!(
-                "no {}; MOONCDC_CLICKHOUSE_SERVER names the server program",
-                server_bin().display()
-            ),
-        );
+        need_server_bin();
         let dir = tempfile::Builder::new()
             .prefix("mooncdc-ch-")
             .tempdir()

@@ -73,14 +73,7 @@ impl Cluster {
             Path::new(&zk_jar()).exists(),
             &format!("no {}; MOONCDC_ZOOKEEPER_JAR names it", zk_jar()),
         );
-        super::need_server(
-            "ClickHouse",
-            server_bin().exists(),
-            &format!(
-                "no {}; MOONCDC_CLICKHOUSE_SERVER names the server program",
-                server_bin().display()
-            ),
-        );
+        super::ch::need_server_bin();
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::Builder::new()
             .prefix("mooncdc-chc-")
