@@ -114,19 +114,7 @@ impl ClickHouse {
             // while earlier tables merge) are a batch's that is not finished
             // (an apply writing it, or one stopped amid it): its re-run
             // reads them for the changes it names by key alone, so they stay.
-            let cursor = match self.cursor()? {
-                Some(c) => version(SourceKind::of_identity(&c.source), c.sequence())?,
-                None => 0,
-            };
-            let v = self.query(
-                &format!(
-                    "SELECT count() FROM {db}.{} WHERE `_etl_deleted` = 1 AND `_etl_version` > {cursor} FORMAT TabSeparated",
-                    qi(&shown)
-                ),
-                None,
-                Timeout::Insert,
-            )?;
-            if String::from_utf8_lossy(&v).trim() != "0" {
+            if self.rows_past_cursor(&shown, true)? {
                 done(&Cleaned {
                     table: shown,
                     before,

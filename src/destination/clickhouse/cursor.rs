@@ -3,6 +3,28 @@
 use super::*;
 
 impl ClickHouse {
+    /// Whether `table` holds rows (deleted ones only, with `deleted`) at a
+    /// version past the stored cursor, read now: rows of a batch not
+    /// finished (an apply writing it, or one stopped amid it).
+    pub(super) fn rows_past_cursor(&self, table: &str, deleted: bool) -> Result<bool> {
+        let cursor = match self.cursor()? {
+            Some(c) => version(SourceKind::of_identity(&c.source), c.sequence())?,
+            None => 0,
+        };
+        let n =
+            self.query(
+                &format!(
+                "SELECT count() FROM {}.{} WHERE {}`_etl_version` > {cursor} FORMAT TabSeparated",
+                qi(&self.cfg.database),
+                qi(table),
+                if deleted { "`_etl_deleted` = 1 AND " } else { "" }
+            ),
+                None,
+                Timeout::Insert,
+            )?;
+        Ok(String::from_utf8_lossy(&n).trim() != "0")
+    }
+
     /// The stored cursor, if any.
     pub fn cursor(&self) -> Result<Option<Cursor>> {
         // Looked up once: a follower reads the cursor every fraction of a

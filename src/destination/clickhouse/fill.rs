@@ -24,8 +24,12 @@
 //! rows first.
 
 use super::apply::Segment;
-use super::*;
+use super::{decode_value, encode_key_value, version, ChType, ClickHouse, Engine, Layout};
+use crate::error::{Error, Result};
 use crate::wire::Operation;
+use crate::wire::{Event, Row, Sequence, Value};
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, Read};
 
 /// Rows `recent` holds at most, in bytes of their values, per table.
 pub(super) const FILL_MEMORY: usize = 32 << 20;
@@ -892,7 +896,7 @@ impl TableFill {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::Schema;
+    use crate::wire::{Schema, SourceKind};
 
     fn layout(cols: &[&str]) -> Layout {
         let columns: Vec<serde_json::Value> = cols

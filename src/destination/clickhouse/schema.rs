@@ -1,7 +1,12 @@
 //! Tables: what exists, and creating or extending them from a stream's
 //! schemas (checked before anything is written).
 
-use super::*;
+use super::{
+    column_type, qi, refuse_meta_names, sql_string, tsv_unescape, ChType, ClickHouse, Engine,
+    Layout, Timeout,
+};
+use crate::error::{Error, Result};
+use crate::wire::{Schema, SourceKind};
 
 impl ClickHouse {
     /// Whether a table holds any row (deleted-row markers included).
@@ -199,25 +204,6 @@ impl ClickHouse {
         ));
     }
 
-    /// Whether the table holds rows at a version past the target's cursor:
-    /// written by an apply of a batch not finished (one stopped amid it).
-    fn rows_past_cursor(&self, stored: &str) -> Result<bool> {
-        let cursor = match self.cursor()? {
-            Some(c) => version(SourceKind::of_identity(&c.source), c.sequence())?,
-            None => 0,
-        };
-        let n = self.query(
-            &format!(
-                "SELECT count() FROM {}.{} WHERE `_etl_version` > {cursor} FORMAT TabSeparated",
-                qi(&self.cfg.database),
-                qi(stored)
-            ),
-            None,
-            Timeout::Insert,
-        )?;
-        Ok(String::from_utf8_lossy(&n).trim() != "0")
-    }
-
     fn ensure_on_server(&self, l: &Layout, drop: bool) -> Result<Option<Error>> {
         let db = qi(&self.cfg.database);
         refuse_meta_names(&l.schema, self.engine)?;
@@ -368,7 +354,7 @@ impl ClickHouse {
                     // commit instead.
                     if same
                         && gone.iter().all(|&i| not_key(&data[i].1))
-                        && !self.rows_past_cursor(&stored)?
+                        && !self.rows_past_cursor(&stored, false)?
                     {
                         for &i in &gone {
                             self.query(
