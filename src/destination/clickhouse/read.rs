@@ -1,6 +1,13 @@
 //! Reading a table's current rows in key order, for the audit.
 
-use super::*;
+use super::{
+    decimal_scaled, decode_value, encode_key_value, encode_value, format_decimal, qi, read_leb128,
+    table_name, version, ChType, ClickHouse, Engine, Layout, Timeout, HISTORY_META, REPLACING_META,
+};
+use crate::error::{Error, Result};
+use crate::wire::{Row, Schema, Sequence, SourceKind, Value};
+use std::collections::HashMap;
+use std::io::{BufRead, Read};
 
 impl ClickHouse {
     /// The data columns of the table a schema maps to; `None` when it does not exist.
@@ -210,6 +217,80 @@ fn signed_zeros(vals: &[Value]) -> Vec<Vec<Value>> {
     out
 }
 
+/// One key as a member of an `IN` list of literals: its values (a tuple
+/// for a key of several columns), and, where a REAL is zero, the same with
+/// the other sign too (ClickHouse's `IN` tells -0 from +0, its merges do
+/// not, and either may be held).
+fn in_member(l: &Layout, vals: &[Value]) -> Result<String> {
+    let mut m = String::new();
+    for vals in signed_zeros(vals) {
+        let lits = (l.key.iter().zip(&vals))
+            .map(|(&i, v)| key_literal(l.types[i], v))
+            .collect::<Result<Vec<_>>>()?;
+        if !m.is_empty() {
+            m.push_str(", ");
+        }
+        match lits.as_slice() {
+            [one] => m.push_str(one),
+            more => m.push_str(&format!("({})", more.join(", "))),
+        }
+    }
+    Ok(m)
+}
+
+/// Keys of typed columns (servers with typed columns, which have
+/// `format`) as a set the server reads from their RowBinary.
+fn typed_key_set(
+    l: &Layout,
+    names: &[String],
+    chunk: &[(Vec<u8>, Vec<Value>, Sequence)],
+) -> Result<String> {
+    let structure: Vec<String> = (l.key.iter().zip(names))
+        .map(|(&i, n)| format!("{n} {}", l.types[i].sql()))
+        .collect();
+    let mut data: Vec<u8> = Vec::new();
+    for (_, vals, _) in chunk {
+        for vals in signed_zeros(vals) {
+            for (&i, v) in l.key.iter().zip(&vals) {
+                encode_value(&mut data, l.types[i], false, v).map_err(Error::data)?;
+            }
+        }
+    }
+    Ok(format!(
+        "SELECT * FROM format(RowBinary, {}, {})",
+        bytes_literal(structure.join(", ").as_bytes()),
+        bytes_literal(&data)
+    ))
+}
+
+/// A history's read: each key with its own bound (its rows up to the
+/// change's position), one condition a key.
+fn history_bounds(
+    l: &Layout,
+    names: &[String],
+    chunk: &[(Vec<u8>, Vec<Value>, Sequence)],
+) -> Result<Vec<String>> {
+    let mut per_key = Vec::new();
+    for (_, vals, seq) in chunk {
+        let mut eqs = Vec::new();
+        for ((&i, v), n) in l.key.iter().zip(vals).zip(names) {
+            let lit = if has_literal(l.types[i]) {
+                key_literal(l.types[i], v)?
+            } else {
+                scalar_literal(l.types[i], v)?
+            };
+            eqs.push(format!("{n} = {lit}"));
+        }
+        eqs.push(format!(
+            "(`cdc_lsn` < {hi} OR (`cdc_lsn` = {hi} AND `cdc_tx_ordinal` <= {lo}))",
+            hi = (*seq >> 64) as u64,
+            lo = *seq as u64
+        ));
+        per_key.push(format!("({})", eqs.join(" AND ")));
+    }
+    Ok(per_key)
+}
+
 /// A `UInt64` of a RowBinary reply.
 fn read_u64(r: &mut dyn Read) -> Result<u64> {
     let mut b = [0; 8];
@@ -277,22 +358,7 @@ impl ClickHouse {
                 let m = if typed {
                     String::new()
                 } else {
-                    // A zero REAL key both ways: ClickHouse's IN tells -0
-                    // from +0 (its merges do not), and either may be held.
-                    let mut m = String::new();
-                    for vals in signed_zeros(vals) {
-                        let lits = (l.key.iter().zip(&vals))
-                            .map(|(&i, v)| key_literal(l.types[i], v))
-                            .collect::<Result<Vec<_>>>()?;
-                        if !m.is_empty() {
-                            m.push_str(", ");
-                        }
-                        match lits.as_slice() {
-                            [one] => m.push_str(one),
-                            more => m.push_str(&format!("({})", more.join(", "))),
-                        }
-                    }
-                    m
+                    in_member(l, vals)?
                 };
                 // A history's read repeats each key in its bound (a typed
                 // one as a subquery of its RowBinary).
@@ -311,24 +377,7 @@ impl ClickHouse {
             let (chunk, more) = rest.split_at(n);
             rest = more;
             let set = if typed {
-                // Typed key columns (servers with typed columns, which have
-                // `format`): the keys as RowBinary, read by the server.
-                let structure: Vec<String> = (l.key.iter().zip(&names))
-                    .map(|(&i, n)| format!("{n} {}", l.types[i].sql()))
-                    .collect();
-                let mut data: Vec<u8> = Vec::new();
-                for (_, vals, _) in chunk {
-                    for vals in signed_zeros(vals) {
-                        for (&i, v) in l.key.iter().zip(&vals) {
-                            encode_value(&mut data, l.types[i], false, v).map_err(Error::data)?;
-                        }
-                    }
-                }
-                format!(
-                    "SELECT * FROM format(RowBinary, {}, {})",
-                    bytes_literal(structure.join(", ").as_bytes()),
-                    bytes_literal(&data)
-                )
+                typed_key_set(l, &names, chunk)?
             } else {
                 members.join(", ")
             };
@@ -348,26 +397,11 @@ impl ClickHouse {
                 // A history keeps every row: each key's newest up to its
                 // own bound, in the server.
                 Engine::History => {
-                    let mut per_key = Vec::new();
-                    if bounded {
-                        for (_, vals, seq) in chunk {
-                            let mut eqs = Vec::new();
-                            for ((&i, v), n) in l.key.iter().zip(vals).zip(&names) {
-                                let lit = if has_literal(l.types[i]) {
-                                    key_literal(l.types[i], v)?
-                                } else {
-                                    scalar_literal(l.types[i], v)?
-                                };
-                                eqs.push(format!("{n} = {lit}"));
-                            }
-                            eqs.push(format!(
-                                "(`cdc_lsn` < {hi} OR (`cdc_lsn` = {hi} AND `cdc_tx_ordinal` <= {lo}))",
-                                hi = (*seq >> 64) as u64,
-                                lo = *seq as u64
-                            ));
-                            per_key.push(format!("({})", eqs.join(" AND ")));
-                        }
-                    }
+                    let per_key = if bounded {
+                        history_bounds(l, &names, chunk)?
+                    } else {
+                        Vec::new()
+                    };
                     format!(
                         "SELECT {}, `cdc_operation` NOT IN ('insert', 'update'), `cdc_lsn`, `cdc_tx_ordinal` FROM {db}.{} \
                          WHERE {tuple} IN ({set}){} ORDER BY `cdc_lsn` DESC, `cdc_tx_ordinal` DESC LIMIT 1 BY {} FORMAT RowBinary",
@@ -378,48 +412,61 @@ impl ClickHouse {
                     )
                 }
             };
-            // Decoded as it streams in: the reply is never held whole.
-            let mut r =
-                std::io::BufReader::with_capacity(1 << 16, self.send(&sql, None, Timeout::Insert)?);
-            // Each key's newest row within its bound.
-            let mut best: HashMap<Vec<u8>, Found> = HashMap::new();
-            while !r
-                .fill_buf()
-                .map_err(|e| Error::io("cannot read the ClickHouse reply", e))?
-                .is_empty()
-            {
-                let mut row = Vec::with_capacity(l.types.len());
-                for (i, ty) in l.types.iter().enumerate() {
-                    row.push(decode_value(&mut r, *ty, l.nullable(i))?);
-                }
-                let gone = matches!(
-                    decode_value(&mut r, ChType::Bool, false)?,
-                    Value::Integer(1)
-                );
-                let at: u128 = match self.engine {
-                    Engine::Replacing => u128::from(read_u64(&mut r)?),
-                    Engine::History => {
-                        let hi = read_u64(&mut r)?;
-                        (u128::from(hi) << 64) | u128::from(read_u64(&mut r)?)
-                    }
-                };
-                let mut kb = Vec::new();
-                for &i in &l.key {
-                    encode_key_value(&mut kb, l.types[i], &row[i]).map_err(Error::data)?;
-                }
-                let bound = *bounds.get(kb.as_slice()).ok_or_else(|| {
-                    Error::data("ClickHouse answered with a key that was not asked for")
-                })?;
-                if bounded && at > bound {
-                    continue;
-                }
-                if best.get(&kb).is_none_or(|b| b.at < at) {
-                    let own = at == bound;
-                    best.insert(kb, Found { row, gone, own, at });
-                }
-            }
-            out.extend(best.into_values());
+            let reply = self.send(&sql, None, Timeout::Insert)?;
+            out.extend(self.newest_within(l, reply, &bounds, bounded)?);
         }
         Ok(out)
+    }
+
+    /// The rows of a read's reply: each key's newest within its bound
+    /// (`bounds`, when `bounded`), with whether it is gone and whether it
+    /// is the change's own.
+    fn newest_within(
+        &self,
+        l: &Layout,
+        reply: reqwest::blocking::Response,
+        bounds: &HashMap<&[u8], u128>,
+        bounded: bool,
+    ) -> Result<Vec<Found>> {
+        // Decoded as it streams in: the reply is never held whole.
+        let mut r = std::io::BufReader::with_capacity(1 << 16, reply);
+        // Each key's newest row within its bound.
+        let mut best: HashMap<Vec<u8>, Found> = HashMap::new();
+        while !r
+            .fill_buf()
+            .map_err(|e| Error::io("cannot read the ClickHouse reply", e))?
+            .is_empty()
+        {
+            let mut row = Vec::with_capacity(l.types.len());
+            for (i, ty) in l.types.iter().enumerate() {
+                row.push(decode_value(&mut r, *ty, l.nullable(i))?);
+            }
+            let gone = matches!(
+                decode_value(&mut r, ChType::Bool, false)?,
+                Value::Integer(1)
+            );
+            let at: u128 = match self.engine {
+                Engine::Replacing => u128::from(read_u64(&mut r)?),
+                Engine::History => {
+                    let hi = read_u64(&mut r)?;
+                    (u128::from(hi) << 64) | u128::from(read_u64(&mut r)?)
+                }
+            };
+            let mut kb = Vec::new();
+            for &i in &l.key {
+                encode_key_value(&mut kb, l.types[i], &row[i]).map_err(Error::data)?;
+            }
+            let bound = *bounds.get(kb.as_slice()).ok_or_else(|| {
+                Error::data("ClickHouse answered with a key that was not asked for")
+            })?;
+            if bounded && at > bound {
+                continue;
+            }
+            if best.get(&kb).is_none_or(|b| b.at < at) {
+                let own = at == bound;
+                best.insert(kb, Found { row, gone, own, at });
+            }
+        }
+        Ok(best.into_values().collect())
     }
 }
