@@ -3,7 +3,8 @@
 # same machine in the same run, and prints markdown tables (results recorded
 # in docs/BENCHMARKS.md). Benchmarks are a separate command, never a test.
 #
-#   bash bench/run.sh [stream|sqlite|backfill|postgres|largetxn|identity|clickhouse|cluster|all]   # default: all
+#   bash bench/run.sh [stream|sqlite|backfill|writers|postgres|largetxn|identity|clickhouse|cluster|all]   # default: all
+#   (writers: the application's write latency during a PostgreSQL backfill;
 #   (backfill: the SQLite and the PostgreSQL backfill against the snapshot;
 #   largetxn: one large PostgreSQL transaction, protocol 1 against streaming;
 #   identity: one update workload under FULL and under the default replica identity)
@@ -38,9 +39,9 @@ cd "$(dirname "$0")/.."
 
 section=${1:-all}
 case $section in
-  stream | sqlite | backfill | postgres | largetxn | identity | clickhouse | cluster | all) ;;
+  stream | sqlite | backfill | writers | postgres | largetxn | identity | clickhouse | cluster | all) ;;
   *)
-    echo "usage: bench/run.sh [stream|sqlite|backfill|postgres|largetxn|identity|clickhouse|cluster|all]" >&2
+    echo "usage: bench/run.sh [stream|sqlite|backfill|writers|postgres|largetxn|identity|clickhouse|cluster|all]" >&2
     exit 2
     ;;
 esac
@@ -1147,6 +1148,111 @@ pg_backfill_section() {
   pg_stop
 }
 
+# The application's writers during a PostgreSQL backfill: pgbench updating
+# random rows of the table at a steady BENCH_WRITER_TPS, each transaction's
+# latency logged, with no backfill (the baseline), during a backfill of the
+# table (--resync), and during one with a write transaction held open on the
+# table and CREATE INDEX CONCURRENTLY waiting on it. Goal (the backfill
+# issue): p99 within 2× the baseline's plus 2 ms, max under 50 ms.
+pg_writers_section() {
+  local rows=${BENCH_WRITER_ROWS:-500000} tps=${BENCH_WRITER_TPS:-200} secs=${BENCH_WRITER_SECS:-12}
+  pg_bench_server writers
+  local url=$PG_URL db=$PG_DB
+  q() { psql -X -q -At -v ON_ERROR_STOP=1 -d "$db" -c "$1"; }
+  log "writers: a $rows-row table, $tps updates/s"
+  q "CREATE TABLE w (id bigint PRIMARY KEY, qty bigint NOT NULL, note text NOT NULL)" >/dev/null
+  q "INSERT INTO w SELECT g, g, repeat('x', 100) FROM generate_series(1, $rows) g" >/dev/null
+  q "VACUUM ANALYZE w" >/dev/null
+  $B/mooncdc-capture init --source "$url" --table public.w >>"$ERR" 2>&1
+  rm -f "$W"/wr-proj.db*
+  $B/mooncdc-snapshot --quiet --source "$url" | $B/mooncdc-apply --quiet --target "sqlite:$W/wr-proj.db" 2>>"$ERR"
+  printf '\\set id random(1, %d)\nUPDATE w SET qty = qty + 1 WHERE id = :id;\n' "$rows" >"$W/wr.sql"
+  # pgbench_run NAME: the writers for $secs s; prints "p50 p99 max" in ms.
+  pgbench_run() {
+    rm -f "$W"/wr-"$1".log*
+    "$PG_BIN/pgbench" -n -q -c 4 -j 2 -R "$tps" -T "$secs" -f "$W/wr.sql" --log --log-prefix="$W/wr-$1" \
+      -d "$db" >>"$ERR" 2>&1
+    cat "$W"/wr-"$1".log* | python3 -c '
+import sys
+lat = sorted(int(l.split()[2]) / 1000 for l in sys.stdin if l.strip())
+pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]
+print("%.2f %.2f %.2f %d" % (pick(0.5), pick(0.99), lat[-1], len(lat)))'
+  }
+  # backfill_during NAME: a follower, the resync request, and the writers
+  # at once; the follower runs until the end is in the target.
+  backfill_during() {
+    rm -f "$W/wr.pipe"
+    mkfifo "$W/wr.pipe"
+    $B/mooncdc-capture --quiet --source "$url" --follow --ack-from-target "sqlite:$W/wr-proj.db" >"$W/wr.pipe" 2>>"$ERR" &
+    local cap=$!
+    $B/mooncdc-apply --quiet --target "sqlite:$W/wr-proj.db" <"$W/wr.pipe" 2>>"$ERR" &
+    local app=$!
+    sleep 0.5
+    pgbench_run "$1" >"$W/wr.out" &
+    local bench=$!
+    sleep 1
+    local t0 st
+    t0=$(date +%s.%N)
+    $B/mooncdc-capture backfill --quiet --source "$url" --table public.w --resync
+    while :; do
+      st=$($B/mooncdc-capture status --source "$url" --output-format json)
+      [ "$(jq -r '.backfills[-1].state' <<<"$st")" = done ] && break
+      sleep 0.1
+    done
+    echo "$(calc '%.2f' "$(date +%s.%N) - $t0")" >"$W/wr.took"
+    wait $bench
+    sleep 1
+    kill -TERM "$cap"
+    wait "$cap" "$app" || true
+  }
+  local base during held t_during t_held
+  base=$(pgbench_run base)
+  backfill_during during
+  during=$(cat "$W/wr.out")
+  t_during=$(cat "$W/wr.took")
+  # A write transaction on the table held open for the whole run, and an
+  # index built concurrently waiting on it.
+  psql -X -q -d "$db" -c "BEGIN; UPDATE w SET qty = 0 WHERE id = $rows; SELECT pg_sleep($secs + 5); COMMIT" >>"$ERR" 2>&1 &
+  local holder=$!
+  sleep 0.3
+  psql -X -q -d "$db" -c "CREATE INDEX CONCURRENTLY w_qty ON w (qty)" >>"$ERR" 2>&1 &
+  local indexer=$!
+  backfill_during held
+  held=$(cat "$W/wr.out")
+  t_held=$(cat "$W/wr.took")
+  wait "$holder" "$indexer" || true
+  if [ "$($B/mooncdc-audit --quiet --source "$url" --target "sqlite:$W/wr-proj.db" | tail -n 1)" != equal ]; then
+    log "the backfilled projection is not equal to the source"
+    exit 1
+  fi
+  local b50 b99 bmax bn
+  read -r b50 b99 bmax bn <<<"$base"
+  row() {
+    local name=$1 v=$2 took=$3 p50 p99 max n
+    read -r p50 p99 max n <<<"$v"
+    echo "| $name | $took | $n | $p50 | $p99 | $max | p99 ≤ $(calc '%.2f' "2 * $b99 + 2"): $(met "$p99 <= 2 * $b99 + 2"); max < 50: $(met "$max < 50") |"
+  }
+  echo "## Writers during a PostgreSQL backfill"
+  echo
+  echo "pgbench (4 clients, \`-R $tps\`, ${secs} s) updating random rows of a $rows-row"
+  echo "table (bigint key, bigint, 100-byte text), each transaction's latency from"
+  echo "pgbench's log; during a \`capture backfill --resync\` of the same table carried"
+  echo "out by \`capture --follow --ack-from-target | apply\` (chunks of 4,096 rows),"
+  echo "and during one with a write transaction on the table held open for the whole"
+  echo "run and \`CREATE INDEX CONCURRENTLY\` waiting on it. Goal: p99 within 2× the"
+  echo "baseline's plus 2 ms, max under 50 ms. Backfill s: from the request until"
+  echo "\`status\` says done."
+  echo
+  echo "| writers | backfill s | transactions | p50 ms | p99 ms | max ms | goal |"
+  echo "| --- | ---: | ---: | ---: | ---: | ---: | --- |"
+  echo "| baseline: no backfill | – | $bn | $b50 | $b99 | $bmax | baseline |"
+  row "during a backfill" "$during" "$t_during"
+  row "during a backfill, a write transaction held open, CREATE INDEX CONCURRENTLY waiting" "$held" "$t_held"
+  echo
+  rm -f "$W"/wr-* "$W"/wr.* "$W"/wr-proj.db*
+  pg_stop
+}
+
 # A throwaway ClickHouse server in bench/work/ch (loopback, free ports):
 # sets CH_URL (clickhouse://…), CH_TCP and CH_PID.
 ch_bench_server() {
@@ -1447,6 +1553,10 @@ if [ "$section" = all ] || [ "$section" = postgres ]; then
 fi
 if [ "$section" = all ] || [ "$section" = postgres ] || [ "$section" = backfill ]; then
   pg_backfill_section
+  check_idle
+fi
+if [ "$section" = all ] || [ "$section" = postgres ] || [ "$section" = backfill ] || [ "$section" = writers ]; then
+  pg_writers_section
   check_idle
 fi
 if [ "$section" = all ] || [ "$section" = postgres ] || [ "$section" = largetxn ]; then

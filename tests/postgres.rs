@@ -6052,8 +6052,15 @@ fn a_killed_backfill_resumes_from_the_targets_cursor_and_resync_repairs() {
     let mut logged = Vec::new();
     // Kills until the backfill is done (at most 12).
     for i in 0..12u64 {
-        let args = follow_args(&src, &["--backfill-chunk-rows", "200"]);
-        let (cap, app) = follow_pipeline(&args, &src.proj_url());
+        // Every other follower acknowledges what the target holds: the
+        // slot then moves, but never past a window a restart reads again.
+        let proj = src.proj_url();
+        let mut extra = vec!["--backfill-chunk-rows", "200"];
+        if i % 2 == 1 {
+            extra.extend(["--ack-from-target", &proj]);
+        }
+        let args = follow_args(&src, &extra);
+        let (cap, app) = follow_pipeline(&args, &proj);
         std::thread::sleep(Duration::from_millis(300 + 70 * (i % 4)));
         finish(cap, true);
         finish(app, true);

@@ -61,13 +61,58 @@ pub fn key_of(row: &[Value], positions: &[usize]) -> Vec<Value> {
 /// the insert it should: the value is not in the stream. It stays the
 /// update, which every target refuses (it holds no row to fill it from),
 /// naming the table and key: the table needs a backfill again (docs/BACKFILL.md).
-pub fn pass(mut e: Event, positions: &[usize], reached: &Reached) -> Option<Event> {
+pub fn pass(e: Event, positions: &[usize], reached: &Reached) -> Option<Event> {
+    pass_where(e, positions, |k| reached.covers(k))
+}
+
+/// The part of a change of a table being backfilled whose keys are beyond
+/// `lower` and up to `upper` (`None`: every key beyond `lower`): what a
+/// chunk read without a lock writes after its rows of the changes its
+/// snapshot did not see (docs/BACKFILL.md, "How it works (PostgreSQL)").
+/// The part inside `lower` passed when the change was read; the part beyond
+/// `upper` is still left out. A truncate never comes here: it passes when
+/// read.
+pub fn pass_between(
+    e: Event,
+    positions: &[usize],
+    lower: &Reached,
+    upper: Option<&Reached>,
+) -> Option<Event> {
+    pass_where(e, positions, |k| {
+        !lower.covers(k) && upper.is_none_or(|u| u.covers(k))
+    })
+}
+
+/// Whether some part of a change (its old row's key or its new row's) is
+/// beyond what `reached` covers: a part [`pass`] leaves out, which a chunk
+/// read without a lock may have to write after its rows.
+pub fn reaches_beyond(e: &Event, positions: &[usize], reached: &Reached) -> bool {
+    let beyond = |row: &Option<Vec<Value>>| {
+        row.as_ref()
+            .is_some_and(|r| !reached.covers(&key_of(r, positions)))
+    };
+    match e.operation {
+        Operation::Truncate { .. } => false,
+        _ => {
+            e.before_key.as_ref().is_some_and(|k| !reached.covers(k))
+                || beyond(&e.before)
+                || beyond(&e.after)
+        }
+    }
+}
+
+/// [`pass`] with the keys `inside` says are in the stream.
+fn pass_where(
+    mut e: Event,
+    positions: &[usize],
+    inside_key: impl Fn(&[Value]) -> bool,
+) -> Option<Event> {
     let inside = |row: &Option<Vec<Value>>| {
         row.as_ref()
-            .is_some_and(|r| reached.covers(&key_of(r, positions)))
+            .is_some_and(|r| inside_key(&key_of(r, positions)))
     };
     let old_inside = match &e.before_key {
-        Some(k) => reached.covers(k),
+        Some(k) => inside_key(k),
         None => inside(&e.before),
     };
     match e.operation {

@@ -72,6 +72,8 @@ pub(super) struct Reader<'w> {
     pub(super) start: Sequence,
     /// The transaction being read: (commit LSN, ordinal of its last change).
     pub(super) txn: Option<(u64, u64)>,
+    /// Its id (backfill windows keep changes by the transaction's id).
+    xid: u32,
     pub(super) catalog: Catalog,
     pub(super) ddl: DdlState,
     pub(super) bf: Backfills,
@@ -96,6 +98,7 @@ impl<'w> Reader<'w> {
             settings,
             start,
             txn: None,
+            xid: 0,
             catalog,
             ddl: DdlState::default(),
             bf,
@@ -164,7 +167,7 @@ impl<'w> Reader<'w> {
     /// One pgoutput message, to its handler.
     async fn message(&mut self, msg: Message, db: &impl Catalogue) -> Result<Flow> {
         match msg {
-            Message::Begin { final_lsn, .. } => Ok(self.begin(final_lsn)),
+            Message::Begin { final_lsn, xid, .. } => Ok(self.begin(final_lsn, xid)),
             Message::Commit {
                 commit_lsn,
                 timestamp,
@@ -209,12 +212,13 @@ impl<'w> Reader<'w> {
 
     /// Begin: a transaction committed at `final_lsn` follows. A read that
     /// does not follow stops before one at or past its stop point.
-    fn begin(&mut self, final_lsn: u64) -> Flow {
+    fn begin(&mut self, final_lsn: u64, xid: u32) -> Flow {
         let s = self.settings;
         if !s.follow && final_lsn >= s.wal_end {
             return Flow::CaughtUp;
         }
         self.txn = Some((final_lsn, 0));
+        self.xid = xid;
         if s.follow {
             self.w.high_water = self.w.high_water.max(sequence(final_lsn + 1, 0));
         }
@@ -229,6 +233,7 @@ impl<'w> Reader<'w> {
         timestamp: i64,
         db: &impl Catalogue,
     ) -> Result<Flow> {
+        self.bf.committed(commit_lsn, self.xid);
         db.note_backfills(&mut self.bf, commit_lsn).await?;
         // Microseconds since 2000-01-01 -> ms since 1970.
         crate::metrics::commit_time_ms(timestamp / 1000 + 946_684_800_000);
@@ -324,7 +329,14 @@ impl<'w> Reader<'w> {
         lsn: u64,
     ) -> Result<Flow> {
         if prefix == super::ddl_trigger::PREFIX {
-            self.ddl.take(lsn, &content)?;
+            // Not from a transaction written whole before the start (read
+            // again for a backfill's window): the stream said it already.
+            if self
+                .txn
+                .is_none_or(|(c, _)| sequence(c + 1, 0) > self.start)
+            {
+                self.ddl.take(lsn, &content)?;
+            }
             return Ok(Flow::Go);
         }
         if prefix == super::backfill::PREFIX && transactional {
@@ -349,6 +361,12 @@ impl<'w> Reader<'w> {
         let Some((commit, ordinal)) = self.txn.as_mut() else {
             return Err(Error::data("a backfill message outside a transaction"));
         };
+        // A transaction written whole before the read's start, read again
+        // for a backfill's window: what its messages did is where the read
+        // began (Backfills::load).
+        if sequence(*commit + 1, 0) <= self.start {
+            return Ok(Flow::Go);
+        }
         let (described, events) = self.bf.message(content, *commit, ordinal)?;
         if let Some((s, classes)) = described {
             super::backfill::describe(&mut self.w, &mut self.catalog, s, classes)?;

@@ -244,13 +244,17 @@ pub(super) fn ack_from(
     id: &str,
     client: &mut ReplClient,
     acked: u64,
+    limit: &mut dyn FnMut(u64) -> Option<u64>,
 ) -> u64 {
     // Reading the target's cursor can fail for a while (a target restarting,
     // a busy database): acknowledging is then only late, never wrong, so the
     // follower says so and goes on.
     match get() {
         Ok(Some(held)) if held.source == id => {
-            let lsn = (held.sequence() >> 64) as u64;
+            let held = (held.sequence() >> 64) as u64;
+            // Not past a backfill window a read from `held` must read
+            // again (docs/BACKFILL.md, "Resuming").
+            let lsn = limit(held).map_or(held, |l| l.min(held));
             if lsn > acked {
                 client.confirm(lsn);
                 crate::metrics::confirmed(lsn);

@@ -249,12 +249,6 @@ impl PgSource {
                      GRANT SELECT, INSERT, UPDATE ON mooncdc.backfill, mooncdc.backfill_chunks TO {q};\n"
                 ));
             }
-            out.push_str(&format!(
-                "-- Backfill: each table to backfill, for its chunks' brief SHARE lock\n\
-                 -- (a request gives the rest):\n\
-                 -- GRANT UPDATE ON {} TO {q};\n",
-                tables.join(", ")
-            ));
             Ok(out)
         })
     }

@@ -102,13 +102,16 @@ impl<'a> Link<'a> {
         self.timing.is_some()
     }
 
-    /// Acknowledge what the target holds, at most every 200 ms.
-    fn ack_now_and_then(&mut self) {
+    /// Acknowledge what the target holds, at most every 200 ms, no further
+    /// than the start of a backfill window open there (`bf`).
+    fn ack_now_and_then(&mut self, bf: &mut Backfills) {
         let (Some(get), Some(client)) = (self.ack_target, self.client.as_mut()) else {
             return;
         };
         if self.last_ack_check.elapsed() > Duration::from_millis(200) {
-            self.acked = ack_from(get, &self.id, client, self.acked);
+            self.acked = ack_from(get, &self.id, client, self.acked, &mut |h| {
+                bf.confirm_limit(h)
+            });
             self.last_ack_check = Instant::now();
         }
     }
@@ -162,10 +165,12 @@ impl PgSource {
         }
         let o = self.open_read(after, &limits, timing).await?;
         let catalog = Catalog::load(&o.c, &self.publication).await?;
-        let bf = Backfills::load(&o.c, &self.publication, o.start).await?;
-        let client = self
-            .replication_stream((o.start >> 64) as u64, o.confirmed, o.opts)
-            .await?;
+        let mut bf = Backfills::load(&o.c, &self.publication, o.start).await?;
+        // A backfill window open at the start is read again from its
+        // beginning (its changes are kept, not written).
+        let at = (o.start >> 64) as u64;
+        let from = bf.decode_from(o.confirmed).map_or(at, |f| f.min(at));
+        let client = self.replication_stream(from, o.confirmed, o.opts).await?;
         let (mut r, high_water) = new_reader(&o, limits, timing, catalog, bf, out);
         let mut l = Link::new(o, client, timing, ack_target);
         crate::metrics::confirmed(l.acked);
@@ -345,7 +350,7 @@ impl PgSource {
                     ev.map_err(repl_err("replication stream failed"))?
                 }
                 Err(_) => {
-                    self.quiet(l).await?;
+                    self.quiet(r, l).await?;
                     continue;
                 }
             };
@@ -357,7 +362,7 @@ impl PgSource {
             // Acknowledge on every kind of message, not only when the
             // stream pauses: a server waiting for a reply (shutting down)
             // sends keepalives back to back.
-            l.ack_now_and_then();
+            l.ack_now_and_then(&mut r.bf);
             let flow = match ev {
                 super::replication::ReplEvent::KeepAlive { wal_end, reply } => {
                     r.keepalive(wal_end, reply)?
@@ -407,7 +412,7 @@ impl PgSource {
     /// keepalive) means the walsender is stalled or the network gone, so
     /// reconnect; otherwise acknowledge, look at the slot for the metrics,
     /// and write a heartbeat when one is due.
-    async fn quiet(&self, l: &mut Link<'_>) -> Result<()> {
+    async fn quiet(&self, r: &mut Reader<'_>, l: &mut Link<'_>) -> Result<()> {
         l.ping = true;
         let Some(t) = l.timing else { return Ok(()) };
         if let Some(limit) = t.receive_timeout {
@@ -424,7 +429,7 @@ impl PgSource {
             }
         }
         if let (Some(get), Some(client)) = (l.ack_target, l.client.as_mut()) {
-            l.acked = ack_from(get, &l.id, client, l.acked);
+            l.acked = ack_from(get, &l.id, client, l.acked, &mut |h| r.bf.confirm_limit(h));
         }
         // A standby that stopped receiving its primary's WAL reads as a
         // quiet stream: say so, and stop on a fork it cannot follow.
@@ -481,6 +486,9 @@ impl PgSource {
         reason: &str,
     ) -> Result<bool> {
         let at = (r.w.position >> 64) as u64;
+        // From the start of a backfill window open there (its changes are
+        // read again, kept, not written).
+        let from = r.bf.decode_from(l.acked).map_or(at, |f| f.min(at));
         while l.client.is_none() && l.retries < t.max_retries {
             l.retries += 1;
             crate::metrics::retry();
@@ -488,7 +496,7 @@ impl PgSource {
             if crate::util::stop::requested() {
                 break;
             }
-            self.try_resume(l, at).await?;
+            self.try_resume(l, from).await?;
         }
         if l.client.is_none() {
             if crate::util::stop::requested() {

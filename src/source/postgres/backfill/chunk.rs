@@ -1,10 +1,12 @@
-//! Writing a chunk: one short transaction of a follower under a SHARE lock
-//! on the table, taken only when no other session holds a lock that
-//! conflicts with it (docs/BACKFILL.md, "How it works (PostgreSQL)").
+//! Writing a chunk: one short REPEATABLE READ transaction of a follower
+//! that reads the table's next rows without blocking anyone and writes them
+//! with the snapshot it read them in (docs/BACKFILL.md, "How it works
+//! (PostgreSQL)"; window.rs says how readers place them).
 
 use super::super::publication::refuse_hidden_rows;
 use super::super::split_table;
 use super::read::Backfills;
+use super::window::WRITE_WINDOW;
 use super::{appended_only, described, literal, shape, Shape, TableIs, PREFIX};
 use crate::error::{Error, Result};
 use crate::pg::pg_err;
@@ -19,18 +21,19 @@ use tokio_postgres::Client;
 enum Wrote {
     /// No request is waiting.
     Nothing,
-    /// Another follower of the pipeline is writing a chunk now (their
-    /// chunks are the same stream's): try again shortly, saying nothing.
+    /// Another follower of the pipeline is writing a chunk now, or the
+    /// last one is not yet read back from the stream (their chunks are the
+    /// same stream's): try again shortly, saying nothing.
     Contended,
-    /// Another session holds a lock on the table that conflicts with the
-    /// chunk's (an open write, CREATE INDEX CONCURRENTLY, VACUUM); try again
-    /// later.
+    /// Another session holds or waits for a lock on the table that
+    /// conflicts with reading it (ALTER TABLE, TRUNCATE, VACUUM FULL: an
+    /// ACCESS EXCLUSIVE lock); try again later.
     Busy(String),
-    /// The follower's role may not lock the table (the chunk's SHARE lock
-    /// needs UPDATE, DELETE, TRUNCATE or, on 17+, MAINTAIN); the other
+    /// The follower's role may not read the table (SELECT); the other
     /// tables keep streaming, and the chunk is tried again now and then.
     Denied(String),
-    /// A chunk (or, with no row left, the end) of a request.
+    /// A chunk, a mark (no rows, not done) or, with no row left, the end
+    /// of a request.
     Chunk {
         request: i64,
         chunk: i32,
@@ -42,19 +45,23 @@ enum Wrote {
     },
 }
 
-/// Write the next chunk of the oldest request not done: one transaction
-/// that locks the table against writers, reads the rows after the last key
-/// in key order, and writes them as a message.
-///
-/// READ COMMITTED whatever the server's default: each statement then sees
-/// what committed before it, so the rows read after the lock is granted
-/// include every write that ended before it (under REPEATABLE READ the
-/// snapshot would be the first statement's, taken before the lock).
+/// Write the next chunk of the oldest request not done: one REPEATABLE
+/// READ transaction that takes the table's ACCESS SHARE lock before its
+/// snapshot (so no TRUNCATE or rewrite comes between the snapshot and the
+/// read; writers never wait on it), reads the rows after the last key in
+/// key order, and writes them as a message with its snapshot.
 async fn write_chunk(c: &Client, publication: &str, max_rows: u64) -> Result<Wrote> {
-    c.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+    let Some((id, table)) = oldest_request(c, publication).await? else {
+        return Ok(Wrote::Nothing);
+    };
+    c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         .await
         .map_err(pg_err("cannot begin a transaction"))?;
-    let wrote = chunk_in(c, publication, max_rows).await;
+    let wrote = match chunk_in(c, publication, id, &table, max_rows).await {
+        // Another follower changed the request since the snapshot.
+        Err(e) if serialization_failure(&e) => Ok(Wrote::Contended),
+        w => w,
+    };
     let end = if matches!(wrote, Ok(Wrote::Chunk { .. })) {
         "COMMIT"
     } else {
@@ -66,23 +73,45 @@ async fn write_chunk(c: &Client, publication: &str, max_rows: u64) -> Result<Wro
     wrote
 }
 
-/// The chunk of [`write_chunk`] in its transaction: the oldest request not
-/// done, its table locked and checked, then its next rows or its end.
-async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote> {
-    tx.batch_execute("SET LOCAL lock_timeout = '1s'; SET LOCAL standard_conforming_strings = on")
+/// Whether `e` is the server's "could not serialize access".
+fn serialization_failure(e: &Error) -> bool {
+    e.full_message().contains("could not serialize access")
+}
+
+/// The chunk of [`write_chunk`] in its transaction: the table's lock, the
+/// request (and with it the snapshot), the table checked, then a mark when
+/// the window since the request's last message is too long, else its next
+/// rows or its end.
+async fn chunk_in(
+    tx: &Client,
+    publication: &str,
+    id: i64,
+    table: &str,
+    max_rows: u64,
+) -> Result<Wrote> {
+    // Durable on every synchronous standby before it returns, so every
+    // commit before it is visible soon after: the next chunk's snapshot
+    // then sees the transactions that committed before its window
+    // (window.rs).
+    tx.batch_execute(
+        "SET LOCAL standard_conforming_strings = on; SET LOCAL synchronous_commit = remote_apply",
+    )
+    .await
+    .map_err(pg_err("cannot set up a backfill chunk"))?;
+    // The lock before the first query, which takes the snapshot.
+    let lock = lock_table(tx, table).await?;
+    match lock {
+        Lock::Held | Lock::Gone => {}
+        Lock::Busy => return Ok(Wrote::Busy(table.to_string())),
+        Lock::Denied => return Ok(Wrote::Denied(table.to_string())),
+    }
+    tx.batch_execute("SET LOCAL lock_timeout = '1s'")
         .await
         .map_err(pg_err("cannot set up a backfill chunk"))?;
-    let req = match oldest_request(tx, publication).await? {
+    let req = match pending_request(tx, id).await? {
         ControlFlow::Continue(req) => req,
         ControlFlow::Break(wrote) => return Ok(wrote),
     };
-    // The lock first, then the table's shape: a schema change cannot come
-    // between what the chunk reads and the columns it names. A lock
-    // request that waits queues every later writer of the table behind it,
-    // so it waits at most LOCK_WAIT: enough for the writes in flight on a
-    // busy table to end (a request that never waited would never be
-    // granted there), never long enough to hold the application up.
-    let lock = lock_table(tx, &req.table).await?;
     // The table as it is now; one that can no longer be backfilled (no
     // longer published, dropped, given a row filter) or whose columns
     // changed other than by columns added at the end ends the backfill
@@ -90,40 +119,88 @@ async fn chunk_in(tx: &Client, publication: &str, max_rows: u64) -> Result<Wrote
     // Row-level security that applies to the follower's role (the request
     // may have been made by another) would make the chunk a part of the rows.
     let table_now = match lock {
-        Lock::Held => shape_now(tx, publication, &req.table, req.before.as_deref()).await,
         Lock::Gone => Err("the table no longer exists".to_string()),
-        Lock::Busy => return Ok(Wrote::Busy(req.table)),
-        Lock::Denied => return Ok(Wrote::Denied(req.table)),
+        _ => shape_now(tx, publication, &req.table, req.before.as_deref()).await,
     };
     let sh = match table_now {
         Ok(sh) => sh,
         Err(why) => return end_failed(tx, publication, req, &why).await,
     };
     record_described(tx, req.id, &sh).await?;
+    let chunk = req.chunks + 1;
+    // A request's first message is a mark: it commits once every
+    // synchronous standby applied it, so the commits before it are visible
+    // to the first chunk's snapshot (the request's own commit waited only
+    // as its session said). A window too long to keep opens anew too.
+    if req.chunks == 0 || req.window > WRITE_WINDOW as i64 {
+        write_message(tx, publication, &req, &sh, chunk, Part::Mark).await?;
+        return Ok(req.wrote(chunk, 0, false));
+    }
+    let snapshot: String = tx
+        .query_one("SELECT pg_current_snapshot()::text", &[])
+        .await
+        .map_err(pg_err("cannot read a backfill chunk's snapshot"))?
+        .get(0);
     let sql = chunk_sql(&sh, req.id, req.upper.as_deref(), max_rows)?;
     let Some(rows) = read_rows(tx, &sql, sh.schema.columns.len()).await? else {
         return Ok(Wrote::Denied(req.table));
     };
-    let positions = key_positions(&sh.schema);
+    // Read after the rows: the transactions the snapshot does not see that
+    // had committed by then (window.rs).
+    let committed = committed_unseen(tx).await?;
     let n = rows.len() as u64;
-    let chunk = req.chunks + 1;
-    if rows.is_empty() {
-        end(tx, publication, req.id, &req.table, req.total, None).await?;
+    let read = Read {
+        snapshot,
+        committed,
+        rows,
+    };
+    if n == 0 {
+        write_message(tx, publication, &req, &sh, chunk, Part::End(read)).await?;
     } else {
-        write_rows(tx, publication, &req, &sh, chunk, &rows, &positions).await?;
+        let positions = key_positions(&sh.schema);
+        write_message(
+            tx,
+            publication,
+            &req,
+            &sh,
+            chunk,
+            Part::Rows(read, &positions),
+        )
+        .await?;
     }
-    Ok(Wrote::Chunk {
-        request: req.id,
-        chunk,
-        table: req.table,
-        rows: n,
-        total: req.total + n as i64,
-        estimate: req.estimate,
-        done: n == 0,
-    })
+    Ok(req.wrote(chunk, n, n == 0))
 }
 
-/// The oldest request not done, as `mooncdc.backfill` keeps it.
+/// The oldest request of the pipeline not done: its id and table. Read
+/// outside the chunk's transaction, whose table lock must come before its
+/// snapshot.
+async fn oldest_request(c: &Client, publication: &str) -> Result<Option<(i64, String)>> {
+    Ok(c
+        .query_opt(
+            "SELECT id, table_name FROM mooncdc.backfill b \
+             WHERE NOT done AND coalesce(to_jsonb(b) ->> 'publication', $1) = $1 ORDER BY id LIMIT 1",
+            &[&publication],
+        )
+        .await
+        .map_err(pg_err("cannot read backfill requests"))?
+        .map(|r| (r.get(0), r.get(1))))
+}
+
+/// The transactions the transaction's snapshot does not see that have
+/// committed (their commits waiting for a standby, or just ending).
+async fn committed_unseen(tx: &Client) -> Result<Vec<String>> {
+    Ok(tx
+        .query_one(
+            "SELECT coalesce(array_agg(x::text), '{}') FROM pg_snapshot_xip(pg_current_snapshot()) x \
+             WHERE pg_xact_status(x) = 'committed'",
+            &[],
+        )
+        .await
+        .map_err(pg_err("cannot read a backfill chunk's snapshot"))?
+        .get(0))
+}
+
+/// The request a chunk is for, as `mooncdc.backfill` keeps it.
 struct Pending {
     id: i64,
     table: String,
@@ -135,6 +212,23 @@ struct Pending {
     estimate: i64,
     /// The table as the last chunk described it.
     before: Option<String>,
+    /// Bytes of WAL since the request's last message (its window).
+    window: i64,
+}
+
+impl Pending {
+    /// What writing `chunk` (of `rows`) did.
+    fn wrote(self, chunk: i32, rows: u64, done: bool) -> Wrote {
+        Wrote::Chunk {
+            request: self.id,
+            chunk,
+            table: self.table,
+            rows,
+            total: self.total + rows as i64,
+            estimate: self.estimate,
+            done,
+        }
+    }
 }
 
 /// Whether `e` says a lock was not granted within the lock timeout.
@@ -142,25 +236,39 @@ fn lock_timed_out(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
 }
 
-/// The oldest request of the pipeline not done, locked FOR UPDATE so that
-/// one follower at a time writes its chunks; `Break` with what to report when
-/// there is none, or when another follower holds it.
-async fn oldest_request(tx: &Client, publication: &str) -> Result<ControlFlow<Wrote, Pending>> {
+/// Request `id`, locked FOR UPDATE so that one follower at a time writes
+/// its chunks (this query takes the transaction's snapshot); `Break` with
+/// what to report when it is done, held by another follower, changed since
+/// the snapshot, or its last message is not yet noted by a reader (the next
+/// chunk must start where that one leaves the stream: a reader may discard
+/// it, window.rs).
+async fn pending_request(tx: &Client, id: i64) -> Result<ControlFlow<Wrote, Pending>> {
     let row = match tx
         .query_opt(
-            "SELECT id, table_name, upper_key, chunks, rows, estimate, described FROM mooncdc.backfill b \
-             WHERE NOT done AND coalesce(to_jsonb(b) ->> 'publication', $1) = $1 ORDER BY id LIMIT 1 FOR UPDATE",
-            &[&publication],
+            "SELECT id, table_name, upper_key, chunks, rows, estimate, described, \
+                    CASE WHEN chunks = 0 THEN requested_lsn IS NOT NULL \
+                         ELSE EXISTS (SELECT 1 FROM mooncdc.backfill_chunks k \
+                                      WHERE k.request = b.id AND k.chunk = b.chunks AND k.lsn IS NOT NULL) END, \
+                    coalesce((pg_current_wal_insert_lsn() - coalesce(window_lsn, requested_lsn))::bigint, 0) \
+             FROM mooncdc.backfill b WHERE id = $1 AND NOT done FOR UPDATE",
+            &[&id],
         )
         .await
     {
         Ok(r) => r,
         Err(e) if lock_timed_out(&e) => return Ok(ControlFlow::Break(Wrote::Contended)),
+        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::T_R_SERIALIZATION_FAILURE) => {
+            return Ok(ControlFlow::Break(Wrote::Contended))
+        }
         Err(e) => return Err(pg_err("cannot read backfill requests")(e)),
     };
     let Some(row) = row else {
-        return Ok(ControlFlow::Break(Wrote::Nothing));
+        // Done since the request was looked up.
+        return Ok(ControlFlow::Break(Wrote::Contended));
     };
+    if !row.get::<_, bool>(7) {
+        return Ok(ControlFlow::Break(Wrote::Contended));
+    }
     Ok(ControlFlow::Continue(Pending {
         id: row.get(0),
         table: row.get(1),
@@ -169,22 +277,25 @@ async fn oldest_request(tx: &Client, publication: &str) -> Result<ControlFlow<Wr
         total: row.get(4),
         estimate: row.get(5),
         before: row.get(6),
+        window: row.get(8),
     }))
 }
 
 /// How the chunk's lock request on its table ended.
 enum Lock {
-    /// Granted: no writer of the table is in flight until the chunk ends.
+    /// Granted: no schema change, TRUNCATE or rewrite of the table until
+    /// the chunk ends (writers go on).
     Held,
     /// The table no longer exists (the transaction is back at the savepoint).
     Gone,
-    /// Another session holds a lock that conflicts with the chunk's.
+    /// Another session holds or waits for an ACCESS EXCLUSIVE lock.
     Busy,
-    /// The follower's role may not lock the table.
+    /// The follower's role may not read the table.
     Denied,
 }
 
-/// Take the chunk's SHARE lock on `table`, waiting at most LOCK_WAIT. It is
+/// Take the chunk's ACCESS SHARE lock on `table` (the lock any SELECT
+/// takes, taken before the snapshot), waiting at most LOCK_WAIT. It is
 /// taken in a savepoint, so a dropped table leaves the transaction usable.
 async fn lock_table(tx: &Client, table: &str) -> Result<Lock> {
     let (sch, tbl) = split_table(table)?;
@@ -196,7 +307,7 @@ async fn lock_table(tx: &Client, table: &str) -> Result<Lock> {
     .map_err(pg_err("cannot set up a backfill chunk"))?;
     match tx
         .batch_execute(&format!(
-            "LOCK TABLE ONLY {}.{} IN SHARE MODE",
+            "LOCK TABLE ONLY {}.{} IN ACCESS SHARE MODE",
             quote_ident(&sch),
             quote_ident(&tbl)
         ))
@@ -244,16 +355,16 @@ async fn shape_now(
 /// no rows.
 async fn end_failed(tx: &Client, publication: &str, req: Pending, why: &str) -> Result<Wrote> {
     // Said by every follower that reads the end (Progress::failed).
-    end(tx, publication, req.id, &req.table, req.total, Some(why)).await?;
-    Ok(Wrote::Chunk {
-        request: req.id,
-        chunk: req.chunks + 1,
-        table: req.table,
-        rows: 0,
-        total: req.total,
-        estimate: req.estimate,
-        done: true,
-    })
+    let content = json!({"kind": "failed", "request": req.id, "table": req.table, "why": why, "publication": publication});
+    emit(tx, &content).await?;
+    tx.execute(
+        "UPDATE mooncdc.backfill SET done = true, failed = $2 WHERE id = $1",
+        &[&req.id, &why],
+    )
+    .await
+    .map_err(pg_err("cannot record the end of a backfill"))?;
+    let chunk = req.chunks + 1;
+    Ok(req.wrote(chunk, 0, true))
 }
 
 /// Record the table as this chunk reads it, so the next chunk can tell
@@ -332,76 +443,86 @@ async fn read_rows(tx: &Client, sql: &str, width: usize) -> Result<Option<Rows>>
     Ok(Some(rows))
 }
 
-/// Write a chunk's rows (at least one) as its message, and record the key of
-/// its last row, where the next chunk starts.
-async fn write_rows(
+/// What a chunk read: its snapshot, the transactions the snapshot does
+/// not see that had committed, and its rows.
+struct Read {
+    snapshot: String,
+    committed: Vec<String>,
+    rows: Rows,
+}
+
+/// The message a chunk's transaction writes.
+enum Part<'a> {
+    /// Rows (at least one; the key columns at these positions).
+    Rows(Read, &'a [usize]),
+    /// No row left: the end.
+    End(Read),
+    /// A window too long: a mark that opens a new one.
+    Mark,
+}
+
+/// Write message `chunk` of request `req` and record it: the request's last
+/// key, rows and window (`window_lsn`, where the next chunk's window opens),
+/// and the chunk's row, which the first reader to read it notes.
+async fn write_message(
     tx: &Client,
     publication: &str,
     req: &Pending,
     sh: &Shape,
     chunk: i32,
-    rows: &Rows,
-    positions: &[usize],
+    part: Part<'_>,
 ) -> Result<()> {
-    let n = rows.len() as u64;
-    let last = rows.last().expect("rows");
-    let key: Vec<Option<String>> = positions.iter().map(|&i| last[i].clone()).collect();
-    let key_text = serde_json::to_string(&key).expect("JSON");
-    let content = json!({
+    let mut content = json!({
         "kind": "chunk", "request": req.id, "chunk": chunk, "table": req.table,
-        "table_is": described(sh), "lower": req.upper, "rows": rows, "publication": publication,
-    })
-    .to_string();
+        "table_is": described(sh), "lower": req.upper, "publication": publication, "rows": [],
+    });
+    let mut upper = req.upper.clone();
+    let mut n = 0i64;
+    match part {
+        Part::Mark => content["mark"] = json!(true),
+        Part::End(read) => {
+            content["kind"] = json!("done");
+            content["rows_total"] = json!(req.total);
+            content["snapshot"] = json!(read.snapshot);
+            content["committed"] = json!(read.committed);
+        }
+        Part::Rows(read, positions) => {
+            let last = read.rows.last().expect("rows");
+            let key: Vec<Option<String>> = positions.iter().map(|&i| last[i].clone()).collect();
+            upper = Some(serde_json::to_string(&key).expect("JSON"));
+            n = read.rows.len() as i64;
+            content["snapshot"] = json!(read.snapshot);
+            content["committed"] = json!(read.committed);
+            content["rows"] = json!(read.rows);
+        }
+    }
+    let done = content["kind"] == "done";
+    emit(tx, &content).await?;
     tx.execute(
-        "SELECT pg_logical_emit_message(true, $1, $2::bytea)",
-        &[&PREFIX, &content.as_bytes()],
-    )
-    .await
-    .map_err(pg_err("cannot write a backfill chunk"))?;
-    tx.execute(
-        "UPDATE mooncdc.backfill SET upper_key = $2, chunks = $3, rows = rows + $4 WHERE id = $1",
-        &[&req.id, &key_text, &chunk, &(n as i64)],
+        "UPDATE mooncdc.backfill SET upper_key = $2, chunks = $3, rows = rows + $4, done = $5, \
+                window_lsn = pg_current_wal_insert_lsn() WHERE id = $1",
+        &[&req.id, &upper, &chunk, &n, &done],
     )
     .await
     .map_err(pg_err("cannot record a backfill chunk"))?;
     tx.execute(
         "INSERT INTO mooncdc.backfill_chunks(request, chunk, upper_key) VALUES ($1, $2, $3)",
-        &[&req.id, &chunk, &key_text],
+        &[&req.id, &chunk, &upper],
     )
     .await
     .map_err(pg_err("cannot record a backfill chunk"))?;
     Ok(())
 }
 
-/// End request `id` in the chunk's transaction: a `done` message, or with
-/// `failed` a `failed` one saying why.
-async fn end(
-    tx: &Client,
-    publication: &str,
-    id: i64,
-    table: &str,
-    rows: i64,
-    failed: Option<&str>,
-) -> Result<()> {
-    let content = match failed {
-        None => json!({"kind": "done", "request": id, "table": table, "rows_total": rows, "publication": publication}),
-        Some(why) => {
-            json!({"kind": "failed", "request": id, "table": table, "why": why, "publication": publication})
-        }
-    }
-    .to_string();
+/// Write `content` as a transactional message of ours, its bytes UTF-8
+/// JSON whatever the database's encoding.
+async fn emit(tx: &Client, content: &serde_json::Value) -> Result<()> {
     tx.execute(
         "SELECT pg_logical_emit_message(true, $1, $2::bytea)",
-        &[&PREFIX, &content.as_bytes()],
+        &[&PREFIX, &content.to_string().as_bytes()],
     )
     .await
-    .map_err(pg_err("cannot write the end of a backfill"))?;
-    tx.execute(
-        "UPDATE mooncdc.backfill SET done = true, failed = $2 WHERE id = $1",
-        &[&id, &failed],
-    )
-    .await
-    .map_err(pg_err("cannot record the end of a backfill"))?;
+    .map_err(pg_err("cannot write a backfill chunk"))?;
     Ok(())
 }
 
@@ -450,7 +571,7 @@ impl Backfills {
                 self.in_flight = Some((request, chunk));
                 // The end is said where it is read (Backfills::message), by
                 // every follower.
-                if !done {
+                if !done && rows > 0 {
                     self.progress.chunk(
                         request,
                         &table,
@@ -476,9 +597,9 @@ impl Backfills {
             self.busy_said = Some(now);
             crate::log::warn(
                 &format!(
-                    "a backfill chunk of table {table:?} waits: another session holds a lock on it that conflicts with the chunk's \
-                     SHARE lock (a write in a transaction not yet ended or prepared, CREATE INDEX CONCURRENTLY, VACUUM, ANALYZE); \
-                     each try queues the table's writers for at most {} ms, then gives up and tries again later \
+                    "a backfill chunk of table {table:?} waits: another session holds or waits for an ACCESS EXCLUSIVE lock on it \
+                     (ALTER TABLE, TRUNCATE, VACUUM FULL, LOCK TABLE), which the chunk's read, as any query's, must wait for; \
+                     each try waits at most {} ms, queuing none of the table's readers or writers, then gives up and tries again later \
                      (pg_locks shows who holds the table)",
                     LOCK_WAIT.as_millis()
                 ),
@@ -499,9 +620,9 @@ impl Backfills {
         let (s, t) = split_table(&table)?;
         crate::log::warn(
             &format!(
-                "a backfill chunk of table {table:?} cannot run: role {role:?} may not read it or take the chunk's SHARE lock on it; \
+                "a backfill chunk of table {table:?} cannot run: role {role:?} may not read it; \
                  the other tables keep streaming and the chunk is tried again every 30 s. Grant it: \
-                 GRANT SELECT, UPDATE ON {}.{} TO {} (docs/POSTGRES.md, \"Rights\")",
+                 GRANT SELECT ON {}.{} TO {} (docs/POSTGRES.md, \"Rights\")",
                 quote_ident(&s),
                 quote_ident(&t),
                 quote_ident(&role)

@@ -3,11 +3,12 @@
 //! Requests, chunks and ends are transactional logical messages (prefix
 //! `mooncdc_backfill`), so they reach every follower in commit order, and a
 //! chunk's rows travel in its message: any reader, at any position, derives
-//! the same stream. A chunk is one short transaction of a follower: it takes
-//! a SHARE lock on the table (so no writer of it is in flight, and none
-//! starts before its commit), reads the next rows in key order with a plain
-//! query, and writes them into the WAL as its message. Its rows are then the
-//! table exactly as it is at the chunk's commit, its place in the stream.
+//! the same stream. A chunk is one short REPEATABLE READ transaction of a
+//! follower: it reads the next rows in key order, without blocking anyone,
+//! and writes them into the WAL as its message with its snapshot; readers
+//! write after them the changes of its window that the snapshot did not see
+//! (window.rs), so the rows are the table as it is at the chunk's commit,
+//! its place in the stream.
 //!
 //! `mooncdc.backfill` keeps each request; `mooncdc.backfill_chunks` each
 //! chunk's last key; both note, once a reader has decoded it, the commit
@@ -17,6 +18,7 @@
 mod chunk;
 mod read;
 mod request;
+mod window;
 
 pub(super) use read::{describe, Backfills};
 
@@ -54,7 +56,10 @@ CREATE TABLE IF NOT EXISTS mooncdc.backfill_chunks (
     chunk integer NOT NULL,
     upper_key text NOT NULL,
     lsn pg_lsn,
-    PRIMARY KEY (request, chunk));";
+    PRIMARY KEY (request, chunk));
+ALTER TABLE mooncdc.backfill ADD COLUMN IF NOT EXISTS window_lsn pg_lsn;
+ALTER TABLE mooncdc.backfill_chunks ADD COLUMN IF NOT EXISTS discarded boolean NOT NULL DEFAULT false,
+    ALTER COLUMN upper_key DROP NOT NULL;";
 
 /// Key column types whose `ORDER BY` is the stream's key order
 /// (docs/FORMAT.md §9) for their wire values; text types in a byte-ordered
@@ -94,10 +99,12 @@ pub(super) async fn set_up(c: &Client) -> Result<bool> {
     Ok(c.query_one(
         "SELECT EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
                         JOIN pg_namespace n ON n.oid = c.relnamespace \
-                        WHERE n.nspname = 'mooncdc' AND c.relname = 'backfill' AND a.attname = 'publication' \
+                        WHERE n.nspname = 'mooncdc' AND c.relname = 'backfill' AND a.attname = 'window_lsn' \
                           AND NOT a.attisdropped) \
-            AND EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                        WHERE n.nspname = 'mooncdc' AND c.relname = 'backfill_chunks')",
+            AND EXISTS (SELECT 1 FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+                        JOIN pg_namespace n ON n.oid = c.relnamespace \
+                        WHERE n.nspname = 'mooncdc' AND c.relname = 'backfill_chunks' AND a.attname = 'discarded' \
+                          AND NOT a.attisdropped)",
         &[],
     )
     .await

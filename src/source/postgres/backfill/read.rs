@@ -5,13 +5,13 @@ use super::super::batch_out::BatchOut;
 use super::super::catalog::Catalog;
 use super::super::types::{from_text, Class};
 use super::super::{lsn_text, parse_lsn, sequence};
+use super::window::{read_snapshot, Commits, Verdict, Window};
 use super::{class_from_name, kept_columns, key_values, requests, TableIs};
 use crate::error::{Error, Result};
 use crate::pg::pg_err;
-use crate::source::backfill::key_positions;
-use crate::source::backfill::{key_of, Reached};
+use crate::source::backfill::{key_of, key_positions, pass, reaches_beyond, Reached};
 use crate::wire::{Event, Operation, Row, Schema, SchemaChange, Sequence};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use tokio_postgres::Client;
 
 /// A table as a message describes it: its schema and value classes.
@@ -41,6 +41,18 @@ struct Note {
     /// written before requests named theirs: every pipeline's).
     #[serde(default)]
     publication: Option<String>,
+    /// The snapshot a chunk (or an end) read in, as `pg_current_snapshot()`
+    /// gives it; none in a chunk read under the table's lock (an older
+    /// MoonCDC), whose rows are the table at its commit.
+    #[serde(default)]
+    snapshot: Option<String>,
+    /// The transactions the snapshot did not see that had committed when
+    /// the chunk read (64-bit ids).
+    #[serde(default)]
+    committed: Vec<String>,
+    /// A mark: a chunk without rows that only opens a new window.
+    #[serde(default)]
+    mark: bool,
 }
 
 impl Note {
@@ -95,7 +107,10 @@ impl Note {
 /// (once) before the batch that holds it is written.
 enum Seen {
     Request(i64),
-    Chunk(i64, i32),
+    /// A chunk (or mark, or end): carried, or discarded with the key its
+    /// request goes back to (JSON text, none before the first chunk) and
+    /// its rows.
+    Chunk(i64, i32, Option<(Option<String>, i64)>),
     Done(i64),
 }
 
@@ -122,6 +137,20 @@ pub(crate) struct Backfills {
     /// The publication this read follows: messages of another pipeline's
     /// requests are not this stream's.
     pub(super) publication: String,
+    /// Each table's window: the left-out changes since its last backfill
+    /// message, which a chunk read without a lock may have to write after
+    /// its rows (window.rs).
+    windows: HashMap<String, Window>,
+    /// The transactions committed since the oldest window opened.
+    commits: Commits,
+    /// The left-out changes of the transaction being read, by table.
+    pending: Vec<Event>,
+    /// Windows closed at a position (where a read for them must begin,
+    /// closed at) a target may not hold yet: the slot is confirmed no
+    /// further than where a read must begin.
+    closed: VecDeque<(u64, u64)>,
+    /// When a chunk read again was last said.
+    again_said: Option<std::time::Instant>,
 }
 
 /// Whether a message at commit `lsn` is held by a reader at `start`.
@@ -172,17 +201,31 @@ impl Backfills {
                 .collect::<Result<Vec<_>>>()?;
             let chunks = c
                 .query(
-                    "SELECT upper_key, lsn::text FROM mooncdc.backfill_chunks WHERE request = $1 AND lsn IS NOT NULL ORDER BY chunk",
+                    "SELECT upper_key, lsn::text, discarded FROM mooncdc.backfill_chunks WHERE request = $1 AND lsn IS NOT NULL ORDER BY chunk",
                     &[&r.id],
                 )
                 .await
                 .map_err(pg_err("cannot read backfill chunks"))?;
             let mut reached = Reached::Nothing;
+            // The table's window opened at its last message held, after the
+            // one before it.
+            let (mut prev, mut window) = (parse_lsn(at)?, parse_lsn(at)?);
             for ch in &chunks {
-                if held(ch.get::<_, &str>(1), start)? {
-                    reached = Reached::UpTo(key_values(&sh.schema, &classes, ch.get(0))?);
+                let lsn: &str = ch.get(1);
+                if held(lsn, start)? {
+                    (prev, window) = (window, parse_lsn(lsn)?);
+                    if !ch.get::<_, bool>(2) {
+                        // A mark before any chunk carried has no key.
+                        reached = match ch.get::<_, Option<&str>>(0) {
+                            Some(k) => Reached::UpTo(key_values(&sh.schema, &classes, k)?),
+                            None => Reached::Nothing,
+                        };
+                    }
                 }
             }
+            let mut w = Window::new(prev, window);
+            w.committed((start >> 64) as u64, 0, Vec::new());
+            b.windows.insert(r.table.clone(), w);
             b.reached.insert(r.table, (reached, sh.schema.key.clone()));
         }
         Ok(b)
@@ -198,9 +241,54 @@ impl Backfills {
     ) -> Result<()> {
         let fresh = Backfills::load(c, publication, start).await?;
         self.reached = fresh.reached;
+        self.windows = fresh.windows;
+        self.commits.clear();
+        self.pending.clear();
         self.seen.clear();
         self.work |= fresh.work;
         Ok(())
+    }
+
+    /// Where a read must begin for the windows it loaded: just after the
+    /// oldest one's start, unless the slot is confirmed past it (`confirmed`;
+    /// the server then begins there, and that window is incomplete: a chunk
+    /// at its end is discarded, or the read stops if another reader carried
+    /// it). `None`: no window needs reading again.
+    pub(crate) fn decode_from(&mut self, confirmed: u64) -> Option<u64> {
+        let mut from = None;
+        for w in self.windows.values_mut() {
+            if !w.keeping() {
+                continue;
+            }
+            // The transactions of the window before it too, by id
+            // (window.rs).
+            let begin = w.lookback() + 1;
+            if begin < confirmed {
+                *w = Window::incomplete(w.lookback(), w.start);
+                continue;
+            }
+            from = Some(from.map_or(begin, |f: u64| f.min(begin)));
+        }
+        from
+    }
+
+    /// The furthest the slot may be confirmed while a target holds `held`:
+    /// a window open there must be read again after a restart. `None`: no
+    /// limit.
+    pub(crate) fn confirm_limit(&mut self, held: u64) -> Option<u64> {
+        while self.closed.front().is_some_and(|&(_, end)| end <= held) {
+            self.closed.pop_front();
+        }
+        self.closed
+            .iter()
+            .map(|&(lookback, _)| lookback)
+            .chain(
+                self.windows
+                    .values()
+                    .filter(|w| w.keeping())
+                    .map(|w| w.lookback()),
+            )
+            .min()
     }
 
     /// A message of ours in the transaction at `commit` (`ordinal` its
@@ -240,12 +328,14 @@ impl Backfills {
                 );
                 self.end_decoded(note.request);
             }
-            "done" => {
-                self.progress
-                    .done(note.request, &note.table, note.rows_total);
-                self.reached.remove(&note.table);
-                self.end_decoded(note.request);
-            }
+            "done" => self.done_decoded(
+                &note,
+                schema.as_ref(),
+                &classes,
+                commit,
+                ordinal,
+                &mut events,
+            )?,
             other => {
                 return Err(Error::data(format!(
                 "a backfill message of kind {other:?} (a newer MoonCDC wrote it; upgrade this one)"
@@ -274,12 +364,15 @@ impl Backfills {
         let schema = schema.expect("described");
         self.reached
             .insert(note.table.clone(), (Reached::Nothing, schema.key.clone()));
+        self.reopen(&note.table, commit);
         self.seen.push(Seen::Request(note.request));
         self.work = true;
     }
 
-    /// A chunk: its rows as inserts. It must belong to a request this read
-    /// has seen, have its key, and start where the chunk before it ended.
+    /// A chunk: its rows as inserts, then the changes its snapshot did not
+    /// see within its range (or nothing at all: discarded). It must belong
+    /// to a request this read has seen, have its key, and start where the
+    /// chunk before it ended. A mark only opens a new window.
     fn chunk_decoded(
         &mut self,
         note: &Note,
@@ -316,12 +409,165 @@ impl Backfills {
                 lsn_text(commit)
             )));
         }
-        chunk_rows(note, classes, &positions, reached, commit, ordinal, events)?;
-        self.seen.push(Seen::Chunk(note.request, note.chunk));
+        let mut upper = lower.clone();
+        let mut rows = Vec::new();
+        chunk_rows(note, classes, &positions, &mut upper, commit, &mut rows)?;
+        let verdict = if note.mark {
+            Verdict::Carry(Vec::new())
+        } else {
+            let w = self.windows.get_mut(table);
+            verdict(
+                note,
+                w,
+                &self.commits,
+                &positions,
+                (&lower, Some(&upper)),
+                commit,
+            )?
+        };
+        let discarded = match verdict {
+            Verdict::Carry(after) => {
+                for e in rows.into_iter().chain(after) {
+                    events.push(renumbered(e, classes.len(), commit, ordinal)?);
+                }
+                *reached = upper;
+                None
+            }
+            Verdict::Discard(why) => {
+                self.again(note, &why);
+                Some((note.lower.clone(), note.rows.len() as i64))
+            }
+        };
+        self.reopen(table, commit);
+        self.seen
+            .push(Seen::Chunk(note.request, note.chunk, discarded));
         if self.in_flight == Some((note.request, note.chunk)) {
             self.in_flight = None;
         }
         Ok(())
+    }
+
+    /// An end: with a snapshot (a chunk that found no row left), the changes
+    /// it did not see beyond the reached keys, then every change passes; or
+    /// discarded, a chunk is read again.
+    fn done_decoded(
+        &mut self,
+        note: &Note,
+        schema: Option<&Schema>,
+        classes: &[Class],
+        commit: u64,
+        ordinal: &mut u64,
+        events: &mut Vec<Event>,
+    ) -> Result<()> {
+        if let (Some(_), Some(schema)) = (&note.snapshot, schema) {
+            let Some((reached, key)) = self.reached.get(&note.table) else {
+                return Err(Error::data(format!(
+                    "the end of a backfill of table {:?} at {} belongs to no request this read has seen",
+                    note.table,
+                    lsn_text(commit)
+                )));
+            };
+            if &schema.key != key {
+                return Err(Error::data(format!(
+                    "the end of the backfill of table {:?} at {} has another key than its request",
+                    note.table,
+                    lsn_text(commit)
+                )));
+            }
+            let (positions, width) = (key_positions(schema), classes.len());
+            let w = self.windows.get_mut(&note.table);
+            match verdict(note, w, &self.commits, &positions, (reached, None), commit)? {
+                Verdict::Carry(after) => {
+                    for e in after {
+                        events.push(renumbered(e, width, commit, ordinal)?);
+                    }
+                    self.seen.push(Seen::Chunk(note.request, note.chunk, None));
+                }
+                Verdict::Discard(why) => {
+                    self.again(note, &why);
+                    self.reopen(&note.table, commit);
+                    let lower = note.lower.clone();
+                    self.seen
+                        .push(Seen::Chunk(note.request, note.chunk, Some((lower, 0))));
+                    if self.in_flight.is_some_and(|(r, _)| r == note.request) {
+                        self.in_flight = None;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        self.progress
+            .done(note.request, &note.table, note.rows_total);
+        self.reached.remove(&note.table);
+        if let Some(w) = self.windows.remove(&note.table) {
+            if w.keeping() {
+                self.closed.push_back((w.lookback(), commit));
+            }
+        }
+        self.end_decoded(note.request);
+        Ok(())
+    }
+
+    /// A new window for `table` at `commit` (its message's); the one it
+    /// ends is kept track of until a target holds its end.
+    fn reopen(&mut self, table: &str, commit: u64) {
+        let next = match self.windows.get(table) {
+            Some(w) => w.next(commit),
+            // A request's window: nothing before it.
+            None => Window::new(commit, commit),
+        };
+        if let Some(old) = self.windows.insert(table.to_string(), next) {
+            if old.keeping() {
+                self.closed.push_back((old.lookback(), commit));
+            }
+        }
+    }
+
+    /// Say (at most every 30 seconds) that a chunk is read again, and why.
+    fn again(&mut self, note: &Note, why: &str) {
+        if self
+            .again_said
+            .is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(30))
+        {
+            self.again_said = Some(std::time::Instant::now());
+            crate::log::info(&format!(
+                "backfill of table {:?} (request {}): chunk {} is read again ({why})",
+                note.table, note.request, note.chunk
+            ));
+        }
+    }
+
+    /// A transaction committed at `commit`: the left-out changes it made
+    /// go into the windows of their tables.
+    pub(crate) fn committed(&mut self, commit: u64, xid: u32) {
+        let pending = std::mem::take(&mut self.pending);
+        if self.windows.is_empty() {
+            return;
+        }
+        self.commits.push(commit, xid);
+        let mut by_table: HashMap<String, Vec<Event>> = HashMap::new();
+        for e in pending {
+            by_table.entry(e.table.clone()).or_default().push(e);
+        }
+        for (table, w) in self.windows.iter_mut() {
+            // A transaction read again from before its window (a read
+            // that begins at the oldest window) is not in it.
+            if commit <= w.start {
+                continue;
+            }
+            let mine = by_table.remove(table.as_str()).unwrap_or_default();
+            w.committed(commit, xid, mine);
+        }
+        match self
+            .windows
+            .values()
+            .filter(|w| w.keeping())
+            .map(|w| w.lookback())
+            .min()
+        {
+            Some(oldest) => self.commits.trim(oldest),
+            None => self.commits.clear(),
+        }
     }
 
     /// A request's end (done or failed): noted with the batch, and a chunk
@@ -337,7 +583,7 @@ impl Backfills {
     /// as the stream carries them: those of a table being backfilled pass
     /// as far as its chunks reached, judged by the key of the schema they
     /// were decoded with.
-    pub(crate) fn pass_all(&self, events: Vec<Event>, catalog: &Catalog) -> Result<Vec<Event>> {
+    pub(crate) fn pass_all(&mut self, events: Vec<Event>, catalog: &Catalog) -> Result<Vec<Event>> {
         // Nothing backfilled (the usual case): every change passes, and no
         // schema is looked up.
         if self.reached.is_empty() {
@@ -366,7 +612,14 @@ impl Backfills {
                     e.table, e.sequence, e.table
                 )));
             }
-            out.extend(crate::source::backfill::pass(e, &key_positions(schema), r));
+            let positions = key_positions(schema);
+            // A part left out is kept for the table's window (window.rs).
+            if self.windows.get(&e.table).is_some_and(|w| w.keeping())
+                && reaches_beyond(&e, &positions, r)
+            {
+                self.pending.push(e.clone());
+            }
+            out.extend(pass(e, &positions, r));
         }
         Ok(out)
     }
@@ -384,25 +637,18 @@ impl Backfills {
             .await
             .map_err(pg_err("cannot note where a backfill message is"))?;
         for s in std::mem::take(&mut self.seen) {
-            let (sql, id, chunk) = match s {
-                Seen::Request(id) => {
-                    note_request(c, &at, id).await?;
-                    continue;
+            match s {
+                Seen::Request(id) => note_request(c, &at, id).await?,
+                Seen::Chunk(id, n, discarded) => note_chunk(c, &at, id, n, discarded).await?,
+                Seen::Done(id) => {
+                    c.execute(
+                        "UPDATE mooncdc.backfill SET done_lsn = $1::text::pg_lsn WHERE id = $2 AND done_lsn IS NULL",
+                        &[&at, &id],
+                    )
+                    .await
+                    .map_err(pg_err(NOTE_FAILED))?;
                 }
-                Seen::Chunk(id, n) => (
-                    "UPDATE mooncdc.backfill_chunks SET lsn = $1::text::pg_lsn WHERE request = $2 AND chunk = $3 AND lsn IS NULL",
-                    id,
-                    n,
-                ),
-                Seen::Done(id) => (
-                    "UPDATE mooncdc.backfill SET done_lsn = $1::text::pg_lsn WHERE id = $2 AND done_lsn IS NULL AND $3::int4 = 0",
-                    id,
-                    0,
-                ),
-            };
-            c.execute(sql, &[&at, &id, &chunk])
-                .await
-                .map_err(pg_err(NOTE_FAILED))?;
+            }
         }
         c.batch_execute("COMMIT")
             .await
@@ -411,15 +657,14 @@ impl Backfills {
     }
 }
 
-/// A chunk's rows as inserts of its table, after `ordinal`: each must be
-/// beyond the rows before it, and moves `reached` on to its key.
+/// A chunk's rows as inserts of its table (numbered when written): each
+/// must be beyond the rows before it, and moves `reached` on to its key.
 fn chunk_rows(
     note: &Note,
     classes: &[Class],
     positions: &[usize],
     reached: &mut Reached,
     commit: u64,
-    ordinal: &mut u64,
     events: &mut Vec<Event>,
 ) -> Result<()> {
     let table = &note.table;
@@ -445,9 +690,8 @@ fn chunk_rows(
             )));
         }
         *reached = Reached::UpTo(key);
-        *ordinal += 1;
         events.push(Event {
-            sequence: sequence(commit, *ordinal),
+            sequence: 0,
             table: table.clone(),
             operation: Operation::Insert,
             before: None,
@@ -458,9 +702,106 @@ fn chunk_rows(
     Ok(())
 }
 
+/// What a chunk (or an end) read without a lock comes to at the end of its
+/// table's window (none: the table was not being backfilled at its start,
+/// an error); one read under the lock (no snapshot) is carried as it is.
+fn verdict(
+    note: &Note,
+    window: Option<&mut Window>,
+    commits: &Commits,
+    positions: &[usize],
+    range: (&Reached, Option<&Reached>),
+    commit: u64,
+) -> Result<Verdict> {
+    let Some(snapshot) = &note.snapshot else {
+        return Ok(Verdict::Carry(Vec::new()));
+    };
+    let at = lsn_text(commit);
+    let (snap, committed) = read_snapshot(snapshot, &note.committed, &at)?;
+    let Some(w) = window else {
+        return Err(Error::data(format!(
+            "backfill chunk {} of table {:?} at {at} has no window in this read",
+            note.chunk, note.table
+        )));
+    };
+    Ok(w.close(commit, &snap, &committed, commits, positions, range))
+}
+
+/// An event of a chunk's transaction, numbered after `ordinal`: a row of
+/// the chunk, or a change of its window (which must have the chunk's
+/// columns: no schema change can come between, the chunk's table lock
+/// waits for it).
+fn renumbered(mut e: Event, width: usize, commit: u64, ordinal: &mut u64) -> Result<Event> {
+    let fits = |r: &Option<Row>| r.as_ref().is_none_or(|r| r.len() == width);
+    if !fits(&e.before) || !fits(&e.after) {
+        return Err(Error::data(format!(
+            "a change of table {:?} in a backfill chunk's window has other columns than the chunk (change {})",
+            e.table, e.sequence
+        )));
+    }
+    *ordinal += 1;
+    e.sequence = sequence(commit, *ordinal);
+    Ok(e)
+}
+
 /// A note that failed: the two reasons there can be.
 const NOTE_FAILED: &str = "cannot note where a backfill message is (a backfill needs capture against the primary, and a follower's role \
      needs SELECT, INSERT and UPDATE on mooncdc.backfill and mooncdc.backfill_chunks: docs/POSTGRES.md, \"Rights\")";
+
+/// Note where chunk `chunk` of request `id` is, and whether it was carried
+/// or discarded (then with the key its request goes back to and its rows).
+/// Every reader comes to the same for a chunk whose window it read whole;
+/// one noted otherwise already was carried by a reader that read a window
+/// this one could not (the slot confirmed past its start): stop rather
+/// than write a stream that differs from the notes.
+async fn note_chunk(
+    c: &Client,
+    at: &str,
+    id: i64,
+    chunk: i32,
+    discarded: Option<(Option<String>, i64)>,
+) -> Result<()> {
+    let first = c
+        .execute(
+            "UPDATE mooncdc.backfill_chunks SET lsn = $1::text::pg_lsn, discarded = $4 \
+             WHERE request = $2 AND chunk = $3 AND lsn IS NULL",
+            &[&at, &id, &chunk, &discarded.is_some()],
+        )
+        .await
+        .map_err(pg_err(NOTE_FAILED))?
+        > 0;
+    if first {
+        if let Some((lower, rows)) = &discarded {
+            // The request goes back to where the chunk began; its next
+            // chunk reads the range again.
+            c.execute(
+                "UPDATE mooncdc.backfill SET upper_key = $2, rows = rows - $3, done = false WHERE id = $1",
+                &[&id, lower, rows],
+            )
+            .await
+            .map_err(pg_err(NOTE_FAILED))?;
+        }
+        return Ok(());
+    }
+    let noted: Option<bool> = c
+        .query_opt(
+            "SELECT discarded FROM mooncdc.backfill_chunks WHERE request = $1 AND chunk = $2",
+            &[&id, &chunk],
+        )
+        .await
+        .map_err(pg_err(NOTE_FAILED))?
+        .map(|r| r.get(0));
+    match noted {
+        Some(d) if d != discarded.is_some() => Err(Error::state(format!(
+            "backfill chunk {chunk} of request {id} (LSN {at}) was {} by another reader and {} by this one, which could not \
+             read the chunk's whole window (its slot was confirmed past the window's start); nothing past it was written: \
+             request the table's backfill again (mooncdc-capture backfill --table … --resync)",
+            if d { "discarded" } else { "carried" },
+            if d { "carried" } else { "discarded" },
+        ))),
+        _ => Ok(()),
+    }
+}
 
 /// How often a follower waiting for a request to be visible says so.
 const REQUEST_VISIBLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);

@@ -88,7 +88,7 @@ impl PgSource {
     }
 
     /// The rights of the follower reading the slot now, if one does: a
-    /// table its role may not read, or lock for a chunk, is refused before
+    /// table its role may not read (a chunk needs only SELECT) is refused before
     /// anything is recorded, naming the GRANT (it would warn at every chunk
     /// instead).
     async fn follower_rights(&self, c: &Client, names: &[String]) -> Result<()> {
@@ -114,10 +114,7 @@ impl PgSource {
                 .query_one(
                     "SELECT CASE WHEN to_regclass($2::text) IS NULL THEN true ELSE \
                        has_schema_privilege($1::name, (SELECT relnamespace FROM pg_class WHERE oid = to_regclass($2::text)), 'USAGE') \
-                       AND has_table_privilege($1::name, $2::text, 'SELECT') \
-                       AND (has_table_privilege($1::name, $2::text, 'UPDATE') OR has_table_privilege($1::name, $2::text, 'DELETE') \
-                            OR has_table_privilege($1::name, $2::text, 'TRUNCATE') \
-                            OR pg_has_role($1::name, (SELECT relowner FROM pg_class WHERE oid = to_regclass($2::text)), 'USAGE')) END",
+                       AND has_table_privilege($1::name, $2::text, 'SELECT') END",
                     &[&role, &table],
                 )
                 .await
@@ -125,9 +122,9 @@ impl PgSource {
                 .get(0);
             if !ok {
                 return Err(Error::state(format!(
-                    "the follower of slot {:?} runs as role {role:?}, which may not read table {n:?} or take a chunk's SHARE \
-                     lock on it (USAGE on its schema, SELECT, and UPDATE, DELETE or TRUNCATE): GRANT USAGE ON SCHEMA {} TO {q}; \
-                     GRANT SELECT, UPDATE ON {table} TO {q}; nothing was recorded (docs/POSTGRES.md, \"Rights\")",
+                    "the follower of slot {:?} runs as role {role:?}, which may not read table {n:?} (USAGE on its schema and \
+                     SELECT): GRANT USAGE ON SCHEMA {} TO {q}; GRANT SELECT ON {table} TO {q}; nothing was recorded \
+                     (docs/POSTGRES.md, \"Rights\")",
                     self.slot,
                     quote_ident(&s)
                 )));
