@@ -21,9 +21,8 @@ use tokio_postgres::Client;
 enum Wrote {
     /// No request is waiting.
     Nothing,
-    /// Another follower of the pipeline is writing a chunk now, or the
-    /// last one is not yet read back from the stream (their chunks are the
-    /// same stream's): try again shortly, saying nothing.
+    /// Another follower of the pipeline is writing a chunk now (their
+    /// chunks are the same stream's): try again shortly, saying nothing.
     Contended,
     /// Another session holds or waits for a lock on the table that
     /// conflicts with reading it (ALTER TABLE, TRUNCATE, VACUUM FULL: an
@@ -238,17 +237,12 @@ fn lock_timed_out(e: &tokio_postgres::Error) -> bool {
 
 /// Request `id`, locked FOR UPDATE so that one follower at a time writes
 /// its chunks (this query takes the transaction's snapshot); `Break` with
-/// what to report when it is done, held by another follower, changed since
-/// the snapshot, or its last message is not yet noted by a reader (the next
-/// chunk must start where that one leaves the stream: a reader may discard
-/// it, window.rs).
+/// what to report when it is done, held by another follower, or changed
+/// since the snapshot.
 async fn pending_request(tx: &Client, id: i64) -> Result<ControlFlow<Wrote, Pending>> {
     let row = match tx
         .query_opt(
             "SELECT id, table_name, upper_key, chunks, rows, estimate, described, \
-                    CASE WHEN chunks = 0 THEN requested_lsn IS NOT NULL \
-                         ELSE EXISTS (SELECT 1 FROM mooncdc.backfill_chunks k \
-                                      WHERE k.request = b.id AND k.chunk = b.chunks AND k.lsn IS NOT NULL) END, \
                     coalesce((pg_current_wal_insert_lsn() - coalesce(window_lsn, requested_lsn))::bigint, 0) \
              FROM mooncdc.backfill b WHERE id = $1 AND NOT done FOR UPDATE",
             &[&id],
@@ -266,9 +260,6 @@ async fn pending_request(tx: &Client, id: i64) -> Result<ControlFlow<Wrote, Pend
         // Done since the request was looked up.
         return Ok(ControlFlow::Break(Wrote::Contended));
     };
-    if !row.get::<_, bool>(7) {
-        return Ok(ControlFlow::Break(Wrote::Contended));
-    }
     Ok(ControlFlow::Continue(Pending {
         id: row.get(0),
         table: row.get(1),
@@ -277,7 +268,7 @@ async fn pending_request(tx: &Client, id: i64) -> Result<ControlFlow<Wrote, Pend
         total: row.get(4),
         estimate: row.get(5),
         before: row.get(6),
-        window: row.get(8),
+        window: row.get(7),
     }))
 }
 
@@ -526,6 +517,11 @@ async fn emit(tx: &Client, content: &serde_json::Value) -> Result<()> {
     Ok(())
 }
 
+/// The chunks a follower writes ahead of what it has read back: the next
+/// is read while the stream carries the one before (one that follows a
+/// discarded chunk is discarded too, and its range read again).
+const IN_FLIGHT: usize = 2;
+
 /// How long a chunk's lock request waits (and so the longest the table's
 /// writers queue behind it).
 const LOCK_WAIT: Duration = Duration::from_millis(50);
@@ -547,7 +543,8 @@ impl Backfills {
         rows: u64,
     ) -> Result<()> {
         let now = std::time::Instant::now();
-        if !self.work || self.in_flight.is_some() || self.retry_at.is_some_and(|t| now < t) {
+        if !self.work || self.in_flight.len() >= IN_FLIGHT || self.retry_at.is_some_and(|t| now < t)
+        {
             return Ok(());
         }
         self.retry_at = None;
@@ -568,7 +565,7 @@ impl Backfills {
                 done,
             } => {
                 self.busy_tries = 0;
-                self.in_flight = Some((request, chunk));
+                self.in_flight.push_back((request, chunk));
                 // The end is said where it is read (Backfills::message), by
                 // every follower.
                 if !done && rows > 0 {

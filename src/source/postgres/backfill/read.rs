@@ -124,8 +124,12 @@ pub(crate) struct Backfills {
     /// schema it was decoded with).
     pub(super) reached: HashMap<String, (Reached, Vec<String>)>,
     seen: Vec<Seen>,
-    /// A chunk written and not decoded yet: (request, chunk).
-    pub(super) in_flight: Option<(i64, i32)>,
+    /// Chunks this follower wrote and has not decoded yet: (request, chunk).
+    pub(super) in_flight: VecDeque<(i64, i32)>,
+    /// Each table's reached key as `mooncdc.backfill` keeps it (JSON text,
+    /// none before a chunk is carried): where a discarded chunk's request
+    /// goes back to.
+    upper_text: HashMap<String, Option<String>>,
     /// Whether a request may be waiting for a chunk.
     pub(super) work: bool,
     pub(super) retry_at: Option<std::time::Instant>,
@@ -207,6 +211,7 @@ impl Backfills {
                 .await
                 .map_err(pg_err("cannot read backfill chunks"))?;
             let mut reached = Reached::Nothing;
+            let mut text = None;
             // The table's window opened at its last message held, after the
             // one before it.
             let (mut prev, mut window) = (parse_lsn(at)?, parse_lsn(at)?);
@@ -216,7 +221,8 @@ impl Backfills {
                     (prev, window) = (window, parse_lsn(lsn)?);
                     if !ch.get::<_, bool>(2) {
                         // A mark before any chunk carried has no key.
-                        reached = match ch.get::<_, Option<&str>>(0) {
+                        text = ch.get::<_, Option<String>>(0);
+                        reached = match &text {
                             Some(k) => Reached::UpTo(key_values(&sh.schema, &classes, k)?),
                             None => Reached::Nothing,
                         };
@@ -226,6 +232,7 @@ impl Backfills {
             let mut w = Window::new(prev, window);
             w.committed((start >> 64) as u64, 0, Vec::new());
             b.windows.insert(r.table.clone(), w);
+            b.upper_text.insert(r.table.clone(), text);
             b.reached.insert(r.table, (reached, sh.schema.key.clone()));
         }
         Ok(b)
@@ -242,6 +249,7 @@ impl Backfills {
         let fresh = Backfills::load(c, publication, start).await?;
         self.reached = fresh.reached;
         self.windows = fresh.windows;
+        self.upper_text = fresh.upper_text;
         self.commits.clear();
         self.pending.clear();
         self.seen.clear();
@@ -365,6 +373,7 @@ impl Backfills {
         self.reached
             .insert(note.table.clone(), (Reached::Nothing, schema.key.clone()));
         self.reopen(&note.table, commit);
+        self.upper_text.insert(note.table.clone(), None);
         self.seen.push(Seen::Request(note.request));
         self.work = true;
     }
@@ -402,17 +411,14 @@ impl Backfills {
             None => Reached::Nothing,
             Some(k) => Reached::UpTo(key_values(schema, classes, k)?),
         };
-        if &lower != reached {
-            return Err(Error::data(format!(
-                "backfill chunk {} of table {table:?} at {} does not start where the one before it ended",
-                note.chunk,
-                lsn_text(commit)
-            )));
-        }
         let mut upper = lower.clone();
         let mut rows = Vec::new();
         chunk_rows(note, classes, &positions, &mut upper, commit, &mut rows)?;
-        let verdict = if note.mark {
+        let verdict = if &lower != reached {
+            // Written while the one before it was in flight, which was
+            // discarded: every reader discards it too.
+            Verdict::Discard("it follows a chunk read again".into())
+        } else if note.mark {
             Verdict::Carry(Vec::new())
         } else {
             let w = self.windows.get_mut(table);
@@ -425,25 +431,30 @@ impl Backfills {
                 commit,
             )?
         };
+        let upper_text = self.upper_text.entry(table.clone()).or_default();
         let discarded = match verdict {
             Verdict::Carry(after) => {
                 for e in rows.into_iter().chain(after) {
                     events.push(renumbered(e, classes.len(), commit, ordinal)?);
                 }
                 *reached = upper;
+                if let Some(last) = note.rows.last() {
+                    let key: Vec<Option<String>> =
+                        positions.iter().map(|&i| last[i].clone()).collect();
+                    *upper_text = Some(serde_json::to_string(&key).expect("JSON"));
+                }
                 None
             }
             Verdict::Discard(why) => {
+                let back = upper_text.clone();
                 self.again(note, &why);
-                Some((note.lower.clone(), note.rows.len() as i64))
+                Some((back, note.rows.len() as i64))
             }
         };
         self.reopen(table, commit);
         self.seen
             .push(Seen::Chunk(note.request, note.chunk, discarded));
-        if self.in_flight == Some((note.request, note.chunk)) {
-            self.in_flight = None;
-        }
+        self.in_flight.retain(|&f| f != (note.request, note.chunk));
         Ok(())
     }
 
@@ -475,8 +486,17 @@ impl Backfills {
                 )));
             }
             let (positions, width) = (key_positions(schema), classes.len());
+            let lower = match &note.lower {
+                None => Reached::Nothing,
+                Some(k) => Reached::UpTo(key_values(schema, classes, k)?),
+            };
             let w = self.windows.get_mut(&note.table);
-            match verdict(note, w, &self.commits, &positions, (reached, None), commit)? {
+            let v = if &lower != reached {
+                Verdict::Discard("it follows a chunk read again".into())
+            } else {
+                verdict(note, w, &self.commits, &positions, (reached, None), commit)?
+            };
+            match v {
                 Verdict::Carry(after) => {
                     for e in after {
                         events.push(renumbered(e, width, commit, ordinal)?);
@@ -486,12 +506,10 @@ impl Backfills {
                 Verdict::Discard(why) => {
                     self.again(note, &why);
                     self.reopen(&note.table, commit);
-                    let lower = note.lower.clone();
+                    let back = self.upper_text.get(&note.table).cloned().flatten();
                     self.seen
-                        .push(Seen::Chunk(note.request, note.chunk, Some((lower, 0))));
-                    if self.in_flight.is_some_and(|(r, _)| r == note.request) {
-                        self.in_flight = None;
-                    }
+                        .push(Seen::Chunk(note.request, note.chunk, Some((back, 0))));
+                    self.in_flight.retain(|&(r, _)| r != note.request);
                     return Ok(());
                 }
             }
@@ -574,9 +592,7 @@ impl Backfills {
     /// of it in flight is waited for no more.
     fn end_decoded(&mut self, request: i64) {
         self.seen.push(Seen::Done(request));
-        if self.in_flight.is_some_and(|(r, _)| r == request) {
-            self.in_flight = None;
-        }
+        self.in_flight.retain(|&(r, _)| r != request);
     }
 
     /// The ordinary changes of one source change (a TRUNCATE has several)
