@@ -49,14 +49,19 @@ enum Wrote {
 /// snapshot (so no TRUNCATE or rewrite comes between the snapshot and the
 /// read; writers never wait on it), reads the rows after the last key in
 /// key order, and writes them as a message with its snapshot.
-async fn write_chunk(c: &Client, publication: &str, max_rows: u64) -> Result<Wrote> {
+async fn write_chunk(
+    c: &Client,
+    publication: &str,
+    max_rows: u64,
+    bf: &Backfills,
+) -> Result<Wrote> {
     let Some((id, table)) = oldest_request(c, publication).await? else {
         return Ok(Wrote::Nothing);
     };
     c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         .await
         .map_err(pg_err("cannot begin a transaction"))?;
-    let wrote = match chunk_in(c, publication, id, &table, max_rows).await {
+    let wrote = match chunk_in(c, publication, id, &table, max_rows, bf).await {
         // Another follower changed the request since the snapshot.
         Err(e) if serialization_failure(&e) => Ok(Wrote::Contended),
         w => w,
@@ -87,6 +92,7 @@ async fn chunk_in(
     id: i64,
     table: &str,
     max_rows: u64,
+    bf: &Backfills,
 ) -> Result<Wrote> {
     // Durable on every synchronous standby before it returns, so every
     // commit before it is visible soon after: the next chunk's snapshot
@@ -145,14 +151,20 @@ async fn chunk_in(
         return Ok(Wrote::Denied(req.table));
     };
     // Read after the rows: the transactions the snapshot does not see that
-    // had committed by then (window.rs).
+    // had committed by then. One this read saw commit before the window
+    // opened would be in neither the rows nor the window: a mark instead,
+    // after which it is visible (window.rs).
     let committed = committed_unseen(tx).await?;
+    match bf.judge(&req.table, (req.id, req.chunks), &committed) {
+        Ok(()) => {}
+        Err(None) => return Ok(Wrote::Contended),
+        Err(Some(_)) => {
+            write_message(tx, publication, &req, &sh, chunk, Part::Mark).await?;
+            return Ok(req.wrote(chunk, 0, false));
+        }
+    }
     let n = rows.len() as u64;
-    let read = Read {
-        snapshot,
-        committed,
-        rows,
-    };
+    let read = Read { snapshot, rows };
     if n == 0 {
         write_message(tx, publication, &req, &sh, chunk, Part::End(read)).await?;
     } else {
@@ -434,11 +446,9 @@ async fn read_rows(tx: &Client, sql: &str, width: usize) -> Result<Option<Rows>>
     Ok(Some(rows))
 }
 
-/// What a chunk read: its snapshot, the transactions the snapshot does
-/// not see that had committed, and its rows.
+/// What a chunk read: its snapshot and its rows.
 struct Read {
     snapshot: String,
-    committed: Vec<String>,
     rows: Rows,
 }
 
@@ -475,7 +485,6 @@ async fn write_message(
             content["kind"] = json!("done");
             content["rows_total"] = json!(req.total);
             content["snapshot"] = json!(read.snapshot);
-            content["committed"] = json!(read.committed);
         }
         Part::Rows(read, positions) => {
             let last = read.rows.last().expect("rows");
@@ -483,7 +492,6 @@ async fn write_message(
             upper = Some(serde_json::to_string(&key).expect("JSON"));
             n = read.rows.len() as i64;
             content["snapshot"] = json!(read.snapshot);
-            content["committed"] = json!(read.committed);
             content["rows"] = json!(read.rows);
         }
     }
@@ -548,7 +556,7 @@ impl Backfills {
             return Ok(());
         }
         self.retry_at = None;
-        match write_chunk(c, publication, rows).await? {
+        match write_chunk(c, publication, rows, self).await? {
             Wrote::Nothing => self.work = false,
             Wrote::Contended => {
                 self.retry_at = Some(std::time::Instant::now() + busy_delay(0));

@@ -5,7 +5,7 @@ use super::super::batch_out::BatchOut;
 use super::super::catalog::Catalog;
 use super::super::types::{from_text, Class};
 use super::super::{lsn_text, parse_lsn, sequence};
-use super::window::{read_snapshot, Commits, Verdict, Window};
+use super::window::{committed_before, read_snapshot, Commits, Verdict, Window, READ_WINDOW};
 use super::{class_from_name, kept_columns, key_values, requests, TableIs};
 use crate::error::{Error, Result};
 use crate::pg::pg_err;
@@ -46,10 +46,6 @@ struct Note {
     /// MoonCDC), whose rows are the table at its commit.
     #[serde(default)]
     snapshot: Option<String>,
-    /// The transactions the snapshot did not see that had committed when
-    /// the chunk read (64-bit ids).
-    #[serde(default)]
-    committed: Vec<String>,
     /// A mark: a chunk without rows that only opens a new window.
     #[serde(default)]
     mark: bool,
@@ -149,12 +145,15 @@ pub(crate) struct Backfills {
     commits: Commits,
     /// The left-out changes of the transaction being read, by table.
     pending: Vec<Event>,
-    /// Windows closed at a position (where a read for them must begin,
-    /// closed at) a target may not hold yet: the slot is confirmed no
-    /// further than where a read must begin.
+    /// Windows closed at a position (opened at, closed at) a target may
+    /// not hold yet: the slot is confirmed no further than just after
+    /// where they opened.
     closed: VecDeque<(u64, u64)>,
     /// When a chunk read again was last said.
     again_said: Option<std::time::Instant>,
+    /// The message that opened each table's window: (request, its number,
+    /// 0 for the request itself).
+    opened_by: HashMap<String, (i64, i32)>,
 }
 
 /// Whether a message at commit `lsn` is held by a reader at `start`.
@@ -205,20 +204,21 @@ impl Backfills {
                 .collect::<Result<Vec<_>>>()?;
             let chunks = c
                 .query(
-                    "SELECT upper_key, lsn::text, discarded FROM mooncdc.backfill_chunks WHERE request = $1 AND lsn IS NOT NULL ORDER BY chunk",
+                    "SELECT upper_key, lsn::text, discarded, chunk FROM mooncdc.backfill_chunks WHERE request = $1 AND lsn IS NOT NULL ORDER BY chunk",
                     &[&r.id],
                 )
                 .await
                 .map_err(pg_err("cannot read backfill chunks"))?;
             let mut reached = Reached::Nothing;
             let mut text = None;
-            // The table's window opened at its last message held, after the
-            // one before it.
-            let (mut prev, mut window) = (parse_lsn(at)?, parse_lsn(at)?);
+            // The table's window opened at its last message held.
+            let mut window = parse_lsn(at)?;
+            let mut by = (r.id, 0);
             for ch in &chunks {
                 let lsn: &str = ch.get(1);
                 if held(lsn, start)? {
-                    (prev, window) = (window, parse_lsn(lsn)?);
+                    window = parse_lsn(lsn)?;
+                    by = (r.id, ch.get(3));
                     if !ch.get::<_, bool>(2) {
                         // A mark before any chunk carried has no key.
                         text = ch.get::<_, Option<String>>(0);
@@ -229,10 +229,11 @@ impl Backfills {
                     }
                 }
             }
-            let mut w = Window::new(prev, window);
+            let mut w = Window::new(window);
             w.committed((start >> 64) as u64, 0, Vec::new());
             b.windows.insert(r.table.clone(), w);
             b.upper_text.insert(r.table.clone(), text);
+            b.opened_by.insert(r.table.clone(), by);
             b.reached.insert(r.table, (reached, sh.schema.key.clone()));
         }
         Ok(b)
@@ -250,6 +251,7 @@ impl Backfills {
         self.reached = fresh.reached;
         self.windows = fresh.windows;
         self.upper_text = fresh.upper_text;
+        self.opened_by = fresh.opened_by;
         self.commits.clear();
         self.pending.clear();
         self.seen.clear();
@@ -268,11 +270,9 @@ impl Backfills {
             if !w.keeping() {
                 continue;
             }
-            // The transactions of the window before it too, by id
-            // (window.rs).
-            let begin = w.lookback() + 1;
+            let begin = w.start + 1;
             if begin < confirmed {
-                *w = Window::incomplete(w.lookback(), w.start);
+                *w = Window::incomplete(w.start);
                 continue;
             }
             from = Some(from.map_or(begin, |f: u64| f.min(begin)));
@@ -287,14 +287,15 @@ impl Backfills {
         while self.closed.front().is_some_and(|&(_, end)| end <= held) {
             self.closed.pop_front();
         }
+        // Just after the message that opened it: a read from there has it.
         self.closed
             .iter()
-            .map(|&(lookback, _)| lookback)
+            .map(|&(start, _)| start + 1)
             .chain(
                 self.windows
                     .values()
                     .filter(|w| w.keeping())
-                    .map(|w| w.lookback()),
+                    .map(|w| w.start + 1),
             )
             .min()
     }
@@ -373,6 +374,7 @@ impl Backfills {
         self.reached
             .insert(note.table.clone(), (Reached::Nothing, schema.key.clone()));
         self.reopen(&note.table, commit);
+        self.opened_by.insert(note.table.clone(), (note.request, 0));
         self.upper_text.insert(note.table.clone(), None);
         self.seen.push(Seen::Request(note.request));
         self.work = true;
@@ -422,14 +424,7 @@ impl Backfills {
             Verdict::Carry(Vec::new())
         } else {
             let w = self.windows.get_mut(table);
-            verdict(
-                note,
-                w,
-                &self.commits,
-                &positions,
-                (&lower, Some(&upper)),
-                commit,
-            )?
+            verdict(note, w, &positions, (&lower, Some(&upper)), commit)?
         };
         let upper_text = self.upper_text.entry(table.clone()).or_default();
         let discarded = match verdict {
@@ -452,6 +447,8 @@ impl Backfills {
             }
         };
         self.reopen(table, commit);
+        self.opened_by
+            .insert(table.clone(), (note.request, note.chunk));
         self.seen
             .push(Seen::Chunk(note.request, note.chunk, discarded));
         self.in_flight.retain(|&f| f != (note.request, note.chunk));
@@ -494,7 +491,7 @@ impl Backfills {
             let v = if &lower != reached {
                 Verdict::Discard("it follows a chunk read again".into())
             } else {
-                verdict(note, w, &self.commits, &positions, (reached, None), commit)?
+                verdict(note, w, &positions, (reached, None), commit)?
             };
             match v {
                 Verdict::Carry(after) => {
@@ -506,6 +503,8 @@ impl Backfills {
                 Verdict::Discard(why) => {
                     self.again(note, &why);
                     self.reopen(&note.table, commit);
+                    self.opened_by
+                        .insert(note.table.clone(), (note.request, note.chunk));
                     let back = self.upper_text.get(&note.table).cloned().flatten();
                     self.seen
                         .push(Seen::Chunk(note.request, note.chunk, Some((back, 0))));
@@ -519,7 +518,7 @@ impl Backfills {
         self.reached.remove(&note.table);
         if let Some(w) = self.windows.remove(&note.table) {
             if w.keeping() {
-                self.closed.push_back((w.lookback(), commit));
+                self.closed.push_back((w.start, commit));
             }
         }
         self.end_decoded(note.request);
@@ -529,15 +528,35 @@ impl Backfills {
     /// A new window for `table` at `commit` (its message's); the one it
     /// ends is kept track of until a target holds its end.
     fn reopen(&mut self, table: &str, commit: u64) {
-        let next = match self.windows.get(table) {
-            Some(w) => w.next(commit),
-            // A request's window: nothing before it.
-            None => Window::new(commit, commit),
-        };
-        if let Some(old) = self.windows.insert(table.to_string(), next) {
+        if let Some(old) = self.windows.insert(table.to_string(), Window::new(commit)) {
             if old.keeping() {
-                self.closed.push_back((old.lookback(), commit));
+                self.closed.push_back((old.start, commit));
             }
+        }
+    }
+
+    /// Whether a chunk of `table` whose snapshot missed the `committed`
+    /// transactions can be written now (window.rs): `Err(None)` to wait
+    /// until this read has the request's last message (message `last` of
+    /// request `id`), `Err(Some(xid))` when the snapshot missed a commit
+    /// this read saw before the window opened (write a mark instead).
+    pub(super) fn judge(
+        &self,
+        table: &str,
+        (id, last): (i64, i32),
+        committed: &[String],
+    ) -> std::result::Result<(), Option<u32>> {
+        if committed.is_empty() {
+            return Ok(());
+        }
+        match (self.opened_by.get(table), self.windows.get(table)) {
+            (Some(&by), Some(w)) if by == (id, last) => {
+                match committed_before(committed, &self.commits, w.start) {
+                    Some(x) => Err(Some(x)),
+                    None => Ok(()),
+                }
+            }
+            _ => Err(None),
         }
     }
 
@@ -560,6 +579,7 @@ impl Backfills {
     pub(crate) fn committed(&mut self, commit: u64, xid: u32) {
         let pending = std::mem::take(&mut self.pending);
         if self.windows.is_empty() {
+            self.commits.clear();
             return;
         }
         self.commits.push(commit, xid);
@@ -576,16 +596,9 @@ impl Backfills {
             let mine = by_table.remove(table.as_str()).unwrap_or_default();
             w.committed(commit, xid, mine);
         }
-        match self
-            .windows
-            .values()
-            .filter(|w| w.keeping())
-            .map(|w| w.lookback())
-            .min()
-        {
-            Some(oldest) => self.commits.trim(oldest),
-            None => self.commits.clear(),
-        }
+        // The follower looks a commit up when a chunk's snapshot missed it
+        // (chunk.rs): those of the last READ_WINDOW of WAL are known.
+        self.commits.trim(commit.saturating_sub(READ_WINDOW));
     }
 
     /// A request's end (done or failed): noted with the batch, and a chunk
@@ -724,7 +737,6 @@ fn chunk_rows(
 fn verdict(
     note: &Note,
     window: Option<&mut Window>,
-    commits: &Commits,
     positions: &[usize],
     range: (&Reached, Option<&Reached>),
     commit: u64,
@@ -733,14 +745,14 @@ fn verdict(
         return Ok(Verdict::Carry(Vec::new()));
     };
     let at = lsn_text(commit);
-    let (snap, committed) = read_snapshot(snapshot, &note.committed, &at)?;
+    let snap = read_snapshot(snapshot, &at)?;
     let Some(w) = window else {
         return Err(Error::data(format!(
             "backfill chunk {} of table {:?} at {at} has no window in this read",
             note.chunk, note.table
         )));
     };
-    Ok(w.close(commit, &snap, &committed, commits, positions, range))
+    Ok(w.close(commit, &snap, positions, range))
 }
 
 /// An event of a chunk's transaction, numbered after `ordinal`: a row of

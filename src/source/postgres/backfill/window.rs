@@ -18,16 +18,16 @@
 //! visible, so it is not seen either and commits after it.
 //!
 //! A transaction committed before the window opened that the snapshot still
-//! does not see (its commit held by a standby) is not in the window. The
-//! chunk names every transaction its snapshot does not see that had
-//! committed when it read (`pg_xact_status`); a chunk naming one that the
-//! stream carried in the window before its own (since the message before
-//! the one that opened it) cannot be carried and is discarded by every
-//! reader alike, and its follower reads the range again. One the stream
-//! never carried changed no published table; one carried before that (a
-//! commit still invisible after the follower's own commit, which waits for
-//! every synchronous standby to apply it) is the rule's limit
-//! (docs/BACKFILL.md, "Limits").
+//! does not see (its commit held by a standby) is in neither. The
+//! follower's messages commit once every synchronous standby applied them
+//! (`remote_apply`), which releases every commit before them; and before
+//! it writes a chunk, the follower looks at the transactions its snapshot
+//! does not see that had committed when it read (`pg_xact_status`): one
+//! its own read saw commit before the window opened makes it write a mark
+//! instead (a new window, after which that commit is visible). Every
+//! reader then carries every chunk the same way, from the WAL alone. A
+//! commit its read never saw changed no published table, or was before
+//! where the read began: the rule's limit (docs/BACKFILL.md, "Limits").
 
 use crate::error::{Error, Result};
 use crate::source::backfill::{pass_between, Reached};
@@ -138,9 +138,6 @@ impl Commits {
 pub(crate) struct Window {
     /// Where the message that opened it committed.
     pub(crate) start: u64,
-    /// Where the message before that one committed (`start` for a
-    /// request's): the transactions committed since are known by id.
-    prev: u64,
     kept: Vec<(u32, Vec<Event>)>,
     /// Longer than READ_WINDOW: nothing kept, its chunk is discarded.
     overflowed: bool,
@@ -160,12 +157,10 @@ pub(crate) enum Verdict {
 }
 
 impl Window {
-    /// The window a message committed at `start` opens, after the one
-    /// opened at `prev`.
-    pub(crate) fn new(prev: u64, start: u64) -> Window {
+    /// The window a message committed at `start` opens.
+    pub(crate) fn new(start: u64) -> Window {
         Window {
             start,
-            prev,
             kept: Vec::new(),
             overflowed: false,
             incomplete: false,
@@ -174,23 +169,11 @@ impl Window {
 
     /// A window a read cannot have kept whole: opened before the position
     /// it could begin reading at.
-    pub(crate) fn incomplete(prev: u64, start: u64) -> Window {
+    pub(crate) fn incomplete(start: u64) -> Window {
         Window {
             incomplete: true,
-            ..Window::new(prev, start)
+            ..Window::new(start)
         }
-    }
-
-    /// The window a message at `at` opens after this one.
-    pub(crate) fn next(&self, at: u64) -> Window {
-        Window::new(self.start, at)
-    }
-
-    /// Where a read must begin to tell what a chunk at the window's end
-    /// comes to: where the window before it opened (the transactions
-    /// committed since then are known by id).
-    pub(crate) fn lookback(&self) -> u64 {
-        self.prev
     }
 
     /// Whether its changes still matter (a reader must read from its start).
@@ -217,16 +200,12 @@ impl Window {
         self.overflowed
     }
 
-    /// A chunk committed at `at` read with `snap` (`committed`: the
-    /// transactions it did not see that had committed when it read) the
-    /// keys beyond `lower` up to `upper` (`None`: every key, its end). The
-    /// window ends here.
+    /// A chunk committed at `at` read with `snap` the keys beyond `lower` up
+    /// to `upper` (`None`: every key, its end). The window ends here.
     pub(crate) fn close(
         &mut self,
         at: u64,
         snap: &Snap,
-        committed: &[u32],
-        commits: &Commits,
         positions: &[usize],
         (lower, upper): (&Reached, Option<&Reached>),
     ) -> Verdict {
@@ -237,15 +216,6 @@ impl Window {
             return Verdict::Discard(format!(
                 "its window is longer than {} MB of WAL",
                 READ_WINDOW >> 20
-            ));
-        }
-        let before = self.lookback();
-        if let Some(x) = committed
-            .iter()
-            .find(|&&x| commits.committed_between(x, before, self.start))
-        {
-            return Verdict::Discard(format!(
-                "transaction {x} committed before its window and was not yet visible to it"
             ));
         }
         let mut after = Vec::new();
@@ -263,20 +233,24 @@ impl Window {
     }
 }
 
-/// A chunk's snapshot and the transactions it names, as its message has them.
-pub(crate) fn read_snapshot(
-    snapshot: &str,
-    committed: &[String],
-    at: &str,
-) -> Result<(Snap, Vec<u32>)> {
-    let bad = |e: String| Error::data(format!("a backfill chunk at {at}: {e}"));
-    let snap = Snap::parse(snapshot).map_err(bad)?;
-    let committed = committed
+/// A chunk's snapshot, as its message has it.
+pub(crate) fn read_snapshot(snapshot: &str, at: &str) -> Result<Snap> {
+    Snap::parse(snapshot).map_err(|e| Error::data(format!("a backfill chunk at {at}: {e}")))
+}
+
+/// Of the transactions a chunk's snapshot does not see that had committed
+/// when it read (64-bit ids, `committed`), one this read saw commit at or
+/// before `start`, where the chunk's window opened: the chunk would miss
+/// its changes, so the follower writes a mark instead.
+pub(crate) fn committed_before<S: AsRef<str>>(
+    committed: &[S],
+    commits: &Commits,
+    start: u64,
+) -> Option<u32> {
+    committed
         .iter()
-        .map(|x| xid32(x))
-        .collect::<std::result::Result<_, _>>()
-        .map_err(bad)?;
-    Ok((snap, committed))
+        .filter_map(|x| xid32(x.as_ref()).ok())
+        .find(|&x| commits.committed_between(x, 0, start))
 }
 
 #[cfg(test)]
@@ -391,9 +365,9 @@ mod tests {
         changes: Vec<Event>,
     }
 
-    /// A chunk's read: its snapshot, the committed transactions it did not
-    /// see, its lower bound and rows (none: its end).
-    type ChunkRead = (Snap, Vec<u32>, Reached, Vec<(i64, i64)>);
+    /// A chunk's read: its snapshot, its lower bound and rows (none: its
+    /// end).
+    type ChunkRead = (Snap, Reached, Vec<(i64, i64)>);
 
     /// What the WAL carries, in commit order.
     enum Wal {
@@ -504,6 +478,8 @@ mod tests {
         lsn: u64,
         target: BTreeMap<i64, i64>,
         discarded: usize,
+        /// Marks the follower wrote instead of a chunk.
+        instead: usize,
     }
 
     impl Reader {
@@ -514,7 +490,7 @@ mod tests {
                 Wal::Request => {
                     apply(&mut self.target, &ev(Operation::TRUNCATE, None, None))?;
                     self.reached = Some(Reached::Nothing);
-                    self.window = Window::new(self.lsn, self.lsn);
+                    self.window = Window::new(self.lsn);
                     self.commits.clear();
                 }
                 Wal::Txn(xid, events) => {
@@ -534,8 +510,8 @@ mod tests {
                     }
                     self.window.committed(self.lsn, xid, kept);
                 }
-                Wal::Chunk(None) => self.window = self.window.next(self.lsn),
-                Wal::Chunk(Some((snap, committed, lower, rows))) => {
+                Wal::Chunk(None) => self.window = Window::new(self.lsn),
+                Wal::Chunk(Some((snap, lower, rows))) => {
                     let r = self.reached.clone().expect("a chunk of a backfill");
                     if lower != r {
                         return Err("a chunk does not start where the stream is".into());
@@ -543,16 +519,10 @@ mod tests {
                     let upper = rows
                         .last()
                         .map(|(k, _)| Reached::UpTo(vec![Value::Integer(*k)]));
-                    let verdict = self.window.close(
-                        self.lsn,
-                        &snap,
-                        &committed,
-                        &self.commits,
-                        &self.pos,
-                        (&r, upper.as_ref()),
-                    );
-                    self.window = self.window.next(self.lsn);
-                    self.commits.trim(self.window.lookback());
+                    let verdict =
+                        self.window
+                            .close(self.lsn, &snap, &self.pos, (&r, upper.as_ref()));
+                    self.window = Window::new(self.lsn);
                     match verdict {
                         Verdict::Discard(_) => self.discarded += 1,
                         Verdict::Carry(after) => {
@@ -574,9 +544,16 @@ mod tests {
         }
     }
 
-    /// The follower's chunk: the rows its snapshot sees beyond `lower`.
-    fn read_chunk(s: &Server, lower: &Reached, n: usize) -> Wal {
+    /// The follower's chunk: the rows its snapshot sees beyond `lower`; or
+    /// a mark when its snapshot misses a commit its read (`r`) saw before
+    /// the window opened.
+    fn read_chunk(s: &Server, r: &mut Reader, lower: &Reached, n: usize) -> Wal {
         let (snap, committed) = s.snapshot();
+        let ids: Vec<String> = committed.iter().map(|x| x.to_string()).collect();
+        if committed_before(&ids, &r.commits, r.window.start).is_some() {
+            r.instead += 1;
+            return Wal::Chunk(None);
+        }
         let rows = s
             .visible_state
             .iter()
@@ -584,7 +561,7 @@ mod tests {
             .take(n)
             .map(|(k, v)| (*k, *v))
             .collect();
-        Wal::Chunk(Some((snap, committed, lower.clone(), rows)))
+        Wal::Chunk(Some((snap, lower.clone(), rows)))
     }
 
     /// Run a history with a request before step `at`. `released`: a
@@ -603,11 +580,12 @@ mod tests {
         let mut r = Reader {
             pos: key_positions(&schema()),
             reached: None,
-            window: Window::new(0, 0),
+            window: Window::new(0),
             commits: Commits::default(),
             lsn: 0,
             target: (100..104).map(|k| (k, k)).collect(),
             discarded: 0,
+            instead: 0,
         };
         // A chunk read, not yet committed.
         let mut reading: Option<Wal> = None;
@@ -658,7 +636,10 @@ mod tests {
                         marked = true;
                         message(Wal::Chunk(None), &mut s, &mut r)?
                     }
-                    None => reading = Some(read_chunk(&s, r.reached.as_ref().unwrap(), *n)),
+                    None => {
+                        let lower = r.reached.clone().unwrap();
+                        reading = Some(read_chunk(&s, &mut r, &lower, *n));
+                    }
                 },
                 _ => {}
             }
@@ -688,7 +669,7 @@ mod tests {
                 marked = true;
                 message(Wal::Chunk(None), &mut s, &mut r)?;
             }
-            let w = read_chunk(&s, &lower, 3);
+            let w = read_chunk(&s, &mut r, &lower, 3);
             r.read(w)?;
         }
         Ok((s.wal_state, r))
@@ -725,9 +706,9 @@ mod tests {
     }
 
     /// A transaction committed before the chunk's window and still not
-    /// visible to its snapshot makes the chunk be discarded and read again.
+    /// visible to its snapshot makes the follower write a mark instead.
     #[test]
-    fn a_commit_held_from_before_the_window_discards_the_chunk() {
+    fn a_commit_held_from_before_the_window_makes_the_follower_write_a_mark() {
         use Step::*;
         let history = vec![
             Open(vec![1]),
@@ -741,7 +722,8 @@ mod tests {
         // standby never applied them).
         let (table, r) = run(&history, 0, false).unwrap();
         assert_eq!(r.target, table);
-        assert_eq!(r.discarded, 1);
+        assert_eq!(r.instead, 1);
+        assert_eq!(r.discarded, 0);
     }
 
     #[test]
