@@ -443,6 +443,8 @@ impl Backfills {
             Verdict::Discard(why) => {
                 let back = upper_text.clone();
                 self.again(note, &why);
+                // The range is read again: a follower has a chunk to write.
+                self.work = true;
                 Some((back, note.rows.len() as i64))
             }
         };
@@ -502,6 +504,8 @@ impl Backfills {
                 }
                 Verdict::Discard(why) => {
                     self.again(note, &why);
+                    // Not the end after all: a follower writes the next chunk.
+                    self.work = true;
                     self.reopen(&note.table, commit);
                     self.opened_by
                         .insert(note.table.clone(), (note.request, note.chunk));
