@@ -530,8 +530,9 @@ async fn emit(tx: &Client, content: &serde_json::Value) -> Result<()> {
 /// discarded chunk is discarded too, and its range read again).
 const IN_FLIGHT: usize = 2;
 
-/// How long a chunk's lock request waits (and so the longest the table's
-/// writers queue behind it).
+/// How long a chunk's ACCESS SHARE lock request waits for a session that
+/// holds or waits for an ACCESS EXCLUSIVE lock on the table (writers never
+/// queue behind it: their lock does not conflict with it).
 const LOCK_WAIT: Duration = Duration::from_millis(50);
 
 /// How long a busy table waits before the next try: 50 ms, doubling to 1 s.
