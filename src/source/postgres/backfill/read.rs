@@ -63,6 +63,15 @@ impl Note {
         })
     }
 
+    /// Where the chunk starts: the key of the one before it (none before
+    /// the first).
+    fn lower_key(&self, schema: &Schema, classes: &[Class]) -> Result<Reached> {
+        Ok(match &self.lower {
+            None => Reached::Nothing,
+            Some(k) => Reached::UpTo(key_values(schema, classes, k)?),
+        })
+    }
+
     /// Whether the note is of another pipeline's request (one that names no
     /// publication is every pipeline's).
     fn for_another(&self, publication: &str) -> bool {
@@ -409,10 +418,7 @@ impl Backfills {
             )));
         }
         let positions = key_positions(schema);
-        let lower = match &note.lower {
-            None => Reached::Nothing,
-            Some(k) => Reached::UpTo(key_values(schema, classes, k)?),
-        };
+        let lower = note.lower_key(schema, classes)?;
         let mut upper = lower.clone();
         let mut rows = Vec::new();
         chunk_rows(note, classes, &positions, &mut upper, commit, &mut rows)?;
@@ -485,10 +491,7 @@ impl Backfills {
                 )));
             }
             let (positions, width) = (key_positions(schema), classes.len());
-            let lower = match &note.lower {
-                None => Reached::Nothing,
-                Some(k) => Reached::UpTo(key_values(schema, classes, k)?),
-            };
+            let lower = note.lower_key(schema, classes)?;
             let w = self.windows.get_mut(&note.table);
             let v = if &lower != reached {
                 Verdict::Discard("it follows a chunk read again".into())
