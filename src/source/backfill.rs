@@ -325,14 +325,14 @@ impl Progress {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The rule against a model: a random history of one table's changes,
     //! with a backfill requested at a random point and chunks of random
     //! sizes read at random points (each chunk reads the table as it is at
     //! its place, as the SQLite source's chunks do), applied to a strict
     //! target that starts with a damaged copy, ends with exactly the table.
 
-    use super::*;
+    use super::{key_positions, pass, Event, Operation, Reached, Schema, Value};
     use crate::wire::Column;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
@@ -345,7 +345,9 @@ mod tests {
         Chunk(usize),
     }
 
-    fn schema() -> Schema {
+    /// A table `t` of columns `v` and `k`, keyed by `k` (second, so
+    /// positions matter).
+    pub(crate) fn schema() -> Schema {
         let col = |n: &str| Column {
             name: n.into(),
             decl_type: "INTEGER".into(),
@@ -359,13 +361,17 @@ mod tests {
         }
     }
 
-    fn row(k: i64, v: i64) -> Vec<Value> {
+    pub(crate) fn row(k: i64, v: i64) -> Vec<Value> {
         vec![Value::Integer(v), Value::Integer(k)]
     }
 
     /// A strict target: inserts need the key absent, updates and deletes
-    /// need the row as it is.
-    fn apply(target: &mut BTreeMap<i64, i64>, e: &Event) {
+    /// need the row as it is (also the target of the PostgreSQL window's
+    /// model test).
+    pub(crate) fn apply(
+        target: &mut BTreeMap<i64, i64>,
+        e: &Event,
+    ) -> std::result::Result<(), String> {
         let kv = |r: &Option<Vec<Value>>| match r.as_deref() {
             Some([Value::Integer(v), Value::Integer(k)]) => (*k, *v),
             other => panic!("bad row {other:?}"),
@@ -374,19 +380,28 @@ mod tests {
             Operation::Truncate { .. } => target.clear(),
             Operation::Insert => {
                 let (k, v) = kv(&e.after);
-                assert!(target.insert(k, v).is_none(), "insert of held key {k}");
+                if target.insert(k, v).is_some() {
+                    return Err(format!("insert of held key {k}"));
+                }
             }
             Operation::Delete => {
                 let (k, v) = kv(&e.before);
-                assert_eq!(target.remove(&k), Some(v), "delete of {k}");
+                if target.remove(&k) != Some(v) {
+                    return Err(format!("delete of {k}={v}, not held"));
+                }
             }
             Operation::Update => {
                 let (k, v) = kv(&e.before);
-                assert_eq!(target.remove(&k), Some(v), "update of {k}");
+                if target.remove(&k) != Some(v) {
+                    return Err(format!("update of {k}={v}, not held"));
+                }
                 let (k, v) = kv(&e.after);
-                assert!(target.insert(k, v).is_none(), "update onto held key {k}");
+                if target.insert(k, v).is_some() {
+                    return Err(format!("update onto held key {k}"));
+                }
             }
         }
+        Ok(())
     }
 
     fn steps() -> impl Strategy<Value = (Vec<Step>, usize)> {
@@ -433,7 +448,7 @@ mod tests {
         let &(last, _) = rows.last()?;
         for (k, v) in rows {
             *seq += 1;
-            apply(target, &ev(Operation::Insert, None, Some(row(k, v)), *seq));
+            apply(target, &ev(Operation::Insert, None, Some(row(k, v)), *seq)).unwrap();
         }
         Some(Reached::UpTo(vec![Value::Integer(last)]))
     }
@@ -453,7 +468,7 @@ mod tests {
                 if i == at {
                     reached = Some(Reached::Nothing);
                     seq += 1;
-                    apply(&mut target, &ev(Operation::TRUNCATE, None, None, seq));
+                    apply(&mut target, &ev(Operation::TRUNCATE, None, None, seq)).unwrap();
                 }
                 seq += 1;
                 let change = match *step {
@@ -484,7 +499,7 @@ mod tests {
                     (Some(r), Some(e)) => pass(e, &pos, r),
                 };
                 if let Some(e) = out {
-                    apply(&mut target, &e);
+                    apply(&mut target, &e).unwrap();
                 }
             }
             // The backfill runs to its end.

@@ -8,28 +8,12 @@
 //! starts with something else, ends with exactly the table.
 
 use super::{committed_before, precedes, Commits, Snap, Verdict, Window};
+use crate::source::backfill::tests::{apply, row, schema};
 use crate::source::backfill::{key_positions, pass, reaches_beyond, Reached};
 use crate::wire::Event;
-use crate::wire::{Column, Operation, Schema, Value};
+use crate::wire::{Operation, Value};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
-
-fn schema() -> Schema {
-    let col = |n: &str| Column {
-        name: n.into(),
-        decl_type: "INTEGER".into(),
-        nullable: false,
-    };
-    Schema {
-        table: "t".into(),
-        columns: vec![col("v"), col("k")],
-        key: vec!["k".into()],
-    }
-}
-
-fn row(k: i64, v: i64) -> Vec<Value> {
-    vec![Value::Integer(v), Value::Integer(k)]
-}
 
 fn ev(operation: Operation, before: Option<(i64, i64)>, after: Option<(i64, i64)>) -> Event {
     Event {
@@ -40,40 +24,6 @@ fn ev(operation: Operation, before: Option<(i64, i64)>, after: Option<(i64, i64)
         before_key: None,
         after: after.map(|(k, v)| row(k, v)),
     }
-}
-
-/// A strict target, as in `source::backfill`'s test.
-fn apply(target: &mut BTreeMap<i64, i64>, e: &Event) -> std::result::Result<(), String> {
-    let kv = |r: &Option<Vec<Value>>| match r.as_deref() {
-        Some([Value::Integer(v), Value::Integer(k)]) => (*k, *v),
-        other => panic!("bad row {other:?}"),
-    };
-    match e.operation {
-        Operation::Truncate { .. } => target.clear(),
-        Operation::Insert => {
-            let (k, v) = kv(&e.after);
-            if target.insert(k, v).is_some() {
-                return Err(format!("insert of held key {k}"));
-            }
-        }
-        Operation::Delete => {
-            let (k, v) = kv(&e.before);
-            if target.remove(&k) != Some(v) {
-                return Err(format!("delete of {k}={v}, not held"));
-            }
-        }
-        Operation::Update => {
-            let (k, v) = kv(&e.before);
-            if target.remove(&k) != Some(v) {
-                return Err(format!("update of {k}={v}, not held"));
-            }
-            let (k, v) = kv(&e.after);
-            if target.insert(k, v).is_some() {
-                return Err(format!("update onto held key {k}"));
-            }
-        }
-    }
-    Ok(())
 }
 
 #[derive(Debug, Clone)]
